@@ -1,0 +1,1 @@
+//! Reading NCCL-format INFO/WARN logs: parser and cross-rank analyzer.
