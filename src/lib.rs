@@ -4,4 +4,5 @@
 //! `api` (raw and typed faces of a communicator) → `core` (the contract as
 //! pure functions) and `engine` (what executes a checked call).
 
+pub mod core;
 pub mod logs;

@@ -1,0 +1,406 @@
+//! The 12 NCCL datatypes, their codes and sizes, the Rust element types that
+//! carry them, and exact fp8 conversions (NCCL's `float8 e4m3fn` and `e5m2`).
+
+use half::{bf16, f16};
+use std::fmt;
+
+/// `ncclDataType_t`, with NCCL's codes.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum DataType {
+    Int8 = 0,
+    Uint8 = 1,
+    Int32 = 2,
+    Uint32 = 3,
+    Int64 = 4,
+    Uint64 = 5,
+    Float16 = 6,
+    Float32 = 7,
+    Float64 = 8,
+    Bfloat16 = 9,
+    Float8e4m3 = 10,
+    Float8e5m2 = 11,
+}
+
+impl DataType {
+    pub const ALL: [DataType; 12] = [
+        DataType::Int8,
+        DataType::Uint8,
+        DataType::Int32,
+        DataType::Uint32,
+        DataType::Int64,
+        DataType::Uint64,
+        DataType::Float16,
+        DataType::Float32,
+        DataType::Float64,
+        DataType::Bfloat16,
+        DataType::Float8e4m3,
+        DataType::Float8e5m2,
+    ];
+
+    pub fn from_code(code: i32) -> Option<DataType> {
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| Self::ALL.get(i).copied())
+    }
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        use DataType::*;
+        match self {
+            Int8 | Uint8 | Float8e4m3 | Float8e5m2 => 1,
+            Float16 | Bfloat16 => 2,
+            Int32 | Uint32 | Float32 => 4,
+            Int64 | Uint64 | Float64 => 8,
+        }
+    }
+    pub fn is_float(self) -> bool {
+        use DataType::*;
+        matches!(
+            self,
+            Float16 | Float32 | Float64 | Bfloat16 | Float8e4m3 | Float8e5m2
+        )
+    }
+    /// Short lowercase name, as nccl-tests prints it and the CLI accepts it.
+    pub fn name(self) -> &'static str {
+        use DataType::*;
+        match self {
+            Int8 => "int8",
+            Uint8 => "uint8",
+            Int32 => "int32",
+            Uint32 => "uint32",
+            Int64 => "int64",
+            Uint64 => "uint64",
+            Float16 => "half",
+            Float32 => "float",
+            Float64 => "double",
+            Bfloat16 => "bfloat16",
+            Float8e4m3 => "f8e4m3",
+            Float8e5m2 => "f8e5m2",
+        }
+    }
+    /// The C enumerator, e.g. `ncclFloat32`.
+    pub fn nccl_name(self) -> &'static str {
+        use DataType::*;
+        match self {
+            Int8 => "ncclInt8",
+            Uint8 => "ncclUint8",
+            Int32 => "ncclInt32",
+            Uint32 => "ncclUint32",
+            Int64 => "ncclInt64",
+            Uint64 => "ncclUint64",
+            Float16 => "ncclFloat16",
+            Float32 => "ncclFloat32",
+            Float64 => "ncclFloat64",
+            Bfloat16 => "ncclBfloat16",
+            Float8e4m3 => "ncclFloat8e4m3",
+            Float8e5m2 => "ncclFloat8e5m2",
+        }
+    }
+    /// Parses the names users type: nccl-tests' (`float`, `half`), torch's
+    /// (`float32`, `f16`, `bf16`) and NCCL's (`ncclFloat32`).
+    pub fn parse(s: &str) -> Option<DataType> {
+        use DataType::*;
+        let lower = s.to_ascii_lowercase();
+        let t = lower.strip_prefix("nccl").unwrap_or(&lower);
+        Some(match t {
+            "int8" | "i8" | "char" => Int8,
+            "uint8" | "u8" => Uint8,
+            "int32" | "i32" | "int" => Int32,
+            "uint32" | "u32" => Uint32,
+            "int64" | "i64" => Int64,
+            "uint64" | "u64" => Uint64,
+            "float16" | "f16" | "half" | "fp16" => Float16,
+            "float32" | "f32" | "float" | "fp32" => Float32,
+            "float64" | "f64" | "double" | "fp64" => Float64,
+            "bfloat16" | "bf16" => Bfloat16,
+            "float8e4m3" | "f8e4m3" | "fp8e4m3" | "e4m3" => Float8e4m3,
+            "float8e5m2" | "f8e5m2" | "fp8e5m2" | "e5m2" => Float8e5m2,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parameters of a small IEEE-like binary format.
+struct MiniFloat {
+    mant_bits: u32,
+    bias: i32,
+    /// e5m2 has infinities; e4m3fn has none and only one NaN pattern per sign.
+    has_inf: bool,
+    max_code: u8,
+    nan_code: u8,
+}
+
+const E4M3: MiniFloat = MiniFloat {
+    mant_bits: 3,
+    bias: 7,
+    has_inf: false,
+    max_code: 0x7E,
+    nan_code: 0x7F,
+};
+const E5M2: MiniFloat = MiniFloat {
+    mant_bits: 2,
+    bias: 15,
+    has_inf: true,
+    max_code: 0x7B,
+    nan_code: 0x7F,
+};
+
+impl MiniFloat {
+    fn decode(&self, bits: u8) -> f32 {
+        let sign: f64 = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
+        let mag = bits & 0x7F;
+        let exp_field = (mag >> self.mant_bits) as i32;
+        let mant = (mag & ((1 << self.mant_bits) - 1)) as f64;
+        let exp_all_ones = (1 << (7 - self.mant_bits)) - 1;
+        if self.has_inf && exp_field == exp_all_ones {
+            return if mant == 0.0 {
+                sign as f32 * f32::INFINITY
+            } else {
+                f32::NAN
+            };
+        }
+        if !self.has_inf && mag == self.nan_code {
+            return f32::NAN;
+        }
+        let scale = |e: i32| 2f64.powi(e);
+        let v = if exp_field == 0 {
+            mant * scale(1 - self.bias - self.mant_bits as i32)
+        } else {
+            (1.0 + mant / scale(self.mant_bits as i32)) * scale(exp_field - self.bias)
+        };
+        (sign * v) as f32
+    }
+
+    /// Round to nearest, ties to even, saturating to the largest finite value
+    /// (NCCL converts with `__NV_SATFINITE`).
+    fn encode(&self, x: f32) -> u8 {
+        let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
+        if x.is_nan() {
+            return sign | self.nan_code;
+        }
+        let a = (x as f64).abs();
+        if a.is_infinite() {
+            return sign | self.max_code;
+        }
+        let m = self.mant_bits as i32;
+        let emin = 1 - self.bias;
+        let code: u32 = if a < 2f64.powi(emin) {
+            // subnormal: integer multiples of 2^(emin - m); rounding up to
+            // 2^m lands exactly on the smallest normal's code
+            (a / 2f64.powi(emin - m)).round_ties_even() as u32
+        } else {
+            let mut e = a.log2().floor() as i32;
+            // log2 may be off by one at exact powers of two
+            if 2f64.powi(e) > a {
+                e -= 1;
+            } else if 2f64.powi(e + 1) <= a {
+                e += 1;
+            }
+            let mut mant = ((a / 2f64.powi(e) - 1.0) * 2f64.powi(m)).round_ties_even() as u32;
+            if mant == 1 << m {
+                mant = 0;
+                e += 1;
+            }
+            let biased = e + self.bias;
+            if biased > 0x7F >> m {
+                u32::MAX
+            } else {
+                ((biased as u32) << m) | mant
+            }
+        };
+        sign | code.min(self.max_code as u32) as u8
+    }
+}
+
+macro_rules! fp8_type {
+    ($name:ident, $fmt:ident, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        #[repr(transparent)]
+        pub struct $name(pub u8);
+        impl $name {
+            pub fn from_f32(x: f32) -> Self {
+                $name($fmt.encode(x))
+            }
+            pub fn to_f32(self) -> f32 {
+                $fmt.decode(self.0)
+            }
+        }
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.to_f32())
+            }
+        }
+    };
+}
+fp8_type!(
+    F8E4M3,
+    E4M3,
+    "`ncclFloat8e4m3`: 1 sign, 4 exponent, 3 mantissa bits, no infinity, max 448."
+);
+fp8_type!(
+    F8E5M2,
+    E5M2,
+    "`ncclFloat8e5m2`: 1 sign, 5 exponent, 2 mantissa bits, IEEE-like, max 57344."
+);
+
+/// A Rust type that carries one NCCL datatype. The engine moves bytes; this
+/// trait gives the typed face its datatype and the reduction kernels their
+/// arithmetic (in `engine::local::reduce`).
+pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
+    const DTYPE: DataType;
+    /// Exact for every value of the type that an f64 holds (all but the
+    /// largest 64-bit integers); used for display, JSON and reduction scalars.
+    fn to_f64(self) -> f64;
+    /// Converts with the type's own rounding (integers: truncation toward zero, saturating).
+    fn from_f64(v: f64) -> Self;
+}
+
+macro_rules! element_int {
+    ($t:ty, $dt:ident) => {
+        impl Element for $t {
+            const DTYPE: DataType = DataType::$dt;
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+        }
+    };
+}
+element_int!(i8, Int8);
+element_int!(u8, Uint8);
+element_int!(i32, Int32);
+element_int!(u32, Uint32);
+element_int!(i64, Int64);
+element_int!(u64, Uint64);
+element_int!(f32, Float32);
+element_int!(f64, Float64);
+
+impl Element for f16 {
+    const DTYPE: DataType = DataType::Float16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+impl Element for bf16 {
+    const DTYPE: DataType = DataType::Bfloat16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+}
+impl Element for F8E4M3 {
+    const DTYPE: DataType = DataType::Float8e4m3;
+    fn to_f64(self) -> f64 {
+        self.to_f32() as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        // f64 -> f32 first rounds once more; every fp8 value and every
+        // midpoint between two is exact in f32, so the result is unchanged
+        F8E4M3::from_f32(v as f32)
+    }
+}
+impl Element for F8E5M2 {
+    const DTYPE: DataType = DataType::Float8e5m2;
+    fn to_f64(self) -> f64 {
+        self.to_f32() as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        F8E5M2::from_f32(v as f32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_sizes_follow_nccl_h() {
+        let sizes = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1];
+        for (code, dt) in DataType::ALL.iter().enumerate() {
+            assert_eq!(dt.code(), code as i32);
+            assert_eq!(DataType::from_code(code as i32), Some(*dt));
+            assert_eq!(dt.size(), sizes[code]);
+            assert_eq!(DataType::parse(dt.name()), Some(*dt));
+            assert_eq!(DataType::parse(dt.nccl_name()), Some(*dt));
+        }
+        assert_eq!(DataType::from_code(12), None);
+        assert_eq!(DataType::from_code(-1), None);
+        assert_eq!(DataType::parse("float32"), Some(DataType::Float32));
+        assert_eq!(DataType::parse("complex64"), None);
+    }
+
+    #[test]
+    fn e4m3_known_values() {
+        assert_eq!(F8E4M3::from_f32(1.0).0, 0x38);
+        assert_eq!(F8E4M3::from_f32(448.0).0, 0x7E);
+        assert_eq!(F8E4M3::from_f32(1e6).0, 0x7E, "saturates");
+        assert_eq!(F8E4M3::from_f32(-1e6).0, 0xFE);
+        assert_eq!(
+            F8E4M3::from_f32(2f32.powi(-9)).0,
+            0x01,
+            "smallest subnormal"
+        );
+        assert_eq!(F8E4M3(0x01).to_f32(), 2f32.powi(-9));
+        assert!(F8E4M3(0x7F).to_f32().is_nan());
+        // 1.0625 is halfway between 1.0 (0x38) and 1.125 (0x39): ties to even
+        assert_eq!(F8E4M3::from_f32(1.0625).0, 0x38);
+        assert_eq!(F8E4M3::from_f32(1.1875).0, 0x3A);
+    }
+
+    #[test]
+    fn e5m2_known_values() {
+        assert_eq!(F8E5M2::from_f32(1.0).0, 0x3C);
+        assert_eq!(F8E5M2(0x7B).to_f32(), 57344.0);
+        assert_eq!(F8E5M2(0x7C).to_f32(), f32::INFINITY);
+        assert!(F8E5M2(0x7D).to_f32().is_nan());
+        assert_eq!(F8E5M2::from_f32(f32::INFINITY).0, 0x7B, "satfinite");
+        assert_eq!(F8E5M2(0x01).to_f32(), 2f32.powi(-16));
+    }
+
+    #[test]
+    fn fp8_round_trips_every_code() {
+        for c in 0..=255u8 {
+            let a = F8E4M3(c);
+            if !a.to_f32().is_nan() {
+                assert_eq!(F8E4M3::from_f32(a.to_f32()).0, c, "e4m3 code {c:#x}");
+            }
+            let b = F8E5M2(c);
+            if b.to_f32().is_finite() {
+                assert_eq!(F8E5M2::from_f32(b.to_f32()).0, c, "e5m2 code {c:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn fp8_rounds_to_nearest() {
+        // every value between two neighbours goes to the nearer one
+        for c in 0..0x7Du8 {
+            let (lo, hi) = (F8E4M3(c).to_f32(), F8E4M3(c + 1).to_f32());
+            if hi.is_nan() {
+                break;
+            }
+            let below_mid = lo + (hi - lo) * 0.49;
+            let above_mid = lo + (hi - lo) * 0.51;
+            assert_eq!(F8E4M3::from_f32(below_mid).0, c);
+            assert_eq!(F8E4M3::from_f32(above_mid).0, c + 1);
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The operation kinds of CONTRACTS.md §1 (`ncclFunc_t`), their names as NCCL
+//! logs them, and nccl-tests' bandwidth accounting (§6).
+
+use std::fmt;
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Func {
+    Broadcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+    AllReduce,
+    AlltoAll,
+    Gather,
+    Scatter,
+    Send,
+    Recv,
+}
+
+impl Func {
+    pub const ALL: [Func; 10] = [
+        Func::AllReduce,
+        Func::Reduce,
+        Func::Broadcast,
+        Func::AllGather,
+        Func::ReduceScatter,
+        Func::AlltoAll,
+        Func::Gather,
+        Func::Scatter,
+        Func::Send,
+        Func::Recv,
+    ];
+    /// The collectives, in the order the CLI lists them.
+    pub const COLLECTIVES: [Func; 8] = [
+        Func::AllReduce,
+        Func::Reduce,
+        Func::Broadcast,
+        Func::AllGather,
+        Func::ReduceScatter,
+        Func::AlltoAll,
+        Func::Gather,
+        Func::Scatter,
+    ];
+
+    /// The name NCCL prints in its trace (`opName`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Func::Broadcast => "Broadcast",
+            Func::Reduce => "Reduce",
+            Func::AllGather => "AllGather",
+            Func::ReduceScatter => "ReduceScatter",
+            Func::AllReduce => "AllReduce",
+            Func::AlltoAll => "AlltoAll",
+            Func::Gather => "Gather",
+            Func::Scatter => "Scatter",
+            Func::Send => "Send",
+            Func::Recv => "Recv",
+        }
+    }
+    /// The C entry point.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            Func::Broadcast => "ncclBroadcast",
+            Func::Reduce => "ncclReduce",
+            Func::AllGather => "ncclAllGather",
+            Func::ReduceScatter => "ncclReduceScatter",
+            Func::AllReduce => "ncclAllReduce",
+            Func::AlltoAll => "ncclAlltoAll",
+            Func::Gather => "ncclGather",
+            Func::Scatter => "ncclScatter",
+            Func::Send => "ncclSend",
+            Func::Recv => "ncclRecv",
+        }
+    }
+    /// The snake_case name the CLI takes (`all_reduce`).
+    pub fn cli_name(self) -> &'static str {
+        match self {
+            Func::Broadcast => "broadcast",
+            Func::Reduce => "reduce",
+            Func::AllGather => "all_gather",
+            Func::ReduceScatter => "reduce_scatter",
+            Func::AllReduce => "all_reduce",
+            Func::AlltoAll => "all_to_all",
+            Func::Gather => "gather",
+            Func::Scatter => "scatter",
+            Func::Send => "send",
+            Func::Recv => "recv",
+        }
+    }
+    /// Accepts `all_reduce`, `allreduce`, `AllReduce`, `ncclAllReduce`, `alltoall`.
+    pub fn parse(s: &str) -> Option<Func> {
+        let norm: String = s
+            .chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let norm = norm.strip_prefix("nccl").unwrap_or(&norm);
+        Func::ALL
+            .into_iter()
+            .find(|f| f.name().to_ascii_lowercase() == norm)
+    }
+    /// Takes a root (Reduce, Broadcast, Gather, Scatter).
+    pub fn is_rooted(self) -> bool {
+        matches!(
+            self,
+            Func::Reduce | Func::Broadcast | Func::Gather | Func::Scatter
+        )
+    }
+    pub fn is_p2p(self) -> bool {
+        matches!(self, Func::Send | Func::Recv)
+    }
+    /// Takes a reduction op.
+    pub fn reduces(self) -> bool {
+        matches!(self, Func::AllReduce | Func::Reduce | Func::ReduceScatter)
+    }
+    /// nccl-tests' `bytes` for one call: the size the timing is divided by.
+    pub fn alg_bytes(self, nranks: usize, count: usize, elem_size: usize) -> usize {
+        match self {
+            Func::AllGather
+            | Func::ReduceScatter
+            | Func::AlltoAll
+            | Func::Gather
+            | Func::Scatter => nranks * count * elem_size,
+            _ => count * elem_size,
+        }
+    }
+    /// nccl-tests' bus-bandwidth factor: busbw = algbw × factor.
+    pub fn bus_factor(self, nranks: usize) -> f64 {
+        let n = nranks as f64;
+        match self {
+            Func::AllReduce => 2.0 * (n - 1.0) / n,
+            Func::AllGather
+            | Func::ReduceScatter
+            | Func::AlltoAll
+            | Func::Gather
+            | Func::Scatter => (n - 1.0) / n,
+            Func::Broadcast | Func::Reduce | Func::Send | Func::Recv => 1.0,
+        }
+    }
+}
+
+impl fmt::Display for Func {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_accepts_every_spelling() {
+        for f in Func::ALL {
+            assert_eq!(Func::parse(f.name()), Some(f));
+            assert_eq!(Func::parse(f.c_name()), Some(f));
+            assert_eq!(Func::parse(f.cli_name()), Some(f));
+        }
+        assert_eq!(Func::parse("all-to-all"), Some(Func::AlltoAll));
+        assert_eq!(Func::parse("allfoo"), None);
+    }
+
+    #[test]
+    fn bandwidth_accounting_follows_nccl_tests() {
+        assert_eq!(Func::AllReduce.bus_factor(4), 1.5);
+        assert_eq!(Func::AllGather.bus_factor(4), 0.75);
+        assert_eq!(Func::Broadcast.bus_factor(4), 1.0);
+        assert_eq!(Func::AllReduce.alg_bytes(4, 100, 4), 400);
+        assert_eq!(Func::AllGather.alg_bytes(4, 100, 4), 1600);
+        assert_eq!(Func::ReduceScatter.alg_bytes(4, 100, 4), 1600);
+        assert_eq!(Func::AllReduce.bus_factor(1), 0.0);
+    }
+}

@@ -1,0 +1,21 @@
+//! The contract as data and pure functions: datatypes, reduction ops, op
+//! kinds, the call record, buffer sizes and in-place equations, argument
+//! checks, errors and trace formats. No I/O, no threads; every engine, the
+//! API faces and the CLI use these same functions.
+
+pub mod call;
+pub mod check;
+pub mod datatype;
+pub mod error;
+pub mod func;
+pub mod layout;
+pub mod redop;
+pub mod trace;
+
+pub use call::{Call, RawCall};
+pub use check::{AddressSpace, check_buffers, check_call};
+pub use datatype::{DataType, Element, F8E4M3, F8E5M2};
+pub use error::{Error, ErrorKind, Result, ResultCode};
+pub use func::Func;
+pub use layout::{InPlace, Layout, Role, in_place, is_in_place, layout, share};
+pub use redop::RedOp;
