@@ -1,8 +1,28 @@
 //! rankwise: NCCL's collective contracts, executable.
 //!
-//! Layers, top calls down: `cli` (binary) → `verify`, `bench`, `logs` →
+//! Layers, top calls down: the `rankwise` binary (CLI) → `logs` →
 //! `api` (raw and typed faces of a communicator) → `core` (the contract as
-//! pure functions) and `engine` (what executes a checked call).
+//! pure functions) and `engine` (what executes a checked call); `trace`
+//! writes NCCL-format lines.
+//!
+//! ```
+//! use rankwise::{local, RedOp};
+//! let outs = local::launch(4, |comm| {
+//!     let r = comm.rank() as i32;
+//!     let mut x = vec![r + 1, r + 10, r * 2];
+//!     comm.all_reduce(&mut x, RedOp::Sum)?;
+//!     Ok(x)
+//! })?;
+//! assert!(outs.iter().all(|x| *x == vec![10, 46, 12]));
+//! # Ok::<(), rankwise::Error>(())
+//! ```
 
+pub mod api;
 pub mod core;
+pub mod engine;
 pub mod logs;
+pub mod trace;
+
+pub use api::{Comm, P2POp, NULL};
+pub use core::{DataType, Element, Error, ErrorKind, Func, RedOp, Result, ResultCode};
+pub use engine::local;

@@ -257,7 +257,7 @@ fp8_type!(
 /// A Rust type that carries one NCCL datatype. The engine moves bytes; this
 /// trait gives the typed face its datatype and the reduction kernels their
 /// arithmetic (in `engine::local::reduce`).
-pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
+pub trait Element: Copy + Default + Send + Sync + PartialEq + fmt::Debug + 'static {
     const DTYPE: DataType;
     /// Exact for every value of the type that an f64 holds (all but the
     /// largest 64-bit integers); used for display, JSON and reduction scalars.

@@ -69,6 +69,8 @@ pub enum ErrorKind {
     Timeout,
     /// The communicator failed earlier and refuses further calls.
     CommFailed,
+    /// A rank's program panicked.
+    Panic,
     /// A bug in rankwise itself.
     Internal,
     /// The operating system refused something (thread, file).
@@ -84,7 +86,7 @@ impl ErrorKind {
             InvalidUsage | Mismatch | Unmatched | Deadlock | CommFailed => ResultCode::InvalidUsage,
             RemoteError => ResultCode::RemoteError,
             Timeout => ResultCode::Timeout,
-            Internal => ResultCode::InternalError,
+            Internal | Panic => ResultCode::InternalError,
             System => ResultCode::SystemError,
         }
     }

@@ -1,0 +1,197 @@
+//! Memory of the local engine: the per-rank allocation registry of the raw
+//! face, and the data-phase accessors. All of the engine's `unsafe` is here.
+//!
+//! Why the accessors are sound: a [`Phase`] token exists only between a
+//! launch's arrival rendezvous and its completion rendezvous. Before a call
+//! is posted its buffers passed [`crate::core::check_buffers`] (raw face:
+//! inside a live registered allocation; typed face: derived from live Rust
+//! slices borrowed for the whole call), and every rank's posted extents were
+//! checked to agree (same count, datatype, op). Every owner stays blocked in
+//! the call until the completion rendezvous, so no buffer is freed or touched
+//! by its owner while others use it. The collectives partition the work so
+//! that no two threads write the same byte, and no thread reads bytes that
+//! another writes in the same phase (each family's module says how).
+
+use crate::core::{AddressSpace, DataType, Element, Error, ErrorKind, Result};
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+
+/// One registered allocation: storage with a stable address.
+pub struct Allocation {
+    storage: Box<[UnsafeCell<u128>]>,
+    len: usize,
+}
+
+// SAFETY: the cells are only written through raw pointers under the rules in
+// the module doc (disjoint writes inside a phase, owner-only outside).
+unsafe impl Sync for Allocation {}
+
+impl Allocation {
+    fn new(len: usize) -> Allocation {
+        let words = len.div_ceil(16).max(1);
+        let storage = (0..words).map(|_| UnsafeCell::new(0u128)).collect::<Box<[_]>>();
+        Allocation { storage, len }
+    }
+    fn base(&self) -> usize {
+        UnsafeCell::raw_get(self.storage.as_ptr()) as usize
+    }
+}
+
+/// A rank's allocations, by base address.
+#[derive(Default)]
+pub struct Registry {
+    allocs: Vec<(usize, Arc<Allocation>)>,
+}
+
+impl Registry {
+    /// A zero-filled allocation of `bytes` (16-byte aligned; 0 bytes gives a
+    /// 16-byte one so every allocation has a distinct address).
+    pub fn alloc(&mut self, bytes: usize) -> usize {
+        let a = Arc::new(Allocation::new(bytes));
+        let base = a.base();
+        let at = self.allocs.partition_point(|(b, _)| *b < base);
+        self.allocs.insert(at, (base, a));
+        base
+    }
+
+    pub fn free(&mut self, base: usize) -> Result<()> {
+        match self.allocs.binary_search_by_key(&base, |(b, _)| *b) {
+            Ok(i) => {
+                self.allocs.remove(i);
+                Ok(())
+            }
+            Err(_) => Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!("free: {base:#x} is not the base address of a live allocation"),
+            )),
+        }
+    }
+
+    /// Checks that `[addr, addr+bytes)` lies inside one allocation.
+    fn extent(&self, addr: usize, bytes: usize, what: &str) -> Result<()> {
+        match self.allocation_of(addr) {
+            Some((base, len)) if addr + bytes <= base + len => Ok(()),
+            Some((base, len)) => Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!(
+                    "{what}: {bytes} bytes at {addr:#x} run past the end of allocation {base:#x} ({len} bytes) by {} bytes",
+                    addr + bytes - (base + len)
+                ),
+            )),
+            None if bytes == 0 => Ok(()),
+            None => Err(Error::new(ErrorKind::OutOfBounds, format!("{what}: {addr:#x} is not inside any allocation"))),
+        }
+    }
+
+    /// Copies host elements into registered memory.
+    pub fn write<T: Element>(&self, addr: usize, src: &[T]) -> Result<()> {
+        let bytes = std::mem::size_of_val(src);
+        self.extent(addr, bytes, "write")?;
+        // SAFETY: the extent lies inside a live allocation of this rank, and
+        // outside a call only the owning rank touches its allocations.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, addr as *mut u8, bytes) };
+        Ok(())
+    }
+
+    /// Copies `count` elements out of registered memory.
+    pub fn read<T: Element + Default>(&self, addr: usize, count: usize) -> Result<Vec<T>> {
+        let bytes = count * std::mem::size_of::<T>();
+        self.extent(addr, bytes, "read")?;
+        let mut out = vec![T::default(); count];
+        // SAFETY: as in `write`; `out` has room for exactly `bytes` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr() as *mut u8, bytes) };
+        Ok(out)
+    }
+
+    /// Fills `bytes` bytes with `byte` (poisoning undefined outputs).
+    pub fn fill(&self, addr: usize, bytes: usize, byte: u8) -> Result<()> {
+        self.extent(addr, bytes, "fill")?;
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, byte, bytes) };
+        Ok(())
+    }
+}
+
+impl AddressSpace for Registry {
+    fn allocation_of(&self, addr: usize) -> Option<(usize, usize)> {
+        let i = self.allocs.partition_point(|(b, _)| *b <= addr);
+        let (base, a) = self.allocs.get(i.checked_sub(1)?)?;
+        (addr < base + a.len.max(1)).then_some((*base, a.len))
+    }
+}
+
+/// Proof that the current thread is inside a launch's data phase (see the
+/// module doc). Only the launch code creates one.
+pub struct Phase(());
+
+impl Phase {
+    /// # Safety
+    /// Call only between a launch's arrival and completion rendezvous, with
+    /// buffers checked and agreed as the module doc describes.
+    pub(super) unsafe fn enter() -> Phase {
+        Phase(())
+    }
+
+    /// Copies `bytes` bytes; no-op when `src == dst` (in-place forms).
+    pub fn copy(&self, src: usize, dst: usize, bytes: usize) {
+        if src != dst && bytes > 0 {
+            // SAFETY: module doc: both extents are live and checked; the
+            // families never hand this partially overlapping regions.
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) }
+        }
+    }
+
+    /// A read-only view of `len` elements. The caller drops it before writing
+    /// any byte it covers.
+    pub fn view<T: Element>(&self, addr: usize, len: usize) -> &[T] {
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: module doc: the extent is live, no thread writes it while
+        // the view exists, and addresses are aligned for T (allocations are
+        // 16-byte aligned and offsets are whole elements; typed slices are
+        // aligned by construction).
+        unsafe { std::slice::from_raw_parts(addr as *const T, len) }
+    }
+
+    /// Writes elements to `dst`, which no other thread reads or writes now.
+    pub fn write<T: Element>(&self, dst: usize, src: &[T]) {
+        self.copy(src.as_ptr() as usize, dst, std::mem::size_of_val(src));
+    }
+
+    /// Fills `bytes` bytes with `byte`.
+    pub fn fill(&self, dst: usize, bytes: usize, byte: u8) {
+        if bytes > 0 {
+            // SAFETY: as in `copy`.
+            unsafe { std::ptr::write_bytes(dst as *mut u8, byte, bytes) }
+        }
+    }
+}
+
+/// Element size helper for byte offsets.
+pub fn elems_to_bytes(n: usize, dt: DataType) -> usize {
+    n * dt.size()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_resolves_and_bounds() {
+        let mut r = Registry::default();
+        let a = r.alloc(40);
+        let b = r.alloc(8);
+        assert_eq!(a % 16, 0);
+        assert_eq!(r.allocation_of(a + 39), Some((a, 40)));
+        assert_eq!(r.allocation_of(b), Some((b, 8)));
+        r.write(a + 4, &[1i32, 2, 3]).unwrap();
+        assert_eq!(r.read::<i32>(a, 4).unwrap(), vec![0, 1, 2, 3]);
+        let e = r.write(a + 32, &[1i32, 2, 3]).unwrap_err();
+        assert!(e.message.contains("by 4 bytes"), "{}", e.message);
+        assert!(r.read::<u8>(0x10, 1).is_err());
+        r.free(a).unwrap();
+        assert!(r.free(a).is_err());
+        assert!(r.read::<u8>(a, 1).is_err(), "freed memory is no longer addressable");
+    }
+}

@@ -1,0 +1,136 @@
+//! The local engine: ranks are threads of this process sharing one address
+//! space. A collective needs no staging copies: after every rank has posted
+//! its call, each rank moves its share of the data directly between the
+//! other ranks' buffers (`families`). Point-to-point calls meet in per-pair
+//! queues (`exec`). Every wait is bounded (`world`).
+
+mod agree;
+pub(crate) mod exec;
+mod families;
+pub mod memory;
+pub mod reduce;
+pub(crate) mod world;
+
+use crate::api::Comm;
+use crate::core::{Error, ErrorKind, Result};
+use crate::trace::Tracer;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+use world::World;
+
+/// How ranks are launched.
+#[derive(Clone)]
+pub struct LaunchOptions {
+    /// Longest any wait may last before it fails with `Timeout` (default
+    /// 300 s, or `RANKWISE_TIMEOUT` seconds).
+    pub timeout: Duration,
+    pub tracer: Tracer,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        let secs = std::env::var("RANKWISE_TIMEOUT").ok().and_then(|s| s.parse::<f64>().ok()).filter(|s| *s > 0.0);
+        LaunchOptions { timeout: Duration::from_secs_f64(secs.unwrap_or(300.0)), tracer: Tracer::from_env() }
+    }
+}
+
+impl LaunchOptions {
+    pub fn with_timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+    pub fn with_tracer(mut self, t: Tracer) -> Self {
+        self.tracer = t;
+        self
+    }
+}
+
+/// Runs `program` on `nranks` ranks (threads) of one communicator and returns
+/// every rank's value, or the first rank's error that is not merely a
+/// consequence of another rank's failure.
+pub fn launch<T, F>(nranks: usize, program: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&mut Comm) -> Result<T> + Sync,
+{
+    launch_with(LaunchOptions::default(), nranks, program)
+}
+
+pub fn launch_with<T, F>(opts: LaunchOptions, nranks: usize, program: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&mut Comm) -> Result<T> + Sync,
+{
+    let results = launch_each(opts, nranks, program)?;
+    if results.iter().all(|r| r.is_ok()) {
+        return Ok(results.into_iter().map(|r| r.ok().expect("checked")).collect());
+    }
+    let errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
+    let root_cause = errors.iter().find(|e| e.kind != ErrorKind::RemoteError).unwrap_or(&errors[0]);
+    Err(root_cause.clone())
+}
+
+/// Like [`launch`], but returns each rank's own result, errors included.
+pub fn launch_each<T, F>(opts: LaunchOptions, nranks: usize, program: F) -> Result<Vec<Result<T>>>
+where
+    T: Send,
+    F: Fn(&mut Comm) -> Result<T> + Sync,
+{
+    if nranks == 0 {
+        return Err(Error::new(ErrorKind::InvalidUsage, "a communicator needs at least 1 rank, 0 given"));
+    }
+    if nranks > u32::MAX as usize / 2 {
+        return Err(Error::new(ErrorKind::InvalidUsage, format!("{nranks} ranks is more than the local engine supports")));
+    }
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) ^ ((std::process::id() as u64) << 32);
+    let world = Arc::new(World::new(nranks, opts.timeout, id));
+    let program = &program;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|rank| {
+                let world = world.clone();
+                let tracer = opts.tracer.for_rank(rank);
+                std::thread::Builder::new()
+                    .name(format!("rank{rank}"))
+                    .spawn_scoped(scope, move || run_rank(world, rank, tracer, program))
+                    .map_err(|e| Error::new(ErrorKind::System, format!("cannot start rank {rank}'s thread: {e}")))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                let h = h?;
+                Ok(h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "rank thread died"))))
+            })
+            .collect()
+    })
+}
+
+fn run_rank<T, F>(world: Arc<World>, rank: usize, tracer: crate::trace::RankTracer, program: &F) -> Result<T>
+where
+    F: Fn(&mut Comm) -> Result<T> + Sync,
+{
+    let mut comm = Comm::new(world.clone(), rank, tracer);
+    let out = catch_unwind(AssertUnwindSafe(|| program(&mut comm)));
+    let out = match out {
+        Ok(r) => r,
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Error::new(ErrorKind::Panic, format!("rank {rank} panicked: {msg}")).on_rank(rank))
+        }
+    };
+    if let Err(e) = &out {
+        if e.kind != ErrorKind::RemoteError {
+            world.fail(Error::new(ErrorKind::RemoteError, format!("rank {rank} failed: {e}")));
+        }
+    }
+    world.finish(rank);
+    drop(comm);
+    out
+}

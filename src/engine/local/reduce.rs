@@ -1,0 +1,189 @@
+//! Reduction kernels: plain loops over typed slices that the compiler
+//! vectorises. Inputs are folded in rank order (`x_0 ⊕ x_1 ⊕ …`), each
+//! intermediate rounded to the element type, so a result is a function of the
+//! inputs alone and identical on every rank that receives it.
+
+use crate::core::{Element, RedOp, F8E4M3, F8E5M2};
+use half::{bf16, f16};
+
+/// Element arithmetic with NCCL's semantics: integers wrap on Sum/Prod and
+/// divide toward zero for Avg; floats round to the type after every step.
+pub trait Arith: Element {
+    fn add(a: Self, b: Self) -> Self;
+    fn mul(a: Self, b: Self) -> Self;
+    fn max(a: Self, b: Self) -> Self;
+    fn min(a: Self, b: Self) -> Self;
+    /// Avg on integers: the sum divided by N.
+    fn div_n(a: Self, n: usize) -> Self;
+}
+
+macro_rules! arith_int {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+        }
+    )*};
+}
+arith_int!(i8, u8, i32, u32, i64, u64);
+
+macro_rules! arith_float {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { a + b }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { a * b }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { a.max(b) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { a.min(b) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+        }
+    )*};
+}
+arith_float!(f32, f64);
+
+// 16- and 8-bit floats compute in f32 and round back after every step: f32
+// carries more than twice their precision, so this equals correctly rounded
+// arithmetic in the type itself.
+macro_rules! arith_via_f32 {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() + b.to_f32()) }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() * b.to_f32()) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().max(b.to_f32())) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().min(b.to_f32())) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { <$t>::from_f32(a.to_f32() / n as f32) }
+        }
+    )*};
+}
+arith_via_f32!(f16, bf16, F8E4M3, F8E5M2);
+
+/// The op as the kernel runs it.
+#[derive(Clone, Copy)]
+enum Kernel<T> {
+    Fold(fn(T, T) -> T),
+    /// multiply every input by the scalar, then sum
+    PreMulSum(T),
+    /// sum, then divide by N (integer Avg)
+    SumDiv,
+}
+
+fn kernel<T: Arith>(op: RedOp, nranks: usize) -> Kernel<T> {
+    let float = T::DTYPE.is_float();
+    match op {
+        RedOp::Sum => Kernel::Fold(T::add),
+        RedOp::Prod => Kernel::Fold(T::mul),
+        RedOp::Max => Kernel::Fold(T::max),
+        RedOp::Min => Kernel::Fold(T::min),
+        RedOp::Avg if float => Kernel::PreMulSum(T::from_f64(1.0 / nranks as f64)),
+        RedOp::Avg => Kernel::SumDiv,
+        RedOp::PreMulSum(s) => Kernel::PreMulSum(T::from_f64(s)),
+    }
+}
+
+/// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
+/// `acc` must have the inputs' length. `nranks` is the communicator size
+/// (Avg divides by it).
+#[inline]
+pub fn reduce_into<'a, T: Arith>(acc: &mut [T], op: RedOp, nranks: usize, mut input: impl FnMut(usize) -> &'a [T]) {
+    match kernel::<T>(op, nranks) {
+        Kernel::Fold(f) => {
+            acc.copy_from_slice(input(0));
+            for s in 1..nranks {
+                fold(acc, input(s), f);
+            }
+        }
+        Kernel::SumDiv => {
+            acc.copy_from_slice(input(0));
+            for s in 1..nranks {
+                fold(acc, input(s), T::add);
+            }
+            for a in acc.iter_mut() {
+                *a = T::div_n(*a, nranks);
+            }
+        }
+        Kernel::PreMulSum(scalar) => {
+            for (a, x) in acc.iter_mut().zip(input(0)) {
+                *a = T::mul(*x, scalar);
+            }
+            for s in 1..nranks {
+                for (a, x) in acc.iter_mut().zip(input(s)) {
+                    *a = T::add(*a, T::mul(*x, scalar));
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn fold<T: Copy>(acc: &mut [T], x: &[T], f: fn(T, T) -> T) {
+    for (a, b) in acc.iter_mut().zip(x) {
+        *a = f(*a, *b);
+    }
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dt`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_element_type {
+    ($dt:expr, $T:ident => $body:expr) => {{
+        use $crate::core::DataType as __D;
+        match $dt {
+            __D::Int8 => { type $T = i8; $body }
+            __D::Uint8 => { type $T = u8; $body }
+            __D::Int32 => { type $T = i32; $body }
+            __D::Uint32 => { type $T = u32; $body }
+            __D::Int64 => { type $T = i64; $body }
+            __D::Uint64 => { type $T = u64; $body }
+            __D::Float16 => { type $T = half::f16; $body }
+            __D::Float32 => { type $T = f32; $body }
+            __D::Float64 => { type $T = f64; $body }
+            __D::Bfloat16 => { type $T = half::bf16; $body }
+            __D::Float8e4m3 => { type $T = $crate::core::F8E4M3; $body }
+            __D::Float8e5m2 => { type $T = $crate::core::F8E5M2; $body }
+        }
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<T: Arith>(op: RedOp, inputs: &[Vec<T>]) -> Vec<T> {
+        let mut acc = inputs[0].clone();
+        reduce_into(&mut acc, op, inputs.len(), |s| &inputs[s]);
+        acc
+    }
+
+    #[test]
+    fn integer_semantics() {
+        let x = vec![vec![7i32, -7, i32::MAX], vec![2, 2, 1]];
+        assert_eq!(run(RedOp::Sum, &x), vec![9, -5, i32::MIN], "sum wraps");
+        assert_eq!(run(RedOp::Avg, &x), vec![4, -2, i32::MIN / 2], "avg = sum / N toward zero");
+        assert_eq!(run(RedOp::Prod, &x), vec![14, -14, i32::MAX]);
+        assert_eq!(run(RedOp::Max, &x), vec![7, 2, i32::MAX]);
+        assert_eq!(run(RedOp::Min, &x), vec![2, -7, 1]);
+        assert_eq!(run(RedOp::PreMulSum(3.0), &x)[..2], [27, -15]);
+        assert_eq!(run(RedOp::Avg, &[vec![255u8], vec![255u8]]), vec![127], "u8 sum wraps before dividing");
+    }
+
+    #[test]
+    fn float_avg_premultiplies() {
+        let x = vec![vec![1.0f32], vec![2.0], vec![4.0]];
+        let third = (1.0f64 / 3.0) as f32;
+        assert_eq!(run(RedOp::Avg, &x), vec![1.0 * third + 2.0 * third + 4.0 * third]);
+        let h = vec![vec![f16::from_f32(1.5)], vec![f16::from_f32(2.0)]];
+        assert_eq!(run(RedOp::Sum, &h), vec![f16::from_f32(3.5)]);
+        let e = vec![vec![F8E4M3::from_f32(448.0)], vec![F8E4M3::from_f32(448.0)]];
+        assert_eq!(run(RedOp::Sum, &e)[0].to_f32(), 448.0, "fp8 saturates");
+    }
+
+    #[test]
+    fn dispatch_macro_binds_the_type() {
+        for dt in crate::core::DataType::ALL {
+            let size = with_element_type!(dt, T => std::mem::size_of::<T>());
+            assert_eq!(size, dt.size());
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The shared state of one local communicator: rendezvous, waits that never
+//! hang, failure propagation and deadlock diagnosis.
+//!
+//! Every wait spins briefly, yields, then parks on a condition variable with
+//! a short timeout. A parked waiter re-checks, in order: its condition, the
+//! communicator's failure flag, its deadline, and whether every live rank is
+//! parked on a condition nobody can satisfy (a deadlock: then the waiters get
+//! a diagnosis instead of hanging). Any state change bumps `epoch`, so the
+//! deadlock check is exact: it sees all live ranks parked on unsatisfiable
+//! conditions with no change during its scan.
+
+use crate::core::{Error, ErrorKind};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const SPINS: u32 = 2000;
+const YIELDS: u32 = 50;
+const PARK: Duration = Duration::from_millis(2);
+
+/// Locks a mutex, ignoring poisoning: the engine's protected data stays
+/// consistent across a panic (panics are caught and turned into errors).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a parked rank waits for; any thread can evaluate it.
+#[derive(Debug, Clone)]
+pub enum WaitFor {
+    /// all ranks to arrive at collective generation `generation`
+    Arrival { generation: u64 },
+    /// rank `src` to post Send number `seq` to `dst`
+    Posted { src: usize, dst: usize, seq: u64 },
+    /// rank `dst` to complete the Recv of Send number `seq` from `src`
+    Completed { src: usize, dst: usize, seq: u64 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Wait {
+    pub on: WaitFor,
+    /// what the rank is doing, e.g. `AllReduce (opCount 3)`
+    pub what: String,
+}
+
+#[derive(Default)]
+pub struct RankState {
+    pub finished: AtomicBool,
+    blocked: AtomicBool,
+    wait: Mutex<Option<Wait>>,
+    /// launches this rank has entered, for timeout reports
+    pub launches: AtomicU64,
+}
+
+/// A generation barrier that a waiter can leave (withdraw from) only while
+/// the generation is incomplete, so nobody proceeds past a rank that left.
+#[derive(Default)]
+pub struct Barrier {
+    /// generation << 32 | ranks present
+    word: AtomicU64,
+}
+
+const PRESENT: u64 = 0xFFFF_FFFF;
+
+impl Barrier {
+    /// Arrives; returns the generation and whether this arrival completed it.
+    pub fn arrive(&self, n: usize) -> (u64, bool) {
+        let w = self.word.fetch_add(1, SeqCst);
+        let generation = w >> 32;
+        if (w & PRESENT) + 1 == n as u64 {
+            // all present: nobody can withdraw or arrive until this store
+            self.word.store((generation + 1) << 32, SeqCst);
+            (generation, true)
+        } else {
+            (generation, false)
+        }
+    }
+    pub fn passed(&self, generation: u64) -> bool {
+        self.word.load(SeqCst) >> 32 != generation
+    }
+    /// Leaves generation `generation`; false when it completed meanwhile (then the
+    /// caller must take part in the phase after all).
+    pub fn withdraw(&self, generation: u64, n: usize) -> bool {
+        loop {
+            let w = self.word.load(SeqCst);
+            if w >> 32 != generation {
+                return false;
+            }
+            if w & PRESENT == n as u64 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if self.word.compare_exchange(w, w - 1, SeqCst, SeqCst).is_ok() {
+                return true;
+            }
+        }
+    }
+}
+
+/// One queued Send from `src` to `dst`.
+#[derive(Debug, Clone)]
+pub struct SendSlot {
+    pub seq: u64,
+    pub addr: usize,
+    pub count: usize,
+    pub datatype: crate::core::DataType,
+    pub what: String,
+}
+
+#[derive(Default)]
+pub struct PairQueue {
+    pub slots: VecDeque<SendSlot>,
+    /// Sends whose Recv rejected them, with the error both sides return.
+    pub failures: Vec<(u64, Error)>,
+    /// Sends claimed by the receiver (their data may be in flight).
+    pub claimed: u64,
+}
+
+/// The ordered channel of Sends from one rank to another.
+#[derive(Default)]
+pub struct Pair {
+    pub queue: Mutex<PairQueue>,
+    /// Sends posted so far (mirror of the queue's sequence, for lock-free checks)
+    pub posted: AtomicU64,
+    /// Sends fully received (or rejected)
+    pub completed: AtomicU64,
+    /// Recvs the destination has started (only the destination touches it)
+    pub next_recv: AtomicU64,
+}
+
+pub struct World {
+    pub n: usize,
+    pub comm_id: u64,
+    pub timeout: Duration,
+    pub arrival: Barrier,
+    pub done: Barrier,
+    pub ranks: Vec<RankState>,
+    pub pairs: Vec<Pair>,
+    pub posted: Vec<Mutex<super::exec::Posted>>,
+    epoch: AtomicU64,
+    sleepers: AtomicUsize,
+    park_lock: Mutex<()>,
+    park: Condvar,
+    failed: AtomicBool,
+    failure: Mutex<Option<Error>>,
+}
+
+impl World {
+    pub fn new(n: usize, timeout: Duration, comm_id: u64) -> World {
+        World {
+            n,
+            comm_id,
+            timeout,
+            arrival: Barrier::default(),
+            done: Barrier::default(),
+            ranks: (0..n).map(|_| RankState::default()).collect(),
+            pairs: (0..n * n).map(|_| Pair::default()).collect(),
+            posted: (0..n).map(|_| Mutex::default()).collect(),
+            epoch: AtomicU64::new(0),
+            sleepers: AtomicUsize::new(0),
+            park_lock: Mutex::new(()),
+            park: Condvar::new(),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+        }
+    }
+
+    pub fn pair(&self, src: usize, dst: usize) -> &Pair {
+        &self.pairs[src * self.n + dst]
+    }
+
+    /// Records a state change and wakes parked waiters.
+    pub fn bump(&self) {
+        self.epoch.fetch_add(1, SeqCst);
+        if self.sleepers.load(SeqCst) > 0 {
+            let _g = lock(&self.park_lock);
+            self.park.notify_all();
+        }
+    }
+
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(SeqCst)
+    }
+
+    /// Marks the communicator failed; the first reason wins.
+    pub fn fail(&self, err: Error) {
+        {
+            let mut f = lock(&self.failure);
+            if f.is_none() {
+                *f = Some(err);
+            }
+        }
+        self.failed.store(true, SeqCst);
+        self.bump();
+    }
+
+    /// The reason the communicator failed, as rank `me` reports it.
+    pub fn failure(&self, me: usize) -> Error {
+        let f = lock(&self.failure).clone();
+        let mut e = f.unwrap_or_else(|| Error::new(ErrorKind::Internal, "communicator failed for an unknown reason"));
+        e.rank = Some(me);
+        e
+    }
+
+    pub fn finish(&self, me: usize) {
+        self.ranks[me].finished.store(true, SeqCst);
+        self.bump();
+    }
+
+    fn ready(&self, on: &WaitFor) -> bool {
+        match *on {
+            WaitFor::Arrival { generation } => self.arrival.passed(generation),
+            WaitFor::Posted { src, dst, seq } => self.pair(src, dst).posted.load(SeqCst) > seq,
+            WaitFor::Completed { src, dst, seq } => self.pair(src, dst).completed.load(SeqCst) > seq,
+        }
+    }
+
+    /// Waits until `on` holds. Errors when the communicator fails, the
+    /// deadline passes, or every live rank is stuck.
+    pub fn wait(&self, me: usize, on: WaitFor, what: &dyn Fn() -> String) -> Result<(), Error> {
+        for i in 0..SPINS + YIELDS {
+            if self.ready(&on) {
+                return Ok(());
+            }
+            if self.has_failed() {
+                return Err(self.failure(me));
+            }
+            if i < SPINS {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let deadline = Instant::now() + self.timeout;
+        let state = &self.ranks[me];
+        *lock(&state.wait) = Some(Wait { on: on.clone(), what: what() });
+        state.blocked.store(true, SeqCst);
+        self.bump();
+        let result = loop {
+            if self.ready(&on) {
+                break Ok(());
+            }
+            if self.has_failed() {
+                break Err(self.failure(me));
+            }
+            if Instant::now() >= deadline {
+                self.fail(self.timeout_error(me, &what()));
+                continue;
+            }
+            if let Some(err) = self.detect_deadlock() {
+                self.fail(err);
+                continue;
+            }
+            self.sleepers.fetch_add(1, SeqCst);
+            let g = lock(&self.park_lock);
+            if !self.ready(&on) && !self.has_failed() {
+                let _ = self.park.wait_timeout(g, PARK);
+            }
+            self.sleepers.fetch_sub(1, SeqCst);
+        };
+        state.blocked.store(false, SeqCst);
+        *lock(&state.wait) = None;
+        self.bump();
+        result
+    }
+
+    /// Waits for a condition that is certain to hold soon (every rank that
+    /// passed the arrival rendezvous reaches completion): no deadline and no
+    /// failure exit, since leaving early would free buffers others still use.
+    pub fn wait_certain(&self, ready: impl Fn() -> bool) {
+        let mut i = 0u32;
+        while !ready() {
+            if i < SPINS {
+                std::hint::spin_loop();
+            } else if i < SPINS + YIELDS {
+                std::thread::yield_now();
+            } else {
+                self.sleepers.fetch_add(1, SeqCst);
+                let g = lock(&self.park_lock);
+                if !ready() {
+                    let _ = self.park.wait_timeout(g, PARK);
+                }
+                self.sleepers.fetch_sub(1, SeqCst);
+            }
+            i = i.saturating_add(1);
+        }
+    }
+
+    /// Passes the completion rendezvous of the current launch.
+    pub fn complete(&self) {
+        let (generation, last) = self.done.arrive(self.n);
+        if last {
+            self.bump();
+        } else {
+            self.wait_certain(|| self.done.passed(generation));
+        }
+    }
+
+    fn describe_rank(&self, r: usize) -> String {
+        let s = &self.ranks[r];
+        if s.finished.load(SeqCst) {
+            return format!("rank {r}: finished its program");
+        }
+        match &*lock(&s.wait) {
+            Some(w) if s.blocked.load(SeqCst) => format!("rank {r}: waiting in {}", w.what),
+            _ => format!(
+                "rank {r}: running outside rankwise ({} launches so far)",
+                s.launches.load(SeqCst)
+            ),
+        }
+    }
+
+    fn timeout_error(&self, me: usize, what: &str) -> Error {
+        let states: Vec<String> = (0..self.n).map(|r| self.describe_rank(r)).collect();
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{what} timed out after {:?} on rank {me}; {}",
+                self.timeout,
+                states.join("; ")
+            ),
+        )
+    }
+
+    /// Some(diagnosis) when every live rank waits on a condition that no rank
+    /// can make true.
+    fn detect_deadlock(&self) -> Option<Error> {
+        let e0 = self.epoch.load(SeqCst);
+        let mut waits: Vec<(usize, Wait)> = Vec::new();
+        for (r, s) in self.ranks.iter().enumerate() {
+            if s.finished.load(SeqCst) {
+                continue;
+            }
+            if !s.blocked.load(SeqCst) {
+                return None;
+            }
+            let w = lock(&s.wait).clone()?;
+            if self.ready(&w.on) {
+                return None;
+            }
+            waits.push((r, w));
+        }
+        if waits.is_empty() || self.epoch.load(SeqCst) != e0 {
+            return None;
+        }
+        Some(self.diagnose(&waits))
+    }
+
+    fn diagnose(&self, waits: &[(usize, Wait)]) -> Error {
+        let finished = |r: usize| self.ranks[r].finished.load(SeqCst);
+        let wait_of = |r: usize| waits.iter().find(|(w, _)| *w == r).map(|(_, w)| w);
+        let states: Vec<String> = (0..self.n).map(|r| self.describe_rank(r)).collect();
+        // the rank each waiter depends on, for point-to-point waits
+        let peer_of = |w: &Wait| match w.on {
+            WaitFor::Posted { src, .. } => Some(src),
+            WaitFor::Completed { dst, .. } => Some(dst),
+            WaitFor::Arrival { .. } => None,
+        };
+        for (r, w) in waits {
+            let Some(peer) = peer_of(w) else { continue };
+            let needs = if matches!(w.on, WaitFor::Posted { .. }) { "Send" } else { "Recv" };
+            if finished(peer) {
+                return Error::new(
+                    ErrorKind::Unmatched,
+                    format!(
+                        "rank {r} waits in {} but rank {peer} finished its program without the matching {needs}; {}",
+                        w.what,
+                        states.join("; ")
+                    ),
+                );
+            }
+            if let Some(pw) = wait_of(peer) {
+                if peer_of(pw).is_none() {
+                    return Error::new(
+                        ErrorKind::Unmatched,
+                        format!(
+                            "rank {r} waits in {} but rank {peer} waits in {} and will never post the matching {needs}; {}",
+                            w.what,
+                            pw.what,
+                            states.join("; ")
+                        ),
+                    );
+                }
+            }
+        }
+        // a cycle of point-to-point waits: the classic ungrouped ring
+        if let Some((start, _)) = waits.iter().find(|(_, w)| peer_of(w).is_some()) {
+            let mut path = vec![*start];
+            let mut cur = *start;
+            while let Some(next) = wait_of(cur).and_then(peer_of) {
+                if let Some(pos) = path.iter().position(|r| *r == next) {
+                    let cycle: Vec<String> = path[pos..].iter().chain([&next]).map(|r| r.to_string()).collect();
+                    return Error::new(
+                        ErrorKind::Deadlock,
+                        format!(
+                            "deadlock: {}: each rank blocks in a Send/Recv that waits on the next; wrap these Send/Recv calls in one group; {}",
+                            cycle.join(" -> "),
+                            states.join("; ")
+                        ),
+                    );
+                }
+                path.push(next);
+                cur = next;
+            }
+        }
+        let gone: Vec<String> = (0..self.n).filter(|r| finished(*r)).map(|r| r.to_string()).collect();
+        let why = if gone.is_empty() {
+            "ranks wait in calls that can never match".to_string()
+        } else {
+            format!("rank{} {} finished without entering the call the others wait in", if gone.len() > 1 { "s" } else { "" }, gone.join(","))
+        };
+        Error::new(ErrorKind::Deadlock, format!("deadlock: {why}; {}", states.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn barrier_completes_and_withdraw_blocks_completion() {
+        let b = Barrier::default();
+        assert_eq!(b.arrive(3), (0, false));
+        assert_eq!(b.arrive(3), (0, false));
+        assert!(b.withdraw(0, 3), "an incomplete generation can be left");
+        assert_eq!(b.arrive(3), (0, false), "two present again, not three");
+        assert!(!b.passed(0));
+        assert_eq!(b.arrive(3), (0, true));
+        assert!(b.passed(0));
+        assert!(!b.withdraw(0, 3), "a completed generation cannot be left");
+    }
+
+    #[test]
+    fn a_finished_rank_turns_a_wait_into_a_diagnosis() {
+        let w = Arc::new(World::new(2, Duration::from_secs(60), 1));
+        w.finish(1);
+        let (generation, _) = w.arrival.arrive(2);
+        let t = Instant::now();
+        let e = w.wait(0, WaitFor::Arrival { generation }, &|| "AllReduce (opCount 0)".into()).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(1));
+        assert_eq!(e.kind, ErrorKind::Deadlock);
+        assert!(e.message.contains("rank 1 finished without entering"), "{}", e.message);
+        assert!(e.message.contains("rank 0: waiting in AllReduce (opCount 0)"), "{}", e.message);
+    }
+
+    #[test]
+    fn timeout_names_the_missing_rank() {
+        let w = World::new(2, Duration::from_millis(50), 1);
+        // rank 1 is "running" (neither blocked nor finished): no deadlock, so the deadline fires
+        let (generation, _) = w.arrival.arrive(2);
+        let e = w.wait(0, WaitFor::Arrival { generation }, &|| "Broadcast (opCount 4)".into()).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert!(e.message.contains("Broadcast (opCount 4) timed out"), "{}", e.message);
+        assert!(e.message.contains("rank 1: running outside rankwise"), "{}", e.message);
+    }
+}
