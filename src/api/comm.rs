@@ -1,7 +1,9 @@
 //! The communicator handle one rank holds, and the path every call takes.
 
-use crate::core::{check_buffers, check_call, AddressSpace, Call, Error, ErrorKind, Func, RawCall, Result};
-use crate::engine::local::exec::{execute, Launch, Scratch};
+use crate::core::{
+    AddressSpace, Call, Error, ErrorKind, Func, RawCall, Result, check_buffers, check_call,
+};
+use crate::engine::local::exec::{Launch, Scratch, execute};
 use crate::engine::local::memory::Registry;
 use crate::engine::local::world::World;
 use crate::trace::RankTracer;
@@ -36,7 +38,8 @@ impl Comm {
             tracer,
             world,
         };
-        comm.tracer.init(comm.handle(), comm.world.n, comm.world.comm_id);
+        comm.tracer
+            .init(comm.handle(), comm.world.n, comm.world.comm_id);
         comm
     }
 
@@ -76,12 +79,31 @@ impl Comm {
                 *s = None;
                 Ok(())
             }
-            _ => Err(Error::new(ErrorKind::InvalidOp, format!("ncclRedOpDestroy: op {code} is not a live PreMulSum op of this communicator")).on_rank(self.rank)),
+            _ => Err(Error::new(
+                ErrorKind::InvalidOp,
+                format!(
+                    "ncclRedOpDestroy: op {code} is not a live PreMulSum op of this communicator"
+                ),
+            )
+            .on_rank(self.rank)),
         }
     }
     fn premul_scalar(&self, code: i32) -> Option<f64> {
         let slot = usize::try_from(code - crate::core::redop::NUM_BUILTIN_OPS).ok()?;
         self.premul.get(slot).copied().flatten()
+    }
+
+    /// The error for a call on a failed communicator: the remote failure
+    /// itself when another rank caused it, else NCCL's use-after-error.
+    fn failed_comm(&self, what: &str) -> Error {
+        let why = self.world.failure(self.rank);
+        if why.kind == ErrorKind::RemoteError {
+            return why;
+        }
+        Error::new(
+            ErrorKind::CommFailed,
+            format!("{what}: this communicator failed earlier ({why}); create a new one"),
+        )
     }
 
     fn reject(&mut self, err: Error) -> Error {
@@ -96,13 +118,17 @@ impl Comm {
     /// The path of every call: checks (root, datatype, op, buffers), trace,
     /// zero-count discard, group queueing or launch.
     pub(super) fn submit(&mut self, raw: RawCall, space: &dyn AddressSpace) -> Result<()> {
-        if self.world.has_failed() {
-            let why = self.world.failure(self.rank);
-            return Err(self.reject(Error::new(
-                ErrorKind::CommFailed,
-                format!("{}: this communicator failed earlier ({why}); create a new one", raw.func),
-            )));
-        }
+        self.submit_traced(raw, space, true)
+    }
+
+    /// As [`Comm::submit`]; `traced: false` is for calls rankwise adds on its
+    /// own (the zero-count pairs that let AlltoAllv check every split).
+    pub(super) fn submit_traced(
+        &mut self,
+        raw: RawCall,
+        space: &dyn AddressSpace,
+        traced: bool,
+    ) -> Result<()> {
         let call = match check_call(&raw, self.world.n, &|c| self.premul_scalar(c)) {
             Ok(c) => c,
             Err(e) => return Err(self.reject(e)),
@@ -110,13 +136,21 @@ impl Comm {
         if let Err(e) = check_buffers(&call, self.world.n, self.rank, space) {
             return Err(self.reject(e));
         }
-        self.tracer.coll(&raw, self.op_count, self.handle(), self.world.n);
+
+        if traced {
+            self.tracer
+                .coll(&raw, self.op_count, self.handle(), self.world.n);
+        }
         if call.count == 0 && !call.func.is_p2p() {
             // NCCL discards empty collectives after logging them
             return Ok(());
         }
         self.queue(call);
-        if self.in_group() { Ok(()) } else { self.flush() }
+        if self.in_group() {
+            Ok(())
+        } else {
+            self.flush()
+        }
     }
 
     fn queue(&mut self, call: Call) {
@@ -133,9 +167,21 @@ impl Comm {
         if launch.colls.is_empty() && launch.p2p.is_empty() {
             return Ok(());
         }
-        launch.op_count = self.op_count;
-        self.op_count += 1;
-        let result = execute(&self.world, self.rank, &launch, &mut self.scratch);
+        // checked at launch, after this rank's own argument errors (the most
+        // specific) had their say, and after a group collected its calls
+        let result = if self.world.has_failed() {
+            let what = launch
+                .colls
+                .first()
+                .or(launch.p2p.first())
+                .map(|c| c.func.name())
+                .unwrap_or("group");
+            Err(self.failed_comm(what))
+        } else {
+            launch.op_count = self.op_count;
+            self.op_count += 1;
+            execute(&self.world, self.rank, &launch, &mut self.scratch)
+        };
         // keep the allocations for the next launch
         launch.colls.clear();
         launch.p2p.clear();
@@ -171,7 +217,13 @@ impl Comm {
             self.queued.p2p.clear();
             return Err(e);
         }
-        let to_self = |f: Func| self.queued.p2p.iter().filter(|c| c.func == f && c.root == self.rank).count();
+        let to_self = |f: Func| {
+            self.queued
+                .p2p
+                .iter()
+                .filter(|c| c.func == f && c.root == self.rank)
+                .count()
+        };
         let (sends, recvs) = (to_self(Func::Send), to_self(Func::Recv));
         if sends != recvs {
             self.queued.colls.clear();
@@ -199,7 +251,8 @@ impl Drop for Comm {
     fn drop(&mut self) {
         // an open group with queued work would be lost silently: say so
         if self.depth > 0 && !(self.queued.colls.is_empty() && self.queued.p2p.is_empty()) {
-            self.tracer.warn("communicator dropped with an open group: its queued calls never launched");
+            self.tracer
+                .warn("communicator dropped with an open group: its queued calls never launched");
         }
     }
 }

@@ -2,10 +2,10 @@
 //! one rank: publish, rendezvous, agree, move data, complete.
 
 use super::memory::Phase;
-use super::world::{lock, SendSlot, WaitFor, World};
+use super::world::{SendSlot, WaitFor, World, lock};
 use super::{agree, families};
 use crate::core::{Call, Error, ErrorKind, Func};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// What a rank publishes for the collective part of a launch.
 #[derive(Debug, Default, Clone)]
@@ -28,8 +28,15 @@ pub struct Scratch {
     all: Vec<Posted>,
 }
 
-pub fn execute(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch) -> Result<(), Error> {
-    world.ranks[me].launches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+pub fn execute(
+    world: &World,
+    me: usize,
+    launch: &Launch,
+    scratch: &mut Scratch,
+) -> Result<(), Error> {
+    world.ranks[me]
+        .launches
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if !launch.colls.is_empty() {
         collectives(world, me, launch, scratch)?;
     }
@@ -40,16 +47,29 @@ pub fn execute(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
 }
 
 fn describe(launch: &Launch) -> String {
-    let first = launch.colls.first().or(launch.p2p.first()).map(|c| c.func.name()).unwrap_or("group");
+    let first = launch
+        .colls
+        .first()
+        .or(launch.p2p.first())
+        .map(|c| c.func.name())
+        .unwrap_or("group");
     let n = launch.colls.len() + launch.p2p.len();
     if n > 1 {
-        format!("a group of {n} calls starting with {first} (opCount {:x})", launch.op_count)
+        format!(
+            "a group of {n} calls starting with {first} (opCount {:x})",
+            launch.op_count
+        )
     } else {
         format!("{first} (opCount {:x})", launch.op_count)
     }
 }
 
-fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch) -> Result<(), Error> {
+fn collectives(
+    world: &World,
+    me: usize,
+    launch: &Launch,
+    scratch: &mut Scratch,
+) -> Result<(), Error> {
     {
         let mut slot = lock(&world.posted[me]);
         slot.op_count = launch.op_count;
@@ -62,12 +82,12 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
     let (generation, last) = world.arrival.arrive(world.n);
     if last {
         world.bump();
-    } else if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| describe(launch)) {
-        if world.arrival.withdraw(generation, world.n) {
-            return Err(e);
-        }
-        // the generation completed while we gave up: take part after all
+    } else if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| describe(launch))
+        && world.arrival.withdraw(generation, world.n)
+    {
+        return Err(e);
     }
+    // the generation completed while we gave up: take part after all
     scratch.all.resize_with(world.n, Posted::default);
     for (r, dst) in scratch.all.iter_mut().enumerate() {
         let src = lock(&world.posted[r]);
@@ -86,7 +106,11 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
             let phase = unsafe { Phase::enter() };
             let moved = catch_unwind(AssertUnwindSafe(|| families::run(&phase, me, &calls)));
             if moved.is_err() {
-                result = Err(Error::new(ErrorKind::Internal, format!("rank {me} panicked while moving data of {}", calls[me].func)).on_rank(me));
+                result = Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("rank {me} panicked while moving data of {}", calls[me].func),
+                )
+                .on_rank(me));
             }
             world.complete();
         }
@@ -111,9 +135,13 @@ fn p2p(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
             addr: c.sendbuff,
             count: c.count,
             datatype: c.datatype,
-            what: format!("Send #{seq} to rank {} (count {}, {}, opCount {:x})", c.root, c.count, c.datatype, launch.op_count),
+            what: format!(
+                "Send #{seq} to rank {} (count {}, {}, opCount {:x})",
+                c.root, c.count, c.datatype, launch.op_count
+            ),
         });
-        pair.posted.store(seq + 1, std::sync::atomic::Ordering::SeqCst);
+        pair.posted
+            .store(seq + 1, std::sync::atomic::Ordering::SeqCst);
         drop(q);
         sent.push((c.root, seq));
     }
@@ -132,7 +160,12 @@ fn recv_all(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
         let src = c.root;
         let pair = world.pair(src, me);
         let seq = pair.next_recv.fetch_add(1, SeqCst);
-        let what = || format!("Recv #{seq} from rank {src} (count {}, {}, opCount {:x})", c.count, c.datatype, launch.op_count);
+        let what = || {
+            format!(
+                "Recv #{seq} from rank {src} (count {}, {}, opCount {:x})",
+                c.count, c.datatype, launch.op_count
+            )
+        };
         world.wait(me, WaitFor::Posted { src, dst: me, seq }, &what)?;
         let slot = {
             let mut q = lock(&pair.queue);
@@ -175,11 +208,23 @@ fn recv_all(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
     Ok(())
 }
 
-fn await_sends(world: &World, me: usize, sent: &[(usize, u64)], launch: &Launch) -> Result<(), Error> {
+fn await_sends(
+    world: &World,
+    me: usize,
+    sent: &[(usize, u64)],
+    launch: &Launch,
+) -> Result<(), Error> {
     for &(dst, seq) in sent {
         let what = || {
-            let c = launch.p2p.iter().filter(|c| c.func == Func::Send && c.root == dst).count();
-            format!("Send #{seq} to rank {dst} ({c} Send(s) to it in this launch, opCount {:x})", launch.op_count)
+            let c = launch
+                .p2p
+                .iter()
+                .filter(|c| c.func == Func::Send && c.root == dst)
+                .count();
+            format!(
+                "Send #{seq} to rank {dst} ({c} Send(s) to it in this launch, opCount {:x})",
+                launch.op_count
+            )
         };
         world.wait(me, WaitFor::Completed { src: me, dst, seq }, &what)?;
         let q = lock(&world.pair(me, dst).queue);

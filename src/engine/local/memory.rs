@@ -29,7 +29,9 @@ unsafe impl Sync for Allocation {}
 impl Allocation {
     fn new(len: usize) -> Allocation {
         let words = len.div_ceil(16).max(1);
-        let storage = (0..words).map(|_| UnsafeCell::new(0u128)).collect::<Box<[_]>>();
+        let storage = (0..words)
+            .map(|_| UnsafeCell::new(0u128))
+            .collect::<Box<[_]>>();
         Allocation { storage, len }
     }
     fn base(&self) -> usize {
@@ -79,7 +81,10 @@ impl Registry {
                 ),
             )),
             None if bytes == 0 => Ok(()),
-            None => Err(Error::new(ErrorKind::OutOfBounds, format!("{what}: {addr:#x} is not inside any allocation"))),
+            None => Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!("{what}: {addr:#x} is not inside any allocation"),
+            )),
         }
     }
 
@@ -99,7 +104,9 @@ impl Registry {
         self.extent(addr, bytes, "read")?;
         let mut out = vec![T::default(); count];
         // SAFETY: as in `write`; `out` has room for exactly `bytes` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr() as *mut u8, bytes) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr() as *mut u8, bytes)
+        };
         Ok(out)
     }
 
@@ -192,6 +199,9 @@ mod tests {
         assert!(r.read::<u8>(0x10, 1).is_err());
         r.free(a).unwrap();
         assert!(r.free(a).is_err());
-        assert!(r.read::<u8>(a, 1).is_err(), "freed memory is no longer addressable");
+        assert!(
+            r.read::<u8>(a, 1).is_err(),
+            "freed memory is no longer addressable"
+        );
     }
 }

@@ -197,7 +197,12 @@ impl World {
     /// The reason the communicator failed, as rank `me` reports it.
     pub fn failure(&self, me: usize) -> Error {
         let f = lock(&self.failure).clone();
-        let mut e = f.unwrap_or_else(|| Error::new(ErrorKind::Internal, "communicator failed for an unknown reason"));
+        let mut e = f.unwrap_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                "communicator failed for an unknown reason",
+            )
+        });
         e.rank = Some(me);
         e
     }
@@ -211,7 +216,9 @@ impl World {
         match *on {
             WaitFor::Arrival { generation } => self.arrival.passed(generation),
             WaitFor::Posted { src, dst, seq } => self.pair(src, dst).posted.load(SeqCst) > seq,
-            WaitFor::Completed { src, dst, seq } => self.pair(src, dst).completed.load(SeqCst) > seq,
+            WaitFor::Completed { src, dst, seq } => {
+                self.pair(src, dst).completed.load(SeqCst) > seq
+            }
         }
     }
 
@@ -233,7 +240,10 @@ impl World {
         }
         let deadline = Instant::now() + self.timeout;
         let state = &self.ranks[me];
-        *lock(&state.wait) = Some(Wait { on: on.clone(), what: what() });
+        *lock(&state.wait) = Some(Wait {
+            on: on.clone(),
+            what: what(),
+        });
         state.blocked.store(true, SeqCst);
         self.bump();
         let result = loop {
@@ -358,7 +368,11 @@ impl World {
         };
         for (r, w) in waits {
             let Some(peer) = peer_of(w) else { continue };
-            let needs = if matches!(w.on, WaitFor::Posted { .. }) { "Send" } else { "Recv" };
+            let needs = if matches!(w.on, WaitFor::Posted { .. }) {
+                "Send"
+            } else {
+                "Recv"
+            };
             if finished(peer) {
                 return Error::new(
                     ErrorKind::Unmatched,
@@ -369,18 +383,18 @@ impl World {
                     ),
                 );
             }
-            if let Some(pw) = wait_of(peer) {
-                if peer_of(pw).is_none() {
-                    return Error::new(
-                        ErrorKind::Unmatched,
-                        format!(
-                            "rank {r} waits in {} but rank {peer} waits in {} and will never post the matching {needs}; {}",
-                            w.what,
-                            pw.what,
-                            states.join("; ")
-                        ),
-                    );
-                }
+            if let Some(pw) = wait_of(peer)
+                && peer_of(pw).is_none()
+            {
+                return Error::new(
+                    ErrorKind::Unmatched,
+                    format!(
+                        "rank {r} waits in {} but rank {peer} waits in {} and will never post the matching {needs}; {}",
+                        w.what,
+                        pw.what,
+                        states.join("; ")
+                    ),
+                );
             }
         }
         // a cycle of point-to-point waits: the classic ungrouped ring
@@ -389,7 +403,11 @@ impl World {
             let mut cur = *start;
             while let Some(next) = wait_of(cur).and_then(peer_of) {
                 if let Some(pos) = path.iter().position(|r| *r == next) {
-                    let cycle: Vec<String> = path[pos..].iter().chain([&next]).map(|r| r.to_string()).collect();
+                    let cycle: Vec<String> = path[pos..]
+                        .iter()
+                        .chain([&next])
+                        .map(|r| r.to_string())
+                        .collect();
                     return Error::new(
                         ErrorKind::Deadlock,
                         format!(
@@ -403,13 +421,23 @@ impl World {
                 cur = next;
             }
         }
-        let gone: Vec<String> = (0..self.n).filter(|r| finished(*r)).map(|r| r.to_string()).collect();
+        let gone: Vec<String> = (0..self.n)
+            .filter(|r| finished(*r))
+            .map(|r| r.to_string())
+            .collect();
         let why = if gone.is_empty() {
             "ranks wait in calls that can never match".to_string()
         } else {
-            format!("rank{} {} finished without entering the call the others wait in", if gone.len() > 1 { "s" } else { "" }, gone.join(","))
+            format!(
+                "rank{} {} finished without entering the call the others wait in",
+                if gone.len() > 1 { "s" } else { "" },
+                gone.join(",")
+            )
         };
-        Error::new(ErrorKind::Deadlock, format!("deadlock: {why}; {}", states.join("; ")))
+        Error::new(
+            ErrorKind::Deadlock,
+            format!("deadlock: {why}; {}", states.join("; ")),
+        )
     }
 }
 
@@ -437,11 +465,24 @@ mod tests {
         w.finish(1);
         let (generation, _) = w.arrival.arrive(2);
         let t = Instant::now();
-        let e = w.wait(0, WaitFor::Arrival { generation }, &|| "AllReduce (opCount 0)".into()).unwrap_err();
+        let e = w
+            .wait(0, WaitFor::Arrival { generation }, &|| {
+                "AllReduce (opCount 0)".into()
+            })
+            .unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(1));
         assert_eq!(e.kind, ErrorKind::Deadlock);
-        assert!(e.message.contains("rank 1 finished without entering"), "{}", e.message);
-        assert!(e.message.contains("rank 0: waiting in AllReduce (opCount 0)"), "{}", e.message);
+        assert!(
+            e.message.contains("rank 1 finished without entering"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message
+                .contains("rank 0: waiting in AllReduce (opCount 0)"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -449,9 +490,21 @@ mod tests {
         let w = World::new(2, Duration::from_millis(50), 1);
         // rank 1 is "running" (neither blocked nor finished): no deadlock, so the deadline fires
         let (generation, _) = w.arrival.arrive(2);
-        let e = w.wait(0, WaitFor::Arrival { generation }, &|| "Broadcast (opCount 4)".into()).unwrap_err();
+        let e = w
+            .wait(0, WaitFor::Arrival { generation }, &|| {
+                "Broadcast (opCount 4)".into()
+            })
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Timeout);
-        assert!(e.message.contains("Broadcast (opCount 4) timed out"), "{}", e.message);
-        assert!(e.message.contains("rank 1: running outside rankwise"), "{}", e.message);
+        assert!(
+            e.message.contains("Broadcast (opCount 4) timed out"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("rank 1: running outside rankwise"),
+            "{}",
+            e.message
+        );
     }
 }

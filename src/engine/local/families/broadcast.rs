@@ -9,7 +9,11 @@ use crate::core::Call;
 
 pub fn broadcast(p: &Phase, me: usize, calls: &[&Call]) {
     let c = calls[me];
-    p.copy(calls[c.root].sendbuff, c.recvbuff, c.count * c.datatype.size());
+    p.copy(
+        calls[c.root].sendbuff,
+        c.recvbuff,
+        c.count * c.datatype.size(),
+    );
 }
 
 pub fn scatter(p: &Phase, me: usize, calls: &[&Call]) {

@@ -13,8 +13,8 @@
 //! of r's own send) is safe for the same reason.
 
 use super::super::memory::Phase;
-use super::super::reduce::{reduce_into, Arith};
-use crate::core::{share, Call, RedOp};
+use super::super::reduce::{Arith, reduce_into};
+use crate::core::{Call, RedOp, share};
 use crate::with_element_type;
 
 /// Elements per accumulator chunk: 8 KiB stays in L1 with the inputs streaming.
@@ -37,7 +37,9 @@ fn reduce_range<T: Arith + Default>(
     while at < range.end {
         let len = chunk.min(range.end - at);
         let acc = &mut acc[..len];
-        reduce_into(acc, op, inputs.len(), |s| p.view::<T>(inputs[s] + at * size, len));
+        reduce_into(acc, op, inputs.len(), |s| {
+            p.view::<T>(inputs[s] + at * size, len)
+        });
         for &out in outputs {
             p.write(out + at * size, acc);
         }

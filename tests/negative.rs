@@ -1,0 +1,301 @@
+//! Misuse gives a specific error on every affected rank, fast: never a hang,
+//! never a silent overrun.
+
+use rankwise::local::{self, LaunchOptions};
+use rankwise::{Comm, DataType, Error, ErrorKind, NULL, RedOp, Result};
+use std::time::{Duration, Instant};
+
+/// Runs `program` on `n` ranks and returns each rank's error (None for Ok)
+/// and the slowest rank's time. Waits are bounded at 30 s so a regression
+/// fails instead of hanging.
+fn errors(
+    n: usize,
+    program: impl Fn(&mut Comm) -> Result<()> + Sync,
+) -> (Vec<Option<Error>>, Duration) {
+    let t = Instant::now();
+    let opts = LaunchOptions::default().with_timeout(Duration::from_secs(30));
+    let res = local::launch_each(opts, n, |c| program(c)).unwrap();
+    (res.into_iter().map(|r| r.err()).collect(), t.elapsed())
+}
+
+fn assert_all(errs: &[Option<Error>], kind: ErrorKind, text: &str) {
+    for (r, e) in errs.iter().enumerate() {
+        let e = e
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {r} got no error"));
+        assert_eq!(e.kind, kind, "rank {r}: {e}");
+        assert_eq!(e.rank, Some(r));
+        assert!(e.message.contains(text), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn root_minus_one_and_root_n_even_with_count_0() {
+    for (root, count) in [(-1, 4), (4, 4), (-1, 0), (4, 0)] {
+        let (errs, t) = errors(4, |c| {
+            let b = c.alloc(16);
+            c.nccl_broadcast(b, b, count, DataType::Int32, root)
+        });
+        assert_all(
+            &errs,
+            ErrorKind::InvalidRoot,
+            &format!("root {root} is out of range: valid roots are 0..=3"),
+        );
+        assert!(t < Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn bad_datatype_and_op_codes_on_the_raw_face() {
+    let (errs, _) = errors(3, |c| {
+        let b = c.alloc(64);
+        c.nccl_all_reduce(b, b, 4, 12, RedOp::Sum)
+    });
+    assert_all(
+        &errs,
+        ErrorKind::InvalidDatatype,
+        "datatype code 12 is invalid",
+    );
+    let (errs, _) = errors(3, |c| {
+        let b = c.alloc(64);
+        c.nccl_all_reduce(b, b, 4, DataType::Float32, 9)
+    });
+    assert_all(
+        &errs,
+        ErrorKind::InvalidOp,
+        "reduction op code 9 is invalid",
+    );
+}
+
+#[test]
+fn null_recvbuff_on_the_root() {
+    let (errs, t) = errors(4, |c| {
+        let s = c.alloc(8);
+        c.nccl_reduce(s, NULL, 2, DataType::Int32, RedOp::Sum, 2)
+    });
+    // the root is rejected at its check; the others wait, then learn it failed
+    let root = errs[2].as_ref().unwrap();
+    assert_eq!(root.kind, ErrorKind::NullPointer);
+    assert!(
+        root.message
+            .contains("recvbuff is NULL but rank 2 (the root) must receive 2 elements"),
+        "{root}"
+    );
+    for r in [0, 1, 3] {
+        let e = errs[r].as_ref().unwrap();
+        assert_eq!(e.kind, ErrorKind::RemoteError, "rank {r}: {e}");
+        assert!(e.message.contains("rank 2 failed"), "{e}");
+    }
+    assert!(t < Duration::from_secs(1), "{t:?}");
+}
+
+#[test]
+fn extent_past_the_end_of_its_allocation() {
+    let (errs, _) = errors(2, |c| {
+        let s = c.alloc(12);
+        let r = c.alloc(28); // AllGather of 3 int32 on 2 ranks needs 24 bytes... from offset 8: 32
+        c.nccl_all_gather(s, r + 8, 3, DataType::Int32)
+    });
+    assert_all(&errs, ErrorKind::OutOfBounds, "overruns by 4 bytes");
+}
+
+#[test]
+fn all_gather_with_send_equal_to_recv_on_rank_1() {
+    let (errs, t) = errors(4, |c| {
+        let b = c.alloc(4 * 4 * 3);
+        c.nccl_all_gather(b, b, 3, DataType::Int32)
+    });
+    // on rank 0 the call is in-place (offset 0); ranks 1-3 overlap illegally
+    for r in 1..4 {
+        let e = errs[r].as_ref().unwrap();
+        assert_eq!(e.kind, ErrorKind::IllegalOverlap, "{e}");
+        assert!(
+            e.message.contains("sendbuff == recvbuff + rank*sendcount"),
+            "{e}"
+        );
+    }
+    assert_eq!(errs[0].as_ref().unwrap().kind, ErrorKind::RemoteError);
+    assert!(t < Duration::from_secs(1));
+}
+
+#[test]
+fn unmatched_send() {
+    let (errs, t) = errors(4, |c| {
+        let b = c.alloc(16);
+        if c.rank() == 0 {
+            c.nccl_send(b, 4, DataType::Int32, 1)
+        } else {
+            // rank 1 never receives from 0: it goes straight into an AllReduce
+            c.nccl_all_reduce(b, b, 4, DataType::Int32, RedOp::Sum)
+        }
+    });
+    assert_all(
+        &errs,
+        ErrorKind::Unmatched,
+        "rank 0 waits in Send #0 to rank 1",
+    );
+    assert!(t < Duration::from_secs(1), "{t:?}");
+}
+
+#[test]
+fn send_recv_count_mismatch_is_an_error_on_both_ranks() {
+    let (errs, t) = errors(2, |c| {
+        let b = c.alloc(64);
+        if c.rank() == 0 {
+            c.nccl_send(b, 4, DataType::Int32, 1)
+        } else {
+            c.nccl_recv(b, 3, DataType::Int32, 0)
+        }
+    });
+    assert_all(
+        &errs,
+        ErrorKind::Mismatch,
+        "Send/Recv mismatch: rank 0's Send #0 to rank 1 (count 4, int32",
+    );
+    assert!(
+        errs[1]
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("rank 1's Recv #0 from rank 0 (count 3, int32")
+    );
+    assert!(t < Duration::from_secs(1));
+}
+
+#[test]
+fn all_to_all_v_splits_that_are_not_transposes() {
+    let (errs, t) = errors(3, |c| {
+        let me = c.rank();
+        // rank 0 sends 2 to rank 1, but rank 1 expects 3 from rank 0; everything else is 1
+        let ins: Vec<usize> = (0..3)
+            .map(|d| if me == 0 && d == 1 { 2 } else { 1 })
+            .collect();
+        let outs: Vec<usize> = (0..3)
+            .map(|s| if me == 1 && s == 0 { 3 } else { 1 })
+            .collect();
+        let input = vec![0i32; ins.iter().sum()];
+        let mut output = vec![0i32; outs.iter().sum()];
+        c.all_to_all_single(&mut output, &input, Some(&outs), Some(&ins))
+    });
+    for r in [0, 1] {
+        let e = errs[r].as_ref().unwrap();
+        assert_eq!(e.kind, ErrorKind::Mismatch, "{e}");
+        assert!(
+            e.message.contains("rank 0's Send #0 to rank 1 (count 2")
+                && e.message.contains("(count 3"),
+            "{e}"
+        );
+    }
+    assert!(t < Duration::from_secs(1));
+}
+
+#[test]
+fn all_to_all_v_zero_split_against_a_non_zero_one() {
+    let (errs, _) = errors(2, |c| {
+        let me = c.rank();
+        // rank 0 sends nothing to rank 1, which expects 2 elements from it
+        let ins = if me == 0 { vec![1, 0] } else { vec![1, 1] };
+        let outs = if me == 1 { vec![2, 1] } else { vec![1, 1] };
+        let input = vec![0u8; ins.iter().sum()];
+        let mut output = vec![0u8; outs.iter().sum()];
+        c.all_to_all_single(&mut output, &input, Some(&outs), Some(&ins))
+    });
+    assert_all(&errs, ErrorKind::Mismatch, "count 0");
+}
+
+#[test]
+fn group_end_without_start() {
+    let (errs, _) = errors(2, |c| c.nccl_group_end());
+    assert_all(
+        &errs,
+        ErrorKind::InvalidUsage,
+        "ncclGroupEnd without a matching ncclGroupStart",
+    );
+}
+
+#[test]
+fn send_to_self_needs_a_recv_from_self_in_the_group() {
+    let (errs, _) = errors(2, |c| {
+        let b = c.alloc(16);
+        let me = c.rank() as i32;
+        c.nccl_group_start()?;
+        c.nccl_send(b, 4, DataType::Int32, me)?;
+        c.nccl_group_end()
+    });
+    assert_all(
+        &errs,
+        ErrorKind::InvalidUsage,
+        "a send to self needs a matching recv from self",
+    );
+}
+
+#[test]
+fn a_rank_that_panics_mid_collective() {
+    let t = Instant::now();
+    let res = local::launch_each(
+        LaunchOptions::default().with_timeout(Duration::from_secs(30)),
+        4,
+        |c| {
+            let mut x = vec![1.0f32; 8];
+            if c.rank() == 2 {
+                panic!("injected failure");
+            }
+            c.all_reduce(&mut x, RedOp::Sum)?;
+            Ok(x)
+        },
+    )
+    .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(1));
+    for (r, out) in res.iter().enumerate() {
+        let e = out.as_ref().unwrap_err();
+        if r == 2 {
+            assert_eq!(e.kind, ErrorKind::Panic);
+        } else {
+            assert_eq!(e.kind, ErrorKind::RemoteError, "{e}");
+            assert!(
+                e.message.contains("rank 2 panicked: injected failure"),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn errors_inside_a_group_are_returned_at_its_end() {
+    let (errs, _) = errors(2, |c| {
+        let b = c.alloc(16);
+        c.nccl_group_start()?;
+        let inner = c.nccl_broadcast(b, b, 4, DataType::Int32, 7);
+        assert_eq!(inner.unwrap_err().kind, ErrorKind::InvalidRoot);
+        c.nccl_all_reduce(b, b, 4, DataType::Int32, RedOp::Sum)?;
+        c.nccl_group_end()
+    });
+    assert_all(&errs, ErrorKind::InvalidRoot, "root 7 is out of range");
+}
+
+#[test]
+fn timeout_names_the_rank_that_never_arrives() {
+    let res = local::launch_each(
+        LaunchOptions::default().with_timeout(Duration::from_millis(200)),
+        3,
+        |c| {
+            if c.rank() == 1 {
+                // busy outside rankwise for longer than the timeout
+                std::thread::sleep(Duration::from_millis(600));
+                return Ok(());
+            }
+            let mut x = [1u64; 2];
+            c.all_reduce(&mut x, RedOp::Sum)
+        },
+    )
+    .unwrap();
+    for r in [0, 2] {
+        let e = res[r].as_ref().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert!(e.message.contains("AllReduce (opCount 0) timed out"), "{e}");
+        assert!(
+            e.message.contains("rank 1: running outside rankwise"),
+            "{e}"
+        );
+    }
+}
