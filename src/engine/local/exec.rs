@@ -83,11 +83,12 @@ fn collectives(
     if last {
         world.bump();
     } else if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| describe(launch))
+        // leaving fails when the generation completed meanwhile: then this
+        // rank takes part after all
         && world.arrival.withdraw(generation, world.n)
     {
         return Err(e);
     }
-    // the generation completed while we gave up: take part after all
     scratch.all.resize_with(world.n, Posted::default);
     for (r, dst) in scratch.all.iter_mut().enumerate() {
         let src = lock(&world.posted[r]);
