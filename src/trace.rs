@@ -212,6 +212,10 @@ pub struct RankTracer {
 }
 
 impl RankTracer {
+    /// The configuration this tracer was made from.
+    pub fn config(&self) -> &Tracer {
+        &self.cfg
+    }
     fn emit(&self, line: String) {
         match &self.out {
             Out::None => {}

@@ -5,7 +5,7 @@ use crate::core::{
 };
 use crate::engine::local::exec::{Launch, Scratch, execute};
 use crate::engine::local::memory::Registry;
-use crate::engine::local::world::World;
+use crate::engine::local::world::{World, lock};
 use crate::trace::RankTracer;
 use std::sync::Arc;
 
@@ -22,6 +22,8 @@ pub struct Comm {
     premul: Vec<Option<f64>>,
     scratch: Scratch,
     tracer: RankTracer,
+    /// communicators duplicated from this one so far
+    dups: u64,
 }
 
 impl Comm {
@@ -37,6 +39,7 @@ impl Comm {
             scratch: Scratch::default(),
             tracer,
             world,
+            dups: 0,
         };
         comm.tracer
             .init(comm.handle(), comm.world.n, comm.world.comm_id);
@@ -56,7 +59,7 @@ impl Comm {
     }
     /// The address printed as `comm` in the trace: distinct per rank.
     pub fn handle(&self) -> usize {
-        &self.world.ranks[self.rank] as *const _ as usize
+        &self.world.entered[self.rank] as *const _ as usize
     }
     /// The communicator id shared by all its ranks (printed as `commId`).
     pub fn comm_id(&self) -> u64 {
@@ -64,6 +67,28 @@ impl Comm {
     }
     pub(super) fn in_group(&self) -> bool {
         self.depth > 0
+    }
+
+    /// A new communicator over the same ranks (≈ `ncclCommSplit` with one
+    /// color). Every rank calls it in the same order: the k-th `dup` of a
+    /// communicator is the same new communicator on every rank. Waits in any
+    /// communicator of a launch see ranks blocked in the others, so using two
+    /// communicators in opposite orders is diagnosed, not hung.
+    pub fn dup(&mut self) -> Comm {
+        self.dups += 1;
+        let key = (self.world.comm_id, self.dups);
+        let child = {
+            let threads = &self.world.threads;
+            let mut dups = lock(&threads.dups);
+            dups.entry(key)
+                .or_insert_with(|| {
+                    let id = self.world.comm_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.dups;
+                    World::new(self.world.n, self.world.timeout, id, threads.clone())
+                })
+                .clone()
+        };
+        let tracer = self.tracer.config().for_rank(self.rank);
+        Comm::new(child, self.rank, tracer)
     }
 
     /// Creates a PreMulSum op (`ncclRedOpCreatePreMulSum`) and returns its code.
@@ -182,6 +207,9 @@ impl Comm {
             self.op_count += 1;
             execute(&self.world, self.rank, &launch, &mut self.scratch)
         };
+        if result.is_ok() && self.world.threads.poison {
+            self.poison_undefined(&launch.colls);
+        }
         // keep the allocations for the next launch
         launch.colls.clear();
         launch.p2p.clear();
@@ -191,6 +219,19 @@ impl Comm {
             self.tracer.warn(&e.message);
             e
         })
+    }
+
+    /// Poison mode: fills what the finished calls left undefined on this rank.
+    fn poison_undefined(&self, calls: &[Call]) {
+        for c in calls {
+            let elems =
+                crate::core::undefined_recv_elems(c.func, self.world.n, self.rank, c.root, c.count);
+            if elems > 0 && c.recvbuff != 0 {
+                let pattern = crate::core::poison_pattern(c.datatype);
+                self.registry
+                    .fill_pattern(c.recvbuff, elems * c.datatype.size(), &pattern);
+            }
+        }
     }
 
     /// `ncclGroupStart`: nests; work launches at the outermost end.

@@ -2,7 +2,7 @@
 //! (CONTRACTS.md §1–§2). The one answer to "how big is recvbuff" that the
 //! engines, the checks, `explain` and `verify` all use.
 
-use super::Func;
+use super::{DataType, Func};
 
 /// What the contract does with one buffer on one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -115,6 +115,39 @@ pub fn is_in_place(
     })
 }
 
+/// The recv buffer elements a call leaves undefined on `rank` when a buffer
+/// is passed at all: non-root Reduce's recvbuff (count elements, contents
+/// unspecified afterwards) and non-root Gather's (unused; a caller reading
+/// it expects the gathered data, which only the root gets). Inputs are never
+/// listed: the contract does not write them.
+pub fn undefined_recv_elems(
+    func: Func,
+    nranks: usize,
+    rank: usize,
+    root: usize,
+    count: usize,
+) -> usize {
+    match func {
+        Func::Reduce if rank != root => count,
+        Func::Gather if rank != root => nranks * count,
+        _ => 0,
+    }
+}
+
+/// The element bytes poison mode writes into undefined buffers: a signalling
+/// NaN for floating types (the only NaN for e4m3), 0xA5 bytes for integers.
+pub fn poison_pattern(dt: DataType) -> Vec<u8> {
+    match dt {
+        DataType::Float32 => 0x7FA0_0000u32.to_le_bytes().to_vec(),
+        DataType::Float64 => 0x7FF4_0000_0000_0000u64.to_le_bytes().to_vec(),
+        DataType::Float16 => 0x7D00u16.to_le_bytes().to_vec(),
+        DataType::Bfloat16 => 0x7FA0u16.to_le_bytes().to_vec(),
+        DataType::Float8e4m3 => vec![0x7F],
+        DataType::Float8e5m2 => vec![0x7D],
+        int => vec![0xA5; int.size()],
+    }
+}
+
 /// Splits `total` items among `parts` workers as evenly as possible; worker
 /// `i` gets the returned range. Ranges are contiguous and in order.
 pub fn share(total: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
@@ -204,6 +237,29 @@ mod tests {
                 .send_minus_recv,
             -10
         );
+    }
+
+    #[test]
+    fn undefined_outputs_and_their_poison() {
+        assert_eq!(undefined_recv_elems(Func::Reduce, 4, 1, 3, 5), 5);
+        assert_eq!(undefined_recv_elems(Func::Reduce, 4, 3, 3, 5), 0);
+        assert_eq!(undefined_recv_elems(Func::Gather, 4, 0, 2, 5), 20);
+        assert_eq!(undefined_recv_elems(Func::AllReduce, 4, 0, 0, 5), 0);
+        let f = f32::from_le_bytes(poison_pattern(DataType::Float32).try_into().unwrap());
+        assert!(
+            f.is_nan() && f.to_bits() & 0x0040_0000 == 0,
+            "signalling: quiet bit clear"
+        );
+        let d = f64::from_le_bytes(poison_pattern(DataType::Float64).try_into().unwrap());
+        assert!(d.is_nan() && d.to_bits() & (1 << 51) == 0);
+        assert!(half::f16::from_bits(0x7D00).is_nan());
+        assert!(half::bf16::from_bits(0x7FA0).is_nan());
+        assert!(crate::core::F8E4M3(0x7F).to_f32().is_nan());
+        assert!(crate::core::F8E5M2(0x7D).to_f32().is_nan());
+        for dt in DataType::ALL {
+            assert_eq!(poison_pattern(dt).len(), dt.size());
+        }
+        assert_eq!(poison_pattern(DataType::Int32), vec![0xA5; 4]);
     }
 
     #[test]

@@ -38,6 +38,35 @@ fn differs<V: PartialEq>(values: &[V]) -> bool {
     values.windows(2).any(|w| w[0] != w[1])
 }
 
+/// When most ranks agree on an operation and the others are already past it
+/// (a later opCount), those skipped it: `rank 2 skipped Broadcast #12: it is
+/// waiting in AllReduce #13`.
+fn skipped(all: &[Posted], i: usize) -> Option<String> {
+    let key = |p: &Posted| (p.calls[i].func, p.op_count);
+    let mut counts: BTreeMap<_, usize> = BTreeMap::new();
+    for p in all {
+        *counts.entry(key(p)).or_default() += 1;
+    }
+    let (&(func, k), &most) = counts.iter().max_by_key(|(_, c)| **c)?;
+    if most * 2 <= all.len() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for (r, p) in all.iter().enumerate() {
+        if key(p) == (func, k) {
+            continue;
+        }
+        if p.op_count <= k {
+            return None;
+        }
+        parts.push(format!(
+            "rank {r} skipped {func} #{k}: it is waiting in {} #{}",
+            p.calls[i].func, p.op_count
+        ));
+    }
+    Some(parts.join("; "))
+}
+
 /// Ok when all ranks posted the same calls; otherwise the Mismatch every rank returns.
 pub fn collectives(all: &[Posted]) -> Result<(), Error> {
     let first = &all[0];
@@ -66,6 +95,9 @@ pub fn collectives(all: &[Posted]) -> Result<(), Error> {
             .map(|p| format!("{} #{}", p.calls[i].func, p.op_count))
             .collect();
         if differs(&all.iter().map(|p| p.calls[i].func).collect::<Vec<_>>()) {
+            if let Some(msg) = skipped(all, i) {
+                return Err(Error::new(ErrorKind::Mismatch, msg));
+            }
             return mismatch(format!(
                 "ranks are in different operations{at}: {}",
                 split_by(&funcs, "call")
@@ -140,6 +172,21 @@ mod tests {
         assert_eq!(
             e.message,
             "AllReduce #7: count differs: ranks 0,1,3 pass 1024, rank 2 passes 1000"
+        );
+    }
+
+    #[test]
+    fn a_skipped_call_is_named() {
+        let all = vec![
+            post(12, Func::Broadcast, 4),
+            post(12, Func::Broadcast, 4),
+            post(13, Func::AllReduce, 4),
+            post(12, Func::Broadcast, 4),
+        ];
+        let e = collectives(&all).unwrap_err();
+        assert_eq!(
+            e.message,
+            "rank 2 skipped Broadcast #12: it is waiting in AllReduce #13"
         );
     }
 

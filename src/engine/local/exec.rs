@@ -6,6 +6,7 @@ use super::world::{SendSlot, WaitFor, World, lock};
 use super::{agree, families};
 use crate::core::{Call, Error, ErrorKind, Func};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 /// What a rank publishes for the collective part of a launch.
 #[derive(Debug, Default, Clone)]
@@ -29,14 +30,14 @@ pub struct Scratch {
 }
 
 pub fn execute(
-    world: &World,
+    world: &Arc<World>,
     me: usize,
     launch: &Launch,
     scratch: &mut Scratch,
 ) -> Result<(), Error> {
-    world.ranks[me]
-        .launches
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if let Some(first) = launch.colls.first().or(launch.p2p.first()) {
+        world.enter(me, first.func, launch.op_count);
+    }
     if !launch.colls.is_empty() {
         collectives(world, me, launch, scratch)?;
     }
@@ -65,7 +66,7 @@ fn describe(launch: &Launch) -> String {
 }
 
 fn collectives(
-    world: &World,
+    world: &Arc<World>,
     me: usize,
     launch: &Launch,
     scratch: &mut Scratch,
@@ -124,7 +125,7 @@ fn collectives(
     result
 }
 
-fn p2p(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
+fn p2p(world: &Arc<World>, me: usize, launch: &Launch) -> Result<(), Error> {
     // post every Send first, so a group's Sends and Recvs can progress in any order
     let mut sent: Vec<(usize, u64)> = Vec::new();
     for c in launch.p2p.iter().filter(|c| c.func == Func::Send) {
@@ -155,7 +156,7 @@ fn p2p(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
     result
 }
 
-fn recv_all(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
+fn recv_all(world: &Arc<World>, me: usize, launch: &Launch) -> Result<(), Error> {
     use std::sync::atomic::Ordering::SeqCst;
     for c in launch.p2p.iter().filter(|c| c.func == Func::Recv) {
         let src = c.root;
@@ -210,7 +211,7 @@ fn recv_all(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
 }
 
 fn await_sends(
-    world: &World,
+    world: &Arc<World>,
     me: usize,
     sent: &[(usize, u64)],
     launch: &Launch,
@@ -238,7 +239,7 @@ fn await_sends(
 
 /// Takes back Sends nobody claimed and waits out copies in flight, so no
 /// rank reads this rank's buffers after it returns.
-fn withdraw_sends(world: &World, me: usize, sent: &[(usize, u64)]) {
+fn withdraw_sends(world: &Arc<World>, me: usize, sent: &[(usize, u64)]) {
     use std::sync::atomic::Ordering::SeqCst;
     for &(dst, seq) in sent {
         let pair = world.pair(me, dst);

@@ -12,7 +12,7 @@
 //! that no two threads write the same byte, and no thread reads bytes that
 //! another writes in the same phase (each family's module says how).
 
-use crate::core::{AddressSpace, DataType, Element, Error, ErrorKind, Result};
+use crate::core::{AddressSpace, Element, Error, ErrorKind, Result};
 use std::cell::UnsafeCell;
 use std::sync::Arc;
 
@@ -110,7 +110,30 @@ impl Registry {
         Ok(out)
     }
 
-    /// Fills `bytes` bytes with `byte` (poisoning undefined outputs).
+    /// Repeats `pattern` over up to `max_bytes` bytes at `addr`, stopping at
+    /// the end of its allocation; returns the bytes written (0 when `addr`
+    /// is not registered).
+    pub fn fill_pattern(&self, addr: usize, max_bytes: usize, pattern: &[u8]) -> usize {
+        let Some((base, len)) = self.allocation_of(addr) else {
+            return 0;
+        };
+        let room = (base + len).saturating_sub(addr).min(max_bytes);
+        let bytes = room - room % pattern.len().max(1);
+        for at in (0..bytes).step_by(pattern.len().max(1)) {
+            // SAFETY: inside a live allocation of this rank (checked above),
+            // touched only by its owner outside a call.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    pattern.as_ptr(),
+                    (addr + at) as *mut u8,
+                    pattern.len(),
+                )
+            };
+        }
+        bytes
+    }
+
+    /// Fills `bytes` bytes with `byte`.
     pub fn fill(&self, addr: usize, bytes: usize, byte: u8) -> Result<()> {
         self.extent(addr, bytes, "fill")?;
         // SAFETY: as in `write`.
@@ -165,19 +188,6 @@ impl Phase {
     pub fn write<T: Element>(&self, dst: usize, src: &[T]) {
         self.copy(src.as_ptr() as usize, dst, std::mem::size_of_val(src));
     }
-
-    /// Fills `bytes` bytes with `byte`.
-    pub fn fill(&self, dst: usize, bytes: usize, byte: u8) {
-        if bytes > 0 {
-            // SAFETY: as in `copy`.
-            unsafe { std::ptr::write_bytes(dst as *mut u8, byte, bytes) }
-        }
-    }
-}
-
-/// Element size helper for byte offsets.
-pub fn elems_to_bytes(n: usize, dt: DataType) -> usize {
-    n * dt.size()
 }
 
 #[cfg(test)]

@@ -26,6 +26,13 @@ pub struct LaunchOptions {
     /// 300 s, or `RANKWISE_TIMEOUT` seconds).
     pub timeout: Duration,
     pub tracer: Tracer,
+    /// Poison mode (default off, or `RANKWISE_POISON=1`): after each call,
+    /// buffers the contract leaves undefined on a rank — a non-root Reduce's
+    /// recvbuff, a non-root Gather's recvbuff, when passed — are filled with
+    /// a signalling NaN (floats) or 0xA5 bytes (integers), so code that reads
+    /// them fails loudly and deterministically. Applies to registry memory
+    /// (the raw face); the typed face hands non-roots no such buffer at all.
+    pub poison: bool,
 }
 
 impl Default for LaunchOptions {
@@ -34,9 +41,11 @@ impl Default for LaunchOptions {
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
             .filter(|s| *s > 0.0);
+        let poison = std::env::var("RANKWISE_POISON").is_ok_and(|v| !v.is_empty() && v != "0");
         LaunchOptions {
             timeout: Duration::from_secs_f64(secs.unwrap_or(300.0)),
             tracer: Tracer::from_env(),
+            poison,
         }
     }
 }
@@ -48,6 +57,10 @@ impl LaunchOptions {
     }
     pub fn with_tracer(mut self, t: Tracer) -> Self {
         self.tracer = t;
+        self
+    }
+    pub fn with_poison(mut self, on: bool) -> Self {
+        self.poison = on;
         self
     }
 }
@@ -101,7 +114,12 @@ where
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ^ ((std::process::id() as u64) << 32);
-    let world = Arc::new(World::new(nranks, opts.timeout, id));
+    let world = World::new(
+        nranks,
+        opts.timeout,
+        id,
+        world::Threads::new(nranks, opts.poison),
+    );
     let program = &program;
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..nranks)
@@ -155,12 +173,12 @@ where
     if let Err(e) = &out
         && e.kind != ErrorKind::RemoteError
     {
-        world.fail(Error::new(
+        world.threads.fail_all(Error::new(
             ErrorKind::RemoteError,
             format!("rank {rank} failed: {e}"),
         ));
     }
-    world.finish(rank);
+    world.threads.finish(rank);
     drop(comm);
     out
 }

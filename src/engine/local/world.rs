@@ -1,5 +1,7 @@
-//! The shared state of one local communicator: rendezvous, waits that never
-//! hang, failure propagation and deadlock diagnosis.
+//! The shared state of one local communicator (`World`) and of the rank
+//! threads of one launch (`Threads`, shared by every communicator the
+//! threads create): rendezvous, waits that never hang, failure propagation
+//! and deadlock diagnosis across communicators.
 //!
 //! Every wait spins briefly, yields, then parks on a condition variable with
 //! a short timeout. A parked waiter re-checks, in order: its condition, the
@@ -9,10 +11,10 @@
 //! deadlock check is exact: it sees all live ranks parked on unsatisfiable
 //! conditions with no change during its scan.
 
-use crate::core::{Error, ErrorKind};
-use std::collections::VecDeque;
+use crate::core::{Error, ErrorKind, Func};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 const SPINS: u32 = 2000;
@@ -36,20 +38,96 @@ pub enum WaitFor {
     Completed { src: usize, dst: usize, seq: u64 },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Wait {
+    /// the communicator the condition belongs to
+    pub world: Arc<World>,
     pub on: WaitFor,
     /// what the rank is doing, e.g. `AllReduce (opCount 3)`
     pub what: String,
 }
 
+impl Wait {
+    fn ready(&self) -> bool {
+        self.world.ready(&self.on)
+    }
+}
+
+/// One rank thread, whichever communicator it is in.
 #[derive(Default)]
 pub struct RankState {
     pub finished: AtomicBool,
     blocked: AtomicBool,
     wait: Mutex<Option<Wait>>,
-    /// launches this rank has entered, for timeout reports
-    pub launches: AtomicU64,
+}
+
+/// The rank threads of one launch: their states, the progress counter and
+/// the parking place, shared by all communicators they use, so a wait in one
+/// communicator sees a rank blocked in another.
+pub struct Threads {
+    pub ranks: Vec<RankState>,
+    epoch: AtomicU64,
+    sleepers: AtomicUsize,
+    park_lock: Mutex<()>,
+    park: Condvar,
+    /// every communicator of the launch (to fail them all when a rank fails)
+    pub worlds: Mutex<Vec<Weak<World>>>,
+    /// communicators created by `dup`: (parent comm id, k) -> child
+    pub dups: Mutex<HashMap<(u64, u64), Arc<World>>>,
+    /// fill buffers the contract leaves undefined (see `LaunchOptions::poison`)
+    pub poison: bool,
+}
+
+impl Threads {
+    pub fn new(n: usize, poison: bool) -> Arc<Threads> {
+        Arc::new(Threads {
+            poison,
+            ranks: (0..n).map(|_| RankState::default()).collect(),
+            epoch: AtomicU64::new(0),
+            sleepers: AtomicUsize::new(0),
+            park_lock: Mutex::new(()),
+            park: Condvar::new(),
+            worlds: Mutex::default(),
+            dups: Mutex::default(),
+        })
+    }
+
+    /// Records a state change and wakes parked waiters.
+    pub fn bump(&self) {
+        self.epoch.fetch_add(1, SeqCst);
+        if self.sleepers.load(SeqCst) > 0 {
+            let _g = lock(&self.park_lock);
+            self.park.notify_all();
+        }
+    }
+
+    /// A rank's program ended: no communicator will see it again.
+    pub fn finish(&self, me: usize) {
+        self.ranks[me].finished.store(true, SeqCst);
+        self.bump();
+    }
+
+    /// Parks briefly unless `ready` already holds.
+    fn park_unless(&self, ready: impl Fn() -> bool) {
+        self.sleepers.fetch_add(1, SeqCst);
+        let g = lock(&self.park_lock);
+        if !ready() {
+            let _ = self.park.wait_timeout(g, PARK);
+        }
+        self.sleepers.fetch_sub(1, SeqCst);
+    }
+
+    /// A rank's program ended: no communicator will see it again.
+    /// Fails every communicator of the launch (a rank's program failed).
+    pub fn fail_all(&self, err: Error) {
+        let worlds: Vec<Arc<World>> = lock(&self.worlds)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for w in worlds {
+            w.fail(err.clone());
+        }
+    }
 }
 
 /// A generation barrier that a waiter can leave (withdraw from) only while
@@ -132,50 +210,63 @@ pub struct World {
     pub n: usize,
     pub comm_id: u64,
     pub timeout: Duration,
+    pub threads: Arc<Threads>,
     pub arrival: Barrier,
     pub done: Barrier,
-    pub ranks: Vec<RankState>,
     pub pairs: Vec<Pair>,
     pub posted: Vec<Mutex<super::exec::Posted>>,
-    epoch: AtomicU64,
-    sleepers: AtomicUsize,
-    park_lock: Mutex<()>,
-    park: Condvar,
+    /// per rank: the last launch it entered on this communicator, packed as
+    /// `(func index << 56 | opCount) + 1`, 0 for none
+    pub entered: Vec<AtomicU64>,
     failed: AtomicBool,
     failure: Mutex<Option<Error>>,
 }
 
 impl World {
-    pub fn new(n: usize, timeout: Duration, comm_id: u64) -> World {
-        World {
+    pub fn new(n: usize, timeout: Duration, comm_id: u64, threads: Arc<Threads>) -> Arc<World> {
+        let w = Arc::new(World {
             n,
             comm_id,
             timeout,
+            threads: threads.clone(),
             arrival: Barrier::default(),
             done: Barrier::default(),
-            ranks: (0..n).map(|_| RankState::default()).collect(),
             pairs: (0..n * n).map(|_| Pair::default()).collect(),
             posted: (0..n).map(|_| Mutex::default()).collect(),
-            epoch: AtomicU64::new(0),
-            sleepers: AtomicUsize::new(0),
-            park_lock: Mutex::new(()),
-            park: Condvar::new(),
+            entered: (0..n).map(|_| AtomicU64::new(0)).collect(),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
+        });
+        lock(&threads.worlds).push(Arc::downgrade(&w));
+        w
+    }
+
+    /// Records that rank `me` entered launch `op_count` starting with `func`.
+    pub fn enter(&self, me: usize, func: Func, op_count: u64) {
+        let idx = Func::ALL.iter().position(|f| *f == func).unwrap_or(0) as u64;
+        self.entered[me].store(((idx << 56) | (op_count & ((1 << 56) - 1))) + 1, SeqCst);
+    }
+
+    fn last_entered(&self, r: usize) -> String {
+        match self.entered[r].load(SeqCst) {
+            0 => "no call yet".to_string(),
+            v => {
+                let v = v - 1;
+                format!(
+                    "last entered {} (opCount {:x})",
+                    Func::ALL[(v >> 56) as usize],
+                    v & ((1 << 56) - 1)
+                )
+            }
         }
+    }
+
+    pub fn bump(&self) {
+        self.threads.bump();
     }
 
     pub fn pair(&self, src: usize, dst: usize) -> &Pair {
         &self.pairs[src * self.n + dst]
-    }
-
-    /// Records a state change and wakes parked waiters.
-    pub fn bump(&self) {
-        self.epoch.fetch_add(1, SeqCst);
-        if self.sleepers.load(SeqCst) > 0 {
-            let _g = lock(&self.park_lock);
-            self.park.notify_all();
-        }
     }
 
     pub fn has_failed(&self) -> bool {
@@ -207,11 +298,6 @@ impl World {
         e
     }
 
-    pub fn finish(&self, me: usize) {
-        self.ranks[me].finished.store(true, SeqCst);
-        self.bump();
-    }
-
     fn ready(&self, on: &WaitFor) -> bool {
         match *on {
             WaitFor::Arrival { generation } => self.arrival.passed(generation),
@@ -224,7 +310,12 @@ impl World {
 
     /// Waits until `on` holds. Errors when the communicator fails, the
     /// deadline passes, or every live rank is stuck.
-    pub fn wait(&self, me: usize, on: WaitFor, what: &dyn Fn() -> String) -> Result<(), Error> {
+    pub fn wait(
+        self: &Arc<Self>,
+        me: usize,
+        on: WaitFor,
+        what: &dyn Fn() -> String,
+    ) -> Result<(), Error> {
         for i in 0..SPINS + YIELDS {
             if self.ready(&on) {
                 return Ok(());
@@ -239,8 +330,9 @@ impl World {
             }
         }
         let deadline = Instant::now() + self.timeout;
-        let state = &self.ranks[me];
+        let state = &self.threads.ranks[me];
         *lock(&state.wait) = Some(Wait {
+            world: self.clone(),
             on: on.clone(),
             what: what(),
         });
@@ -257,16 +349,14 @@ impl World {
                 self.fail(self.timeout_error(me, &what()));
                 continue;
             }
-            if let Some(err) = self.detect_deadlock() {
-                self.fail(err);
+            if let Some((err, worlds)) = self.threads.detect_deadlock() {
+                for w in worlds {
+                    w.fail(err.clone());
+                }
                 continue;
             }
-            self.sleepers.fetch_add(1, SeqCst);
-            let g = lock(&self.park_lock);
-            if !self.ready(&on) && !self.has_failed() {
-                let _ = self.park.wait_timeout(g, PARK);
-            }
-            self.sleepers.fetch_sub(1, SeqCst);
+            self.threads
+                .park_unless(|| self.ready(&on) || self.has_failed());
         };
         state.blocked.store(false, SeqCst);
         *lock(&state.wait) = None;
@@ -285,12 +375,7 @@ impl World {
             } else if i < SPINS + YIELDS {
                 std::thread::yield_now();
             } else {
-                self.sleepers.fetch_add(1, SeqCst);
-                let g = lock(&self.park_lock);
-                if !ready() {
-                    let _ = self.park.wait_timeout(g, PARK);
-                }
-                self.sleepers.fetch_sub(1, SeqCst);
+                self.threads.park_unless(&ready);
             }
             i = i.saturating_add(1);
         }
@@ -306,22 +391,16 @@ impl World {
         }
     }
 
-    fn describe_rank(&self, r: usize) -> String {
-        let s = &self.ranks[r];
-        if s.finished.load(SeqCst) {
-            return format!("rank {r}: finished its program");
-        }
-        match &*lock(&s.wait) {
-            Some(w) if s.blocked.load(SeqCst) => format!("rank {r}: waiting in {}", w.what),
-            _ => format!(
-                "rank {r}: running outside rankwise ({} launches so far)",
-                s.launches.load(SeqCst)
-            ),
-        }
-    }
-
     fn timeout_error(&self, me: usize, what: &str) -> Error {
-        let states: Vec<String> = (0..self.n).map(|r| self.describe_rank(r)).collect();
+        let states: Vec<String> = (0..self.n)
+            .map(|r| {
+                format!(
+                    "{} [{}]",
+                    self.threads.describe_rank(r),
+                    self.last_entered(r)
+                )
+            })
+            .collect();
         Error::new(
             ErrorKind::Timeout,
             format!(
@@ -331,10 +410,26 @@ impl World {
             ),
         )
     }
+}
 
-    /// Some(diagnosis) when every live rank waits on a condition that no rank
-    /// can make true.
-    fn detect_deadlock(&self) -> Option<Error> {
+impl Threads {
+    fn describe_rank(&self, r: usize) -> String {
+        let s = &self.ranks[r];
+        if s.finished.load(SeqCst) {
+            return format!("rank {r}: finished its program");
+        }
+        match &*lock(&s.wait) {
+            Some(w) if s.blocked.load(SeqCst) => format!(
+                "rank {r}: waiting in {} on comm {:#x}",
+                w.what, w.world.comm_id
+            ),
+            _ => format!("rank {r}: running outside rankwise"),
+        }
+    }
+
+    /// Some(diagnosis, communicators to fail) when every live rank waits on
+    /// a condition that no rank can make true.
+    fn detect_deadlock(&self) -> Option<(Error, Vec<Arc<World>>)> {
         let e0 = self.epoch.load(SeqCst);
         let mut waits: Vec<(usize, Wait)> = Vec::new();
         for (r, s) in self.ranks.iter().enumerate() {
@@ -345,7 +440,7 @@ impl World {
                 return None;
             }
             let w = lock(&s.wait).clone()?;
-            if self.ready(&w.on) {
+            if w.ready() {
                 return None;
             }
             waits.push((r, w));
@@ -353,13 +448,20 @@ impl World {
         if waits.is_empty() || self.epoch.load(SeqCst) != e0 {
             return None;
         }
-        Some(self.diagnose(&waits))
+        let mut worlds: Vec<Arc<World>> = Vec::new();
+        for (_, w) in &waits {
+            if !worlds.iter().any(|x| Arc::ptr_eq(x, &w.world)) {
+                worlds.push(w.world.clone());
+            }
+        }
+        Some((self.diagnose(&waits, worlds.len() > 1), worlds))
     }
 
-    fn diagnose(&self, waits: &[(usize, Wait)]) -> Error {
+    fn diagnose(&self, waits: &[(usize, Wait)], several_comms: bool) -> Error {
+        let n = self.ranks.len();
         let finished = |r: usize| self.ranks[r].finished.load(SeqCst);
         let wait_of = |r: usize| waits.iter().find(|(w, _)| *w == r).map(|(_, w)| w);
-        let states: Vec<String> = (0..self.n).map(|r| self.describe_rank(r)).collect();
+        let states: Vec<String> = (0..n).map(|r| self.describe_rank(r)).collect();
         // the rank each waiter depends on, for point-to-point waits
         let peer_of = |w: &Wait| match w.on {
             WaitFor::Posted { src, .. } => Some(src),
@@ -421,11 +523,13 @@ impl World {
                 cur = next;
             }
         }
-        let gone: Vec<String> = (0..self.n)
+        let gone: Vec<String> = (0..n)
             .filter(|r| finished(*r))
             .map(|r| r.to_string())
             .collect();
-        let why = if gone.is_empty() {
+        let why = if several_comms {
+            "ranks wait in collectives of different communicators: every rank must use its communicators in the same order".to_string()
+        } else if gone.is_empty() {
             "ranks wait in calls that can never match".to_string()
         } else {
             format!(
@@ -444,7 +548,6 @@ impl World {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn barrier_completes_and_withdraw_blocks_completion() {
@@ -461,8 +564,8 @@ mod tests {
 
     #[test]
     fn a_finished_rank_turns_a_wait_into_a_diagnosis() {
-        let w = Arc::new(World::new(2, Duration::from_secs(60), 1));
-        w.finish(1);
+        let w = World::new(2, Duration::from_secs(60), 1, Threads::new(2, false));
+        w.threads.finish(1);
         let (generation, _) = w.arrival.arrive(2);
         let t = Instant::now();
         let e = w
@@ -487,7 +590,7 @@ mod tests {
 
     #[test]
     fn timeout_names_the_missing_rank() {
-        let w = World::new(2, Duration::from_millis(50), 1);
+        let w = World::new(2, Duration::from_millis(50), 1, Threads::new(2, false));
         // rank 1 is "running" (neither blocked nor finished): no deadlock, so the deadline fires
         let (generation, _) = w.arrival.arrive(2);
         let e = w
