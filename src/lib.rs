@@ -21,6 +21,7 @@ pub mod api;
 pub mod core;
 pub mod engine;
 pub mod logs;
+pub mod misuse;
 pub mod trace;
 
 pub use api::{Comm, NULL, P2POp};

@@ -24,6 +24,8 @@ pub struct Comm {
     tracer: RankTracer,
     /// communicators duplicated from this one so far
     dups: u64,
+    /// this rank has been told the communicator failed
+    saw_failure: bool,
 }
 
 impl Comm {
@@ -40,6 +42,7 @@ impl Comm {
             tracer,
             world,
             dups: 0,
+            saw_failure: false,
         };
         comm.tracer
             .init(comm.handle(), comm.world.n, comm.world.comm_id);
@@ -118,11 +121,12 @@ impl Comm {
         self.premul.get(slot).copied().flatten()
     }
 
-    /// The error for a call on a failed communicator: the remote failure
-    /// itself when another rank caused it, else NCCL's use-after-error.
-    fn failed_comm(&self, what: &str) -> Error {
+    /// The error for a call on a failed communicator: the failure itself the
+    /// first time this rank meets it, NCCL's use-after-error afterwards.
+    fn failed_comm(&mut self, what: &str) -> Error {
         let why = self.world.failure(self.rank);
-        if why.kind == ErrorKind::RemoteError {
+        // the first call to meet the failure reports the failure itself
+        if !std::mem::replace(&mut self.saw_failure, true) {
             return why;
         }
         Error::new(
@@ -215,6 +219,7 @@ impl Comm {
         launch.p2p.clear();
         self.queued = launch;
         result.map_err(|e| {
+            self.saw_failure |= self.world.has_failed();
             let e = e.on_rank(self.rank);
             self.tracer.warn(&e.message);
             e

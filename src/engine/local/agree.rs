@@ -67,6 +67,31 @@ fn skipped(all: &[Posted], i: usize) -> Option<String> {
     Some(parts.join("; "))
 }
 
+/// `: rank 2 skipped a call or makes its calls in another order`, naming
+/// the ranks outside the largest group.
+fn order_hint(all: &[Posted], i: usize) -> String {
+    let mut counts: BTreeMap<crate::core::Func, usize> = BTreeMap::new();
+    for p in all {
+        *counts.entry(p.calls[i].func).or_default() += 1;
+    }
+    let Some((&func, &most)) = counts.iter().max_by_key(|(_, c)| **c) else {
+        return String::new();
+    };
+    if most * 2 <= all.len() {
+        return String::new();
+    }
+    let odd: Vec<String> = (0..all.len())
+        .filter(|r| all[*r].calls[i].func != func)
+        .map(|r| r.to_string())
+        .collect();
+    let who = if odd.len() == 1 {
+        format!("rank {}", odd[0])
+    } else {
+        format!("ranks {}", odd.join(","))
+    };
+    format!("; {who} skipped a call or makes its calls in another order")
+}
+
 /// Ok when all ranks posted the same calls; otherwise the Mismatch every rank returns.
 pub fn collectives(all: &[Posted]) -> Result<(), Error> {
     let first = &all[0];
@@ -99,8 +124,9 @@ pub fn collectives(all: &[Posted]) -> Result<(), Error> {
                 return Err(Error::new(ErrorKind::Mismatch, msg));
             }
             return mismatch(format!(
-                "ranks are in different operations{at}: {}",
-                split_by(&funcs, "call")
+                "ranks are in different operations{at}: {}{}",
+                split_by(&funcs, "call"),
+                order_hint(all, i)
             ));
         }
         let c0 = &first.calls[i];

@@ -76,12 +76,15 @@ pub struct Threads {
     pub dups: Mutex<HashMap<(u64, u64), Arc<World>>>,
     /// fill buffers the contract leaves undefined (see `LaunchOptions::poison`)
     pub poison: bool,
+    /// serialises recording failures (see `fail_each`)
+    failing: Mutex<()>,
 }
 
 impl Threads {
     pub fn new(n: usize, poison: bool) -> Arc<Threads> {
         Arc::new(Threads {
             poison,
+            failing: Mutex::new(()),
             ranks: (0..n).map(|_| RankState::default()).collect(),
             epoch: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
@@ -124,9 +127,20 @@ impl Threads {
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
-        for w in worlds {
-            w.fail(err.clone());
+        let refs: Vec<&World> = worlds.iter().map(|w| &**w).collect();
+        self.fail_each(&refs, err);
+    }
+
+    /// Fails several communicators as one step: nobody sees one failed and
+    /// acts before the others carry the same reason.
+    pub fn fail_each(&self, worlds: &[&World], err: Error) {
+        {
+            let _one_at_a_time = lock(&self.failing);
+            for w in worlds {
+                w.set_failure(err.clone());
+            }
         }
+        self.bump();
     }
 }
 
@@ -275,14 +289,15 @@ impl World {
 
     /// Marks the communicator failed; the first reason wins.
     pub fn fail(&self, err: Error) {
-        {
-            let mut f = lock(&self.failure);
-            if f.is_none() {
-                *f = Some(err);
-            }
+        self.threads.fail_each(&[self], err);
+    }
+
+    fn set_failure(&self, err: Error) {
+        let mut f = lock(&self.failure);
+        if f.is_none() {
+            *f = Some(err);
         }
         self.failed.store(true, SeqCst);
-        self.bump();
     }
 
     /// The reason the communicator failed, as rank `me` reports it.
@@ -350,9 +365,8 @@ impl World {
                 continue;
             }
             if let Some((err, worlds)) = self.threads.detect_deadlock() {
-                for w in worlds {
-                    w.fail(err.clone());
-                }
+                let refs: Vec<&World> = worlds.iter().map(|w| &**w).collect();
+                self.threads.fail_each(&refs, err);
                 continue;
             }
             self.threads

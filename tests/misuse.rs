@@ -1,0 +1,87 @@
+//! Every scenario of the misuse catalogue: the expected error on every rank
+//! within the deadline, and no byte changed outside the call's legal outputs.
+
+use rankwise::misuse;
+
+fn check(name: &str) {
+    let s = misuse::scenario(name).unwrap_or_else(|| panic!("no scenario {name}"));
+    let o = misuse::run(&s);
+    assert!(o.passed, "{name}: {}", o.problems().join("; "));
+}
+
+macro_rules! scenarios {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(#[test] fn $test() { check($name); })*
+
+        #[test]
+        fn every_catalogued_scenario_has_a_test() {
+            let tested = [$($name),*];
+            for s in misuse::catalogue() {
+                assert!(tested.contains(&s.name), "scenario {} has no test", s.name);
+            }
+        }
+    };
+}
+
+scenarios! {
+    count_mismatch => "count-mismatch",
+    datatype_mismatch => "datatype-mismatch",
+    redop_mismatch => "redop-mismatch",
+    premulsum_scalar_mismatch => "premulsum-scalar-mismatch",
+    root_mismatch => "root-mismatch",
+    op_kind_mismatch => "op-kind-mismatch",
+    skipped_collective => "skipped-collective",
+    rank_never_arrives => "rank-never-arrives",
+    rank_finishes_early => "rank-finishes-early",
+    ungrouped_ring => "ungrouped-ring",
+    unmatched_send => "unmatched-send",
+    zero_count_send_skipped => "zero-count-send-skipped",
+    send_recv_count_mismatch => "send-recv-count-mismatch",
+    send_recv_datatype_mismatch => "send-recv-datatype-mismatch",
+    alltoallv_transposed_splits => "alltoallv-transposed-splits",
+    invalid_root => "invalid-root",
+    null_root_recvbuff => "null-root-recvbuff",
+    out_of_bounds_extent => "out-of-bounds-extent",
+    illegal_overlap => "illegal-overlap",
+    group_end_without_start => "group-end-without-start",
+    send_to_self_without_recv => "send-to-self-without-recv",
+    rank_panics_mid_collective => "rank-panics-mid-collective",
+    communicators_in_opposite_order => "communicators-in-opposite-order",
+    use_after_error => "use-after-error",
+    bad_datatype_code => "bad-datatype-code",
+    bad_op_code => "bad-op-code",
+}
+
+#[test]
+fn the_messages_say_what_happened() {
+    let o = misuse::run(&misuse::scenario("count-mismatch").unwrap());
+    let e = o.ranks[0].error.as_ref().unwrap();
+    assert!(
+        e.message
+            .contains("AllReduce #0: count differs: ranks 0,1,3 pass 1024, rank 2 passes 1000"),
+        "{e}"
+    );
+    let o = misuse::run(&misuse::scenario("ungrouped-ring").unwrap());
+    let e = o.ranks[0].error.as_ref().unwrap();
+    assert!(
+        e.message.contains("0 -> 1 -> 2 -> 3 -> 0")
+            && e.message
+                .contains("wrap these Send/Recv calls in one group"),
+        "{e}"
+    );
+    let o = misuse::run(&misuse::scenario("skipped-collective").unwrap());
+    let e = o.ranks[0].error.as_ref().unwrap();
+    assert!(
+        e.message.contains(
+            "ranks 0,1,3 call Broadcast #0, rank 2 calls AllReduce #0; rank 2 skipped a call"
+        ),
+        "{e}"
+    );
+    let o = misuse::run(&misuse::scenario("rank-never-arrives").unwrap());
+    let e = o.ranks[0].error.as_ref().unwrap();
+    assert!(
+        e.message
+            .contains("rank 3: running outside rankwise [no call yet]"),
+        "{e}"
+    );
+}
