@@ -33,6 +33,9 @@ pub struct LaunchOptions {
     /// them fails loudly and deterministically. Applies to registry memory
     /// (the raw face); the typed face hands non-roots no such buffer at all.
     pub poison: bool,
+    /// Cross-rank agreement before data moves; on unless turned off with the
+    /// unsafe [`LaunchOptions::without_agreement_checks`].
+    check_agreement: bool,
 }
 
 impl Default for LaunchOptions {
@@ -46,6 +49,7 @@ impl Default for LaunchOptions {
             timeout: Duration::from_secs_f64(secs.unwrap_or(300.0)),
             tracer: Tracer::from_env(),
             poison,
+            check_agreement: true,
         }
     }
 }
@@ -57,6 +61,16 @@ impl LaunchOptions {
     }
     pub fn with_tracer(mut self, t: Tracer) -> Self {
         self.tracer = t;
+        self
+    }
+    /// Skips the cross-rank agreement check, for measuring what it costs.
+    ///
+    /// # Safety
+    /// The check is what keeps a mismatched program (one rank passing a
+    /// larger count than another) from reading and writing past other ranks'
+    /// buffers. Without it, every rank must make exactly matching calls.
+    pub unsafe fn without_agreement_checks(mut self) -> Self {
+        self.check_agreement = false;
         self
     }
     pub fn with_poison(mut self, on: bool) -> Self {
@@ -118,7 +132,7 @@ where
         nranks,
         opts.timeout,
         id,
-        world::Threads::new(nranks, opts.poison),
+        world::Threads::new(nranks, opts.poison, opts.check_agreement),
     );
     let program = &program;
     std::thread::scope(|scope| {

@@ -78,11 +78,14 @@ pub struct Threads {
     pub poison: bool,
     /// serialises recording failures (see `fail_each`)
     failing: Mutex<()>,
+    /// compare every rank's calls before moving data (see `LaunchOptions`)
+    pub check_agreement: bool,
 }
 
 impl Threads {
-    pub fn new(n: usize, poison: bool) -> Arc<Threads> {
+    pub fn new(n: usize, poison: bool, check_agreement: bool) -> Arc<Threads> {
         Arc::new(Threads {
+            check_agreement,
             poison,
             failing: Mutex::new(()),
             ranks: (0..n).map(|_| RankState::default()).collect(),
@@ -578,7 +581,7 @@ mod tests {
 
     #[test]
     fn a_finished_rank_turns_a_wait_into_a_diagnosis() {
-        let w = World::new(2, Duration::from_secs(60), 1, Threads::new(2, false));
+        let w = World::new(2, Duration::from_secs(60), 1, Threads::new(2, false, true));
         w.threads.finish(1);
         let (generation, _) = w.arrival.arrive(2);
         let t = Instant::now();
@@ -604,7 +607,12 @@ mod tests {
 
     #[test]
     fn timeout_names_the_missing_rank() {
-        let w = World::new(2, Duration::from_millis(50), 1, Threads::new(2, false));
+        let w = World::new(
+            2,
+            Duration::from_millis(50),
+            1,
+            Threads::new(2, false, true),
+        );
         // rank 1 is "running" (neither blocked nor finished): no deadlock, so the deadline fires
         let (generation, _) = w.arrival.arrive(2);
         let e = w
