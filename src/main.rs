@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rankwise", version, about = "NCCL's collective contracts, executable")]
+#[command(
+    name = "rankwise",
+    version,
+    about = "NCCL's collective contracts, executable"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

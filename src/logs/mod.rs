@@ -1,1 +1,4 @@
 //! Reading NCCL-format INFO/WARN logs: parser and cross-rank analyzer.
+
+pub mod ingest;
+pub mod parse;
