@@ -787,7 +787,15 @@ mod tests {
 
     #[test]
     fn init_lines_of_every_form() {
-        let cases: [(&str, u64, Option<u32>, Option<u32>, Option<u64>, InitPhase); 6] = [
+        type Case = (
+            &'static str,
+            u64,
+            Option<u32>,
+            Option<u32>,
+            Option<u64>,
+            InitPhase,
+        );
+        let cases: [Case; 6] = [
             (
                 "vm:473:473 [0] NCCL INFO ncclCommInitRankConfig comm 0x209db0f0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 60 commId 0x67c0057cd53cedc1 - Init COMPLETE",
                 0x209db0f0,
