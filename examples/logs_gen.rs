@@ -1,7 +1,7 @@
 //! Write a synthetic multi-rank NCCL log, optionally with one injected fault.
 //!
 //!     cargo run --release --example logs_gen -- DIR [--ranks N] [--steps N] [--seed N]
-//!         [--fault none|stop|op|count|datatype|redop|root|unmatched-send|unmatched-recv|p2p-count|invalid-root|zero-count]
+//!         [--period STEPS] [--fault none|stop|op|count|datatype|redop|root|unmatched-send|unmatched-recv|p2p-count|invalid-root|zero-count]
 //!         [--interleaved] [--prefix none|timestamp|torchrun|mpirun] [--no-init] [--rankwise] [--noise PERCENT] [--gzip]
 //!
 //! Prints the fault placed and what an analyzer must report about it.
@@ -17,6 +17,7 @@ fn main() {
         steps: 200,
         seed: 1,
         p2p_percent: 25,
+        period: None,
         style: Style::default(),
     };
     let mut kind = FaultKind::None;
@@ -28,6 +29,7 @@ fn main() {
             "--steps" => spec.steps = val().parse().unwrap(),
             "--seed" => spec.seed = val().parse().unwrap(),
             "--p2p" => spec.p2p_percent = val().parse().unwrap(),
+            "--period" => spec.period = Some(val().parse().unwrap()),
             "--noise" => spec.style.noise_percent = val().parse().unwrap(),
             "--interleaved" => spec.style.layout = Layout::Interleaved,
             "--no-init" => spec.style.init_lines = false,

@@ -59,7 +59,7 @@ pub enum Severity {
     Info,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FindingKind {
     /// Ranks stopped: others issued collective #k, these never did.
@@ -358,26 +358,49 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
     }
 
     let mut groups: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
-    let mut first_seen: HashMap<Key, Loc> = HashMap::new();
     for &i in &order {
         let k = key_of(c, i, &by_ptr, &ordinals, 0);
-        first_seen.entry(k.clone()).or_insert(c.streams[i].first);
         groups.entry(k).or_default().push(i);
     }
-    let mut out: Vec<(Loc, CommGroup)> = Vec::new();
-    for (key, streams) in groups {
-        let mut notes = Vec::new();
-        // nranks: what most members say.
+    let votes_of = |streams: &[usize]| {
         let mut votes: BTreeMap<u32, usize> = BTreeMap::new();
-        for &i in &streams {
+        for &i in streams {
             if let Some(n) = c.streams[i].nranks() {
                 *votes.entry(n).or_default() += 1;
             }
         }
+        // nranks: what most members say.
         let nranks = votes
             .iter()
             .max_by_key(|(n, v)| (**v, std::cmp::Reverse(**n)))
             .map_or(streams.len() as u32, |(n, _)| *n);
+        (votes, nranks)
+    };
+    // Without init lines, several communicators of one size used first at
+    // the same point (pairs, say) look alike: more streams than ranks. Cut
+    // them into communicators of nranks streams, in host/rank order.
+    let mut pending: Vec<(Key, Vec<usize>)> = Vec::new();
+    for (key, streams) in groups {
+        let (_, nranks) = votes_of(&streams);
+        if matches!(key, Key::Order(..)) && nranks > 0 && streams.len() > nranks as usize {
+            let mut sorted = streams;
+            sorted.sort_by_key(|&i| {
+                let s = &c.streams[i];
+                (s.host, s.prefix_rank, s.dev, s.pid, s.comm)
+            });
+            for chunk in sorted.chunks(nranks as usize) {
+                let mut chunk = chunk.to_vec();
+                chunk.sort_by_key(|&i| c.streams[i].first);
+                pending.push((key.clone(), chunk));
+            }
+        } else {
+            pending.push((key, streams));
+        }
+    }
+    let mut out: Vec<(Loc, CommGroup)> = Vec::new();
+    for (key, streams) in pending {
+        let mut notes = Vec::new();
+        let (votes, nranks) = votes_of(&streams);
         // Ranks: init lines first, then hints, then order.
         let mut taken: BTreeMap<u32, (usize, bool)> = BTreeMap::new();
         let mut unknown = Vec::new();
@@ -480,7 +503,17 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                 IdentifiedBy::Order,
             ),
         };
-        for &i in &dups {
+        if dups.len() > LIST_LIMIT {
+            notes.push(Finding::new(
+                FindingKind::DuplicateRank,
+                Some(&name),
+                format!(
+                    "{} more streams claim a rank of {name} already held; they are left out",
+                    dups.len() - LIST_LIMIT
+                ),
+            ));
+        }
+        for &i in dups.iter().take(LIST_LIMIT) {
             let s = &c.streams[i];
             let mut f = Finding::new(
                 FindingKind::DuplicateRank,
@@ -511,7 +544,11 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
             ));
         }
         out.push((
-            first_seen[&key],
+            streams
+                .iter()
+                .map(|&i| c.streams[i].first)
+                .min()
+                .unwrap_or_default(),
             CommGroup {
                 name,
                 comm_id,
@@ -768,7 +805,7 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
             let kind = groups[1..]
                 .iter()
                 .filter_map(|(s, _)| differing_field(ref_sig, s))
-                .min_by_key(|k| *k as u8)
+                .min()
                 .unwrap_or(FindingKind::CountMismatch);
             let odd: Vec<usize> = groups[1..]
                 .iter()
@@ -1112,11 +1149,20 @@ fn calls_before(s: &Stream, loc: Loc) -> usize {
 /// Which communicator and rank a WARN line belongs to: the communicator its
 /// process used last before the line (not one already destroyed).
 fn attribute(c: &Collected, groups: &[CommGroup], w: &WarnRec) -> Option<(usize, Option<u32>)> {
-    let mut best: Option<(Loc, usize)> = None;
+    // Several ranks in one process (one thread per GPU, or rankwise's trace):
+    // the `[dev]` number tells them apart.
+    let same_dev = groups.iter().flat_map(|g| &g.members).any(|&(_, si, _)| {
+        let s = &c.streams[si];
+        s.host == w.host && s.pid == w.pid && w.dev.is_some() && s.dev == w.dev
+    });
+    let mut best: Option<(Loc, usize, usize)> = None;
     for (gi, g) in groups.iter().enumerate() {
         for &(_, si, _) in &g.members {
             let s = &c.streams[si];
             if s.host != w.host || s.pid != w.pid || s.first > w.loc {
+                continue;
+            }
+            if same_dev && s.dev != w.dev {
                 continue;
             }
             if s.ended.is_some_and(|(_, l)| l < w.loc) {
@@ -1128,16 +1174,16 @@ fn attribute(c: &Collected, groups: &[CommGroup], w: &WarnRec) -> Option<(usize,
             } else {
                 s.first
             };
-            if best.is_none_or(|(l, _)| last > l) {
-                best = Some((last, gi));
+            if best.is_none_or(|(l, _, _)| last > l) {
+                best = Some((last, gi, si));
             }
         }
     }
-    let gi = best?.1;
+    let (_, gi, si) = best?;
     let rank = groups[gi]
         .members
         .iter()
-        .find(|&&(_, si, _)| c.streams[si].host == w.host && c.streams[si].pid == w.pid)
+        .find(|&&(_, s, _)| s == si)
         .map(|m| m.0);
     Some((gi, rank))
 }

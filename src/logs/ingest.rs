@@ -330,13 +330,28 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
     let results: Vec<Mutex<Option<SegResult>>> =
         segments.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
+    // Results are merged in segment order as soon as they are ready, so
+    // only the segments in flight are held apart from the merged whole.
+    let merger = Mutex::new((Merger::new(infos), 0usize));
+    fn lock(m: &Mutex<Option<SegResult>>) -> std::sync::MutexGuard<'_, Option<SegResult>> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
     let work = || {
         let mut splitter = LineSplitter::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(seg) = segments.get(i) else { break };
             let r = read_segment(&files[seg.file as usize], seg, &mut splitter);
-            *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            *lock(&results[i]) = Some(r);
+            let mut guard = merger.lock().unwrap_or_else(|p| p.into_inner());
+            let (m, done) = &mut *guard;
+            while *done < segments.len() {
+                let Some(r) = lock(&results[*done]).take() else {
+                    break;
+                };
+                m.add(segments[*done].file, r);
+                *done += 1;
+            }
         }
     };
     if threads == 1 {
@@ -348,15 +363,8 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
             }
         });
     }
-
-    let mut merger = Merger::new(infos);
-    for (seg, r) in segments.iter().zip(results) {
-        let r = r
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-            .expect("every segment is parsed");
-        merger.add(seg.file, r);
-    }
+    let (merger, done) = merger.into_inner().unwrap_or_else(|p| p.into_inner());
+    debug_assert_eq!(done, segments.len());
     Ok(merger.finish())
 }
 

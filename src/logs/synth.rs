@@ -169,6 +169,9 @@ pub struct Spec {
     pub seed: u64,
     /// Percent of steps that are Send/Recv groups.
     pub p2p_percent: u32,
+    /// Repeat the workload every this many steps, as a training loop does
+    /// (`None`: every step is drawn afresh).
+    pub period: Option<u64>,
     pub style: Style,
 }
 
@@ -211,6 +214,7 @@ const COUNTS: [u64; 8] = [1, 7, 1024, 4096, 65536, 1 << 20, 3 << 18, 25_000_000]
 
 impl Spec {
     fn step(&self, i: u64) -> Step {
+        let i = self.period.map_or(i, |p| i % p.max(1));
         let mut r = Rng::new(self.seed ^ i.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let p2p = self.nranks >= 2 && r.below(100) < u64::from(self.p2p_percent);
         if p2p {
@@ -910,6 +914,7 @@ mod tests {
             steps: 60,
             seed,
             p2p_percent: 30,
+            period: None,
             style: Style::default(),
         }
     }
