@@ -1051,7 +1051,17 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
             f.location = Some(loc_str(c, streams[m].loc(idx as usize)));
             problem = Some(f);
         }
-        if let Some(f) = problem {
+        if let Some(mut f) = problem {
+            // The missing side belongs to a rank that stopped: a consequence.
+            if let (Some(d), Some(peer)) = (&div_report, f.peer)
+                && d.kind == FindingKind::Stopped
+                && d.stopped.contains(&peer)
+                && matches!(f.kind, FindingKind::UnmatchedSend | FindingKind::UnmatchedRecv)
+            {
+                let note = format!("; rank {peer} stopped before collective #{}", d.position);
+                f.message += &note;
+                f.brief += &note;
+            }
             if p2p_listed < LIST_LIMIT {
                 findings.push(f);
             } else {
