@@ -1056,7 +1056,10 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
             if let (Some(d), Some(peer)) = (&div_report, f.peer)
                 && d.kind == FindingKind::Stopped
                 && d.stopped.contains(&peer)
-                && matches!(f.kind, FindingKind::UnmatchedSend | FindingKind::UnmatchedRecv)
+                && matches!(
+                    f.kind,
+                    FindingKind::UnmatchedSend | FindingKind::UnmatchedRecv
+                )
             {
                 let note = format!("; rank {peer} stopped before collective #{}", d.position);
                 f.message += &note;
@@ -1158,44 +1161,51 @@ fn calls_before(s: &Stream, loc: Loc) -> usize {
 
 /// Which communicator and rank a WARN line belongs to: the communicator its
 /// process used last before the line (not one already destroyed).
-fn attribute(c: &Collected, groups: &[CommGroup], w: &WarnRec) -> Option<(usize, Option<u32>)> {
-    // Several ranks in one process (one thread per GPU, or rankwise's trace):
-    // the `[dev]` number tells them apart.
-    let same_dev = groups.iter().flat_map(|g| &g.members).any(|&(_, si, _)| {
-        let s = &c.streams[si];
-        s.host == w.host && s.pid == w.pid && w.dev.is_some() && s.dev == w.dev
-    });
-    let mut best: Option<(Loc, usize, usize)> = None;
+/// `(host, pid)` → the `(group, rank, stream)` of every member stream in that process.
+type ByProcess = HashMap<(u32, u32), Vec<(usize, u32, usize)>>;
+
+fn by_process(c: &Collected, groups: &[CommGroup]) -> ByProcess {
+    let mut m: ByProcess = HashMap::new();
     for (gi, g) in groups.iter().enumerate() {
-        for &(_, si, _) in &g.members {
+        for &(rank, si, _) in &g.members {
             let s = &c.streams[si];
-            if s.host != w.host || s.pid != w.pid || s.first > w.loc {
-                continue;
-            }
-            if same_dev && s.dev != w.dev {
-                continue;
-            }
-            if s.ended.is_some_and(|(_, l)| l < w.loc) {
-                continue;
-            }
-            let before = calls_before(s, w.loc);
-            let last = if before > 0 {
-                s.loc(before - 1)
-            } else {
-                s.first
-            };
-            if best.is_none_or(|(l, _, _)| last > l) {
-                best = Some((last, gi, si));
-            }
+            m.entry((s.host, s.pid)).or_default().push((gi, rank, si));
         }
     }
-    let (_, gi, si) = best?;
-    let rank = groups[gi]
-        .members
+    m
+}
+
+fn attribute(c: &Collected, procs: &ByProcess, w: &WarnRec) -> Option<(usize, u32)> {
+    let members = procs.get(&(w.host, w.pid))?;
+    // Several ranks in one process (one thread per GPU, or rankwise's trace):
+    // the `[dev]` number tells them apart.
+    let same_dev = w.dev.is_some() && members.iter().any(|&(_, _, si)| c.streams[si].dev == w.dev);
+    let candidates = members
         .iter()
-        .find(|&&(_, s, _)| s == si)
-        .map(|m| m.0);
-    Some((gi, rank))
+        .filter(|&&(_, _, si)| !same_dev || c.streams[si].dev == w.dev);
+    let mut best: Option<(Loc, usize, u32)> = None;
+    for &(gi, rank, si) in candidates.clone() {
+        let s = &c.streams[si];
+        if s.first > w.loc || s.ended.is_some_and(|(_, l)| l < w.loc) {
+            continue;
+        }
+        let before = calls_before(s, w.loc);
+        let last = if before > 0 {
+            s.loc(before - 1)
+        } else {
+            s.first
+        };
+        if best.is_none_or(|(l, _, _)| last > l) {
+            best = Some((last, gi, rank));
+        }
+    }
+    match best {
+        Some((_, gi, rank)) => Some((gi, rank)),
+        // A WARN before the process's first logged call: the communicator it used next.
+        None => candidates
+            .min_by_key(|&&(_, _, si)| c.streams[si].first)
+            .map(|&(gi, rank, _)| (gi, rank)),
+    }
 }
 
 /// Run every check on what was read.
@@ -1204,9 +1214,10 @@ pub fn analyze(c: &Collected) -> Analysis {
     let mut per_comm: Vec<CommAnalysis> = groups.iter().map(|g| analyze_comm(c, g)).collect();
 
     // warnings
-    let mut other_warn_listed = 0usize;
     let mut stray: Vec<Finding> = Vec::new();
     let mut omitted_warn = 0u64;
+    let procs = by_process(c, &groups);
+    let mut listed: HashMap<FindingKind, usize> = HashMap::new();
     for w in &c.warnings {
         let (kind, what) = match w.kind {
             WarnKind::InvalidRoot(_) => (FindingKind::InvalidRoot, "invalid root"),
@@ -1214,10 +1225,16 @@ pub fn analyze(c: &Collected) -> Analysis {
             WarnKind::InvalidOp(_) => (FindingKind::InvalidOp, "invalid reduction op"),
             WarnKind::Other => (FindingKind::NcclWarning, "warning"),
         };
+        let n = listed.entry(kind).or_default();
+        if *n >= LIST_LIMIT {
+            omitted_warn += 1;
+            continue;
+        }
+        *n += 1;
         let host = &c.hosts[w.host as usize];
-        let target = attribute(c, &groups, w);
+        let target = attribute(c, &procs, w);
         let comm = target.map(|(gi, _)| groups[gi].name.as_str());
-        let rank = target.and_then(|t| t.1);
+        let rank = target.map(|t| t.1);
         let who = match rank {
             Some(r) => format!("rank {r} ({host}:{})", w.pid),
             None => format!("{host}:{}", w.pid),
@@ -1247,13 +1264,6 @@ pub fn analyze(c: &Collected) -> Analysis {
         f.ranks = rank.into_iter().collect();
         f.op = w.op;
         f.location = Some(loc_str(c, w.loc));
-        if kind == FindingKind::NcclWarning {
-            if other_warn_listed >= LIST_LIMIT {
-                omitted_warn += 1;
-                continue;
-            }
-            other_warn_listed += 1;
-        }
         match target {
             Some((gi, _)) => per_comm[gi].findings.push(f),
             None => stray.push(f),

@@ -502,6 +502,9 @@ impl LineSplitter {
 
 type StreamKey = (u32, u32, u64);
 
+/// WARN lines kept per segment (the rest are only counted).
+const MAX_WARNINGS: usize = 1000;
+
 /// Parse state of one segment.
 struct SegState {
     parser: Parser,
@@ -672,6 +675,9 @@ impl SegState {
                     }
                     Body::Warn(w) => {
                         self.counts.warn_lines += 1;
+                        if self.warnings.len() >= MAX_WARNINGS {
+                            return; // counted, not kept: a WARN flood must not grow memory
+                        }
                         let host = self.host_id(head.host);
                         let text = String::from_utf8_lossy(&w.text[..w.text.len().min(300)]);
                         self.warnings.push(WarnRec {

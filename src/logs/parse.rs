@@ -426,7 +426,10 @@ impl<'a> TokensRev<'a> {
         if self.end == 0 {
             return None;
         }
-        let start = memchr::memrchr(b' ', &self.s[..self.end]).map_or(0, |p| p + 1);
+        let mut start = self.end;
+        while start > 0 && self.s[start - 1] != b' ' {
+            start -= 1;
+        }
         let tok = &self.s[start..self.end];
         self.end = start;
         Some((tok, start))
@@ -463,7 +466,11 @@ impl<'a> Iterator for Tokens<'a> {
             self.pos = p;
             return None;
         }
-        let end = memchr::memchr(b' ', &s[p..]).map_or(s.len(), |e| p + e);
+        // Tokens are short: a plain loop beats a vectorised search here.
+        let mut end = p;
+        while end < s.len() && s[end] != b' ' {
+            end += 1;
+        }
         self.pos = end;
         Some(&s[p..end])
     }
