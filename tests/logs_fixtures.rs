@@ -303,3 +303,75 @@ fn both_fixtures_read_from_the_directory() {
         INIT_COLL.lines().count() + TORCH_CTYPES.lines().count()
     );
 }
+
+#[test]
+fn a_second_copy_of_a_log_is_skipped_not_doubled() {
+    use rankwise::logs::synth::{Fault, Spec, Style};
+    let spec = Spec {
+        nranks: 3,
+        steps: 40,
+        seed: 77,
+        p2p_percent: 20,
+        period: None,
+        style: Style::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let files = spec.render(Fault::None);
+    for (name, bytes) in &files {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    // a console log holding rank 1's lines again
+    std::fs::write(dir.path().join("zz-console.log"), &files[1].1).unwrap();
+    let a = rankwise::logs::analyze_paths(&[dir.path().to_path_buf()], Options::default()).unwrap();
+    assert_eq!(a.problems, 0, "{}", a.verdict);
+    let calls_1 = files[1]
+        .1
+        .split(|b| *b == b'\n')
+        .filter(|l| l.windows(9).any(|w| w == b": opCount"))
+        .count();
+    assert_eq!(a.communicators.len(), 1);
+    assert_eq!(a.communicators[0].members[1].calls as usize, calls_1);
+    let r: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::RepeatedLog)
+        .collect();
+    assert_eq!(r.len(), 1);
+    assert!(
+        r[0].message.contains(&format!(
+            "zz-console.log repeats the {calls_1} calls of node00:31007"
+        )),
+        "{}",
+        r[0].message
+    );
+
+    // The same copy without init and destroy lines continues the stream in
+    // the reader, where the restarted opCount gives it away.
+    let lines = |bytes: &[u8], keep: &dyn Fn(&[u8]) -> bool| -> Vec<u8> {
+        bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty() && keep(l))
+            .flat_map(|l| l.iter().copied().chain([b'\n']))
+            .collect()
+    };
+    let has = |l: &[u8], w: &[u8]| l.windows(w.len()).any(|x| x == w);
+    std::fs::write(
+        dir.path().join("zz-console.log"),
+        lines(&files[1].1, &|l| has(l, b": opCount")),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("rank001.log"),
+        lines(&files[1].1, &|l| !has(l, b"Destroy")),
+    )
+    .unwrap();
+    let a = rankwise::logs::analyze_paths(&[dir.path().to_path_buf()], Options::default()).unwrap();
+    assert_eq!(a.problems, 0, "{}", a.verdict);
+    assert_eq!(a.counts.repeated_calls as usize, calls_1);
+    assert_eq!(a.communicators[0].members[1].calls as usize, calls_1);
+    assert!(
+        a.findings
+            .iter()
+            .any(|f| f.kind == FindingKind::RepeatedLog)
+    );
+}

@@ -193,7 +193,9 @@ fn a_flood_of_warnings_is_counted_not_kept() {
         "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x10 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 0 commId 0xa - Init COMPLETE\n",
     );
     for i in 0..5000 {
-        t += &format!("h:1:1 [0] misc/argcheck.cc:48 NCCL WARN Broadcast : invalid root {i} (root should be in the 0..2 range)\n");
+        t += &format!(
+            "h:1:1 [0] misc/argcheck.cc:48 NCCL WARN Broadcast : invalid root {i} (root should be in the 0..2 range)\n"
+        );
         t += "h:1:1 [0] transport.cc:1 NCCL WARN Connection closed\n";
     }
     let c = collect_bytes("warn.log", t.as_bytes());
@@ -207,5 +209,9 @@ fn a_flood_of_warnings_is_counted_not_kept() {
         .count();
     assert_eq!(roots, rankwise::logs::analyze::LIST_LIMIT);
     assert!(a.findings_omitted > 0);
-    assert!(a.verdict.starts_with("invalid argument: rank 0 (h:1)"), "{}", a.verdict);
+    assert!(
+        a.verdict.starts_with("invalid argument: rank 0 (h:1)"),
+        "{}",
+        a.verdict
+    );
 }

@@ -84,6 +84,8 @@ pub enum FindingKind {
     NcclWarning,
     MissingRanks,
     DuplicateRank,
+    /// A file repeats calls another file already holds (skipped).
+    RepeatedLog,
     NranksConflict,
     ZeroCount,
 }
@@ -95,7 +97,9 @@ impl FindingKind {
             Stopped | OpMismatch | CountMismatch | DatatypeMismatch | RedopMismatch
             | RootMismatch | UnmatchedSend | UnmatchedRecv | P2pMismatch | InvalidPeer
             | InvalidRoot | InvalidType | InvalidOp => Severity::Error,
-            NcclWarning | MissingRanks | DuplicateRank | NranksConflict => Severity::Warning,
+            NcclWarning | MissingRanks | DuplicateRank | RepeatedLog | NranksConflict => {
+                Severity::Warning
+            }
             ZeroCount => Severity::Info,
         }
     }
@@ -404,23 +408,24 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
         // Ranks: init lines first, then hints, then order.
         let mut taken: BTreeMap<u32, (usize, bool)> = BTreeMap::new();
         let mut unknown = Vec::new();
-        let mut dups: Vec<usize> = Vec::new();
+        // (stream left out, the stream that holds its rank)
+        let mut dups: Vec<(usize, Option<usize>)> = Vec::new();
         let claim = |rank: u32,
                      i: usize,
                      inferred: bool,
                      taken: &mut BTreeMap<u32, (usize, bool)>,
-                     dups: &mut Vec<usize>| {
+                     dups: &mut Vec<(usize, Option<usize>)>| {
             match taken.get(&rank) {
                 None => {
                     taken.insert(rank, (i, inferred));
                 }
                 Some(&(j, _)) => {
-                    // Keep the stream with more calls.
+                    // Keep the stream with more calls (the first, if equal).
                     if c.streams[i].calls.len() > c.streams[j].calls.len() {
                         taken.insert(rank, (i, inferred));
-                        dups.push(j);
+                        dups.push((j, Some(i)));
                     } else {
-                        dups.push(i);
+                        dups.push((i, Some(j)));
                     }
                 }
             }
@@ -460,7 +465,7 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                         r += 1;
                     }
                     if r >= nranks {
-                        dups.push(i);
+                        dups.push((i, None));
                     } else {
                         claim(r, i, true, &mut taken, &mut dups);
                     }
@@ -513,8 +518,33 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                 ),
             ));
         }
-        for &i in dups.iter().take(LIST_LIMIT) {
+        for &(i, kept) in dups.iter().take(LIST_LIMIT) {
             let s = &c.streams[i];
+            if let Some(j) = kept {
+                let k = &c.streams[j];
+                if (k.host, k.pid, k.comm) == (s.host, s.pid, s.comm) {
+                    // The same process and pointer twice: one run logged in two files.
+                    let file = |x: &Stream| {
+                        c.files
+                            .get(x.first.file as usize)
+                            .map_or("?", |f| f.path.as_str())
+                    };
+                    notes.push(Finding::new(
+                        FindingKind::RepeatedLog,
+                        Some(&name),
+                        format!(
+                            "{} repeats the {} calls of {}:{} comm {} already read from {}; skipped",
+                            file(s),
+                            s.calls.len(),
+                            c.hosts[s.host as usize],
+                            s.pid,
+                            hex(s.comm),
+                            file(k)
+                        ),
+                    ));
+                    continue;
+                }
+            }
             let mut f = Finding::new(
                 FindingKind::DuplicateRank,
                 Some(&name),
@@ -1279,6 +1309,9 @@ pub fn analyze(c: &Collected) -> Analysis {
         comms.push(ca.report);
     }
     findings.extend(stray);
+    for r in &c.repeats {
+        findings.push(Finding::new(FindingKind::RepeatedLog, None, r.clone()));
+    }
     // errors first, then warnings, then info; stable within a severity
     findings.sort_by_key(|f| f.severity);
     let problems = findings

@@ -165,6 +165,8 @@ pub struct Counts {
     pub not_nccl_lines: u64,
     /// NCCL COLL/init lines with a required field missing or unreadable.
     pub malformed_lines: u64,
+    /// Calls skipped because another file had already logged them.
+    pub repeated_calls: u64,
 }
 
 impl Counts {
@@ -177,6 +179,7 @@ impl Counts {
         self.other_nccl_lines += o.other_nccl_lines;
         self.not_nccl_lines += o.not_nccl_lines;
         self.malformed_lines += o.malformed_lines;
+        self.repeated_calls += o.repeated_calls;
     }
 }
 
@@ -200,6 +203,9 @@ pub struct Collected {
     pub streams: Vec<Stream>,
     pub warnings: Vec<WarnRec>,
     pub counts: Counts,
+    /// Calls of a process that a later file repeats (the same run logged
+    /// twice, e.g. a per-rank file and a console copy): the repeat is skipped.
+    pub repeats: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -711,6 +717,8 @@ struct Merger {
     base: FxMap<StreamKey, u32>,
     /// Lines already delivered per file (the line offset of the next segment).
     file_lines: Vec<u64>,
+    /// (file, global stream) pairs whose calls repeat an earlier file's.
+    repeated: std::collections::HashSet<(u32, usize)>,
 }
 
 impl Merger {
@@ -726,6 +734,7 @@ impl Merger {
             index: FxMap::default(),
             base: FxMap::default(),
             file_lines: vec![0; n],
+            repeated: std::collections::HashSet::new(),
         }
     }
 
@@ -795,7 +804,33 @@ impl Merger {
                 }
                 Some(&g) => {
                     let d = &mut self.out.streams[g];
-                    if d.file_runs.last().map(|r| r.0) != Some(file) {
+                    let new_file = d.file_runs.last().map(|r| r.0) != Some(file);
+                    // opCount never goes back within a communicator: a file
+                    // that restarts it below what was read is a second copy.
+                    let restarts = match (s.calls.first(), d.calls.last()) {
+                        (Some(a), Some(b)) => {
+                            a.op_count != u64::MAX
+                                && b.op_count != u64::MAX
+                                && a.op_count < b.op_count
+                        }
+                        _ => false,
+                    };
+                    if self.repeated.contains(&(file, g)) || (new_file && restarts) {
+                        if self.repeated.insert((file, g)) {
+                            let first_file = d.file_runs[0].0 as usize;
+                            self.out.repeats.push(format!(
+                                "{} repeats the calls of {}:{} comm 0x{:x} already read from {}; skipped",
+                                self.out.files[f].path,
+                                self.out.hosts[host as usize],
+                                s.pid,
+                                s.comm,
+                                self.out.files[first_file].path
+                            ));
+                        }
+                        self.out.counts.repeated_calls += s.calls.len() as u64;
+                        continue;
+                    }
+                    if new_file {
                         d.file_runs.push((file, d.calls.len() as u32));
                     }
                     d.calls.extend_from_slice(&s.calls);
