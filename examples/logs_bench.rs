@@ -14,6 +14,38 @@ use rankwise::logs::{Options, analyze, collect, expand_paths};
 use std::io::Write;
 use std::time::Instant;
 
+/// CPU seconds the whole machine has been busy (all cores), from /proc/stat.
+fn machine_busy_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 5 {
+        return f64::NAN;
+    }
+    (v.iter().sum::<f64>() - v[3] - v[4]) / 100.0
+}
+
+/// CPU seconds (user + system) this process has used, from /proc/self/stat.
+fn own_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or_default();
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // fields after the command name: state is not numeric, so utime and stime
+    // are the 12th and 13th numbers
+    f.get(10)
+        .zip(f.get(11))
+        .map_or(f64::NAN, |(u, s)| (u + s) / 100.0)
+}
+
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -90,6 +122,7 @@ fn main() {
         .iter()
         .map(|f| std::fs::metadata(f).unwrap().len())
         .sum();
+    let (busy0, own0) = (machine_busy_s(), own_cpu_s());
     let t0 = Instant::now();
     let collected = collect(
         &files,
@@ -104,6 +137,8 @@ fn main() {
     let a = analyze(&collected);
     let t_analyze = t1.elapsed().as_secs_f64();
     let total_s = t0.elapsed().as_secs_f64();
+    let own = own_cpu_s() - own0;
+    let others = machine_busy_s() - busy0 - own;
     println!("{}", a.verdict);
     println!(
         "{} files, {:.3} GB, {} lines, {} calls, {} distinct call signatures",
@@ -118,5 +153,13 @@ fn main() {
         total as f64 / 1e6 / total_s,
         collected.counts.lines as f64 / 1e6 / total_s,
         peak_rss_mib().unwrap_or(f64::NAN)
+    );
+    println!(
+        "CPU: this process {own:.2} s, other processes during the run {others:.2} s{}",
+        if others > 0.25 * total_s {
+            " (contended: the machine was busy with other work)"
+        } else {
+            ""
+        }
     );
 }
