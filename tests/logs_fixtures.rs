@@ -226,6 +226,13 @@ fn the_shared_fixture() {
         Some(&*format!("init-coll.log:{}", warn_lines(INIT_COLL)[0]))
     );
     assert_eq!(w.comm.as_deref(), Some("commId 0x67c0057cd53cedc1"));
+    // NCCL's "0..1 range" on a 1-rank communicator, said without ambiguity
+    assert!(
+        w.message
+            .contains("root 1 is out of range: valid roots are 0..=0"),
+        "{}",
+        w.message
+    );
 }
 
 #[test]

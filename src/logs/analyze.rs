@@ -126,9 +126,12 @@ pub struct Finding {
     pub call_index: Option<u64>,
     pub location: Option<String>,
     pub message: String,
-    /// The finding as a verdict line (for a WARN: the WARN text).
+    /// The finding as a verdict line.
     #[serde(skip)]
     pub brief: String,
+    /// For a finding made from a WARN line: that line's message.
+    #[serde(skip)]
+    pub warn_text: Option<String>,
 }
 
 impl Finding {
@@ -145,6 +148,7 @@ impl Finding {
             call_index: None,
             location: None,
             brief: message.clone(),
+            warn_text: None,
             message,
         }
     }
@@ -1276,12 +1280,20 @@ pub fn analyze(c: &Collected) -> Analysis {
         } else {
             ""
         };
+        // NCCL's "root should be in the 0..N range" reads as if N were legal.
+        let what = match (w.kind, target) {
+            (WarnKind::InvalidRoot(v), Some((gi, _))) => format!(
+                "root {v} is out of range: valid roots are 0..={}",
+                groups[gi].nranks.saturating_sub(1)
+            ),
+            _ => what.to_string(),
+        };
+        let op = w.op.map_or("call", OpKind::name);
         let msg = if kind == FindingKind::NcclWarning {
             format!("{who} logged NCCL WARN {}{on}", w.text)
         } else {
             format!(
-                "{who}: {} rejected by NCCL ({what}): WARN {}{on}{guess}; this call was never issued",
-                w.op.map_or("call", OpKind::name),
+                "{who}: {op} rejected by NCCL ({what}){on}{guess}; this call was never issued; WARN {}",
                 w.text
             )
         };
@@ -1289,8 +1301,12 @@ pub fn analyze(c: &Collected) -> Analysis {
         f.brief = if kind == FindingKind::NcclWarning {
             format!("WARN {}", w.text)
         } else {
-            format!("invalid argument: {who}: WARN {}{on}", w.text)
+            format!(
+                "invalid argument: {who}: {op} rejected by NCCL ({what}){on}; WARN {}",
+                w.text
+            )
         };
+        f.warn_text = Some(w.text.clone());
         f.ranks = rank.into_iter().collect();
         f.op = w.op;
         f.location = Some(loc_str(c, w.loc));
@@ -1356,11 +1372,11 @@ fn verdict(c: &Collected, comms: &[CommReport], findings: &[Finding]) -> String 
                     && w.ranks.iter().any(|r| first.ranks.contains(r))
             })
         {
-            let warn = w.brief.split(": WARN ").nth(1).unwrap_or_default();
-            let warn = warn
-                .strip_suffix(&format!(" on {}", w.comm.as_deref().unwrap_or_default()))
-                .unwrap_or(warn);
-            text += &format!("; rank {} logged WARN {warn}", w.ranks[0]);
+            text += &format!(
+                "; rank {} logged WARN {}",
+                w.ranks[0],
+                w.warn_text.as_deref().unwrap_or_default()
+            );
         }
         return format!("{text}{more}");
     }
