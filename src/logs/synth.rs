@@ -696,10 +696,7 @@ impl<'a> RankGen<'a> {
                         (self.noise.below(5000) as f64) / 1000.0
                     );
                 }
-                _ => {
-                    self.prefix(&mut l);
-                    l.extend_from_slice(b"");
-                }
+                _ => self.prefix(&mut l), // a blank line, launcher prefix only
             }
             l.push(b'\n');
             self.queue.push_back(l);
