@@ -15,9 +15,17 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Diagnose hangs and contract mismatches from NCCL's own logs
+    Logs {
+        #[command(subcommand)]
+        cmd: rankwise::logs::cli::LogsCommand,
+    },
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Logs { cmd } => rankwise::logs::cli::run(cmd),
+    }
 }

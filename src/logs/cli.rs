@@ -1,0 +1,120 @@
+//! `rankwise logs analyze|summary FILE|DIR...`
+//!
+//! Exit codes: 0 when no problem was found, 1 when a divergence, hang or
+//! mismatch was diagnosed, 2 for bad input (a missing file, no NCCL lines).
+
+use super::analyze::{analyze, summarize};
+use super::ingest::{Options, collect, expand_paths};
+use super::report::{analysis_text, summary_text};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum LogsCommand {
+    /// Diagnose hangs and contract mismatches: the first position where
+    /// ranks diverge, unmatched Send/Recv, invalid arguments.
+    Analyze(AnalyzeArgs),
+    /// Calls and bytes per communicator, rank and op.
+    Summary(SummaryArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InputArgs {
+    /// NCCL_DEBUG=INFO logs: files or directories (walked recursively);
+    /// ranks may be in separate files or interleaved; `.gz` is read directly.
+    #[arg(required = true, value_name = "FILE|DIR")]
+    pub paths: Vec<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Parser threads (0: one per core).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: usize,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AnalyzeArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SummaryArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("rankwise logs: {msg}");
+    ExitCode::from(2)
+}
+
+fn emit(text: &str) {
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+fn read(input: &InputArgs) -> Result<super::ingest::Collected, ExitCode> {
+    let files = expand_paths(&input.paths).map_err(fail)?;
+    let collected = collect(
+        &files,
+        Options {
+            threads: input.threads,
+            ..Options::default()
+        },
+    )
+    .map_err(fail)?;
+    if collected.counts.nccl_lines == 0 {
+        return Err(fail(format!(
+            "no NCCL lines in the {} lines read from {} file{} (were the logs written with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?)",
+            collected.counts.lines,
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(collected)
+}
+
+pub fn run(cmd: LogsCommand) -> ExitCode {
+    match cmd {
+        LogsCommand::Analyze(args) => {
+            let collected = match read(&args.input) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let a = analyze(&collected);
+            if args.input.json {
+                match serde_json::to_string_pretty(&a) {
+                    Ok(s) => emit(&(s + "\n")),
+                    Err(e) => return fail(e),
+                }
+            } else {
+                emit(&analysis_text(&a));
+            }
+            if a.problems > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        LogsCommand::Summary(args) => {
+            let collected = match read(&args.input) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let s = summarize(&collected);
+            if args.input.json {
+                match serde_json::to_string_pretty(&s) {
+                    Ok(j) => emit(&(j + "\n")),
+                    Err(e) => return fail(e),
+                }
+            } else {
+                emit(&summary_text(&s));
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

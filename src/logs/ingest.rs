@@ -1,0 +1,1045 @@
+//! Files → per-process call streams.
+//!
+//! Input files (plain or gzip, any mix of ranks, interleaved or not) are cut
+//! into segments: a plain file larger than `segment_bytes` is split at byte
+//! offsets, and each segment owns the lines that *start* inside it, so the
+//! segments partition the lines exactly. Segments are parsed in parallel
+//! threads; each builds its own streams, keyed by (host, pid, comm pointer),
+//! and the results are merged in file and segment order, so the outcome does
+//! not depend on how the work was split.
+//!
+//! A stream is one process's view of one communicator: its calls in order,
+//! compactly (an interned call signature, the opCount, the line), plus what
+//! its init lines said. Memory grows with the number of calls kept (16 bytes
+//! each), never with the size of the text: lines are read into one reused
+//! buffer and parsed in place; a line longer than the buffer is cut.
+
+use super::parse::{Body, Head, InitPhase, Line, OpKind, Parser, WarnKind};
+use std::collections::HashMap;
+use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A small, fast hasher for the integer keys of the hot path.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut v = [0u8; 8];
+            v[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(v));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    #[inline]
+    fn write_i32(&mut self, i: i32) {
+        self.write_u64(i as u32 as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// What a call's COLL line says, minus pointers and opCount: the part every
+/// rank must agree on (and, for Send/Recv, the peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sig {
+    pub op: OpKind,
+    pub count: u64,
+    pub datatype: i32,
+    pub redop: i32,
+    pub root: i32,
+}
+
+/// One call as kept in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallRec {
+    /// Index into [`Collected::sigs`].
+    pub sig: u32,
+    /// 1-based line in its file (saturates at `u32::MAX`).
+    pub line: u32,
+    /// The opCount NCCL printed, or `u64::MAX` when the line had none.
+    pub op_count: u64,
+}
+
+/// A place in the input: file index into [`Collected::files`] and 1-based line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Loc {
+    pub file: u32,
+    pub line: u64,
+}
+
+/// What a process said about one comm pointer (one epoch of it: a pointer
+/// reused after `Destroy COMPLETE` starts a new stream).
+#[derive(Clone, Debug, Default)]
+pub struct Stream {
+    pub host: u32,
+    pub pid: u32,
+    pub comm: u64,
+    pub epoch: u32,
+    pub calls: Vec<CallRec>,
+    /// `(file, first call index)` runs: which file each call came from.
+    pub file_runs: Vec<(u32, u32)>,
+    pub rank: Option<u32>,
+    pub nranks_init: Option<u32>,
+    pub nranks_coll: Option<u32>,
+    pub comm_id: Option<u64>,
+    pub parent: Option<u64>,
+    pub color: Option<i64>,
+    pub split_count: Option<u32>,
+    pub init_complete: bool,
+    pub dev: Option<u32>,
+    pub prefix_rank: Option<u32>,
+    pub prefix_local: Option<u32>,
+    pub first: Loc,
+    pub last: Loc,
+    /// Where `Destroy COMPLETE` / `Abort COMPLETE` was logged.
+    pub ended: Option<(InitPhase, Loc)>,
+}
+
+impl Stream {
+    /// The file and line of call `i`.
+    pub fn loc(&self, i: usize) -> Loc {
+        let run = self
+            .file_runs
+            .partition_point(|&(_, start)| start as usize <= i);
+        let file = self.file_runs[run.saturating_sub(1)].0;
+        Loc {
+            file,
+            line: u64::from(self.calls[i].line),
+        }
+    }
+
+    pub fn nranks(&self) -> Option<u32> {
+        self.nranks_init.or(self.nranks_coll)
+    }
+}
+
+/// An NCCL WARN line.
+#[derive(Clone, Debug)]
+pub struct WarnRec {
+    pub host: u32,
+    pub pid: u32,
+    pub dev: Option<u32>,
+    pub loc: Loc,
+    pub op: Option<OpKind>,
+    pub kind: WarnKind,
+    pub text: String,
+}
+
+/// Line counts, by what the parser made of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    pub lines: u64,
+    pub nccl_lines: u64,
+    pub calls: u64,
+    pub init_lines: u64,
+    pub warn_lines: u64,
+    /// NCCL lines that carry nothing the analyzer uses (topology, channels, …).
+    pub other_nccl_lines: u64,
+    /// Lines that are not NCCL's (application output, blank lines).
+    pub not_nccl_lines: u64,
+    /// NCCL COLL/init lines with a required field missing or unreadable.
+    pub malformed_lines: u64,
+    /// Calls skipped because another file had already logged them.
+    pub repeated_calls: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.lines += o.lines;
+        self.nccl_lines += o.nccl_lines;
+        self.calls += o.calls;
+        self.init_lines += o.init_lines;
+        self.warn_lines += o.warn_lines;
+        self.other_nccl_lines += o.other_nccl_lines;
+        self.not_nccl_lines += o.not_nccl_lines;
+        self.malformed_lines += o.malformed_lines;
+        self.repeated_calls += o.repeated_calls;
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FileInfo {
+    pub path: String,
+    pub bytes: u64,
+    pub gzip: bool,
+    pub lines: u64,
+    /// A problem met while reading (a truncated gzip stream, an I/O error);
+    /// the lines before it were used.
+    pub note: Option<String>,
+}
+
+/// Everything read from the input.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub files: Vec<FileInfo>,
+    pub hosts: Vec<String>,
+    pub sigs: Vec<Sig>,
+    pub streams: Vec<Stream>,
+    pub warnings: Vec<WarnRec>,
+    pub counts: Counts,
+    /// Calls of a process that a later file repeats (the same run logged
+    /// twice, e.g. a per-rank file and a console copy): the repeat is skipped.
+    pub repeats: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Worker threads (0: one per available core).
+    pub threads: usize,
+    /// Plain files larger than this are split into segments parsed in parallel.
+    pub segment_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threads: 0,
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("cannot read '{path}': {source}")]
+    Unreadable { path: String, source: io::Error },
+    #[error("no log files found in {0}")]
+    NoFiles(String),
+}
+
+/// Files named on the command line: files as given, directories walked
+/// recursively in name order (hidden entries skipped).
+pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| InputError::Unreadable {
+            path: p.display().to_string(),
+            source: e,
+        })?;
+        if meta.is_dir() {
+            let before = out.len();
+            walk(p, &mut out)?;
+            if out.len() == before {
+                return Err(InputError::NoFiles(p.display().to_string()));
+            }
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), InputError> {
+    let err = |e| InputError::Unreadable {
+        path: dir.display().to_string(),
+        source: e,
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = e.path();
+        let ft = e.file_type().map_err(err)?;
+        if ft.is_dir() {
+            walk(&path, out)?;
+        } else if ft.is_file() || (ft.is_symlink() && path.is_file()) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+struct Segment {
+    file: u32,
+    start: u64,
+    end: u64,
+}
+
+/// Read and parse all files.
+pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError> {
+    let mut infos = Vec::with_capacity(files.len());
+    let mut segments = Vec::new();
+    for (i, path) in files.iter().enumerate() {
+        let unreadable = |e| InputError::Unreadable {
+            path: path.display().to_string(),
+            source: e,
+        };
+        let mut f = File::open(path).map_err(unreadable)?;
+        let bytes = f.metadata().map_err(unreadable)?.len();
+        let mut magic = [0u8; 2];
+        let gzip = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+        infos.push(FileInfo {
+            path: path.display().to_string(),
+            bytes,
+            gzip,
+            lines: 0,
+            note: None,
+        });
+        let seg = opts.segment_bytes.max(1);
+        if gzip || bytes <= seg {
+            segments.push(Segment {
+                file: i as u32,
+                start: 0,
+                end: u64::MAX,
+            });
+        } else {
+            let mut s = 0;
+            while s < bytes {
+                let e = if bytes - s > seg { s + seg } else { u64::MAX };
+                segments.push(Segment {
+                    file: i as u32,
+                    start: s,
+                    end: e,
+                });
+                s = s.saturating_add(seg);
+            }
+        }
+    }
+
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .min(segments.len())
+    .max(1);
+    let results: Vec<Mutex<Option<SegResult>>> =
+        segments.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    // Results are merged in segment order as soon as they are ready, so
+    // only the segments in flight are held apart from the merged whole.
+    let merger = Mutex::new((Merger::new(infos), 0usize));
+    fn lock(m: &Mutex<Option<SegResult>>) -> std::sync::MutexGuard<'_, Option<SegResult>> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    let work = || {
+        let mut splitter = LineSplitter::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(seg) = segments.get(i) else { break };
+            let r = read_segment(&files[seg.file as usize], seg, &mut splitter);
+            *lock(&results[i]) = Some(r);
+            let mut guard = merger.lock().unwrap_or_else(|p| p.into_inner());
+            let (m, done) = &mut *guard;
+            while *done < segments.len() {
+                let Some(r) = lock(&results[*done]).take() else {
+                    break;
+                };
+                m.add(segments[*done].file, r);
+                *done += 1;
+            }
+        }
+    };
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    let (merger, done) = merger.into_inner().unwrap_or_else(|p| p.into_inner());
+    debug_assert_eq!(done, segments.len());
+    Ok(merger.finish())
+}
+
+/// Parse text already in memory (tests, fuzzing): one file named `name`.
+pub fn collect_bytes(name: &str, text: &[u8]) -> Collected {
+    let mut st = SegState::new();
+    let mut splitter = LineSplitter::new();
+    let _ = splitter.run(text, false, u64::MAX, |l| st.on_line(l));
+    let mut m = Merger::new(vec![FileInfo {
+        path: name.to_string(),
+        bytes: text.len() as u64,
+        gzip: false,
+        lines: 0,
+        note: None,
+    }]);
+    m.add(0, SegResult { st, note: None });
+    m.finish()
+}
+
+struct SegResult {
+    st: SegState,
+    note: Option<String>,
+}
+
+fn read_segment(path: &Path, seg: &Segment, splitter: &mut LineSplitter) -> SegResult {
+    let mut st = SegState::new();
+    let note = (|| -> io::Result<()> {
+        let mut f = File::open(path)?;
+        let mut magic = [0u8; 2];
+        let gzip = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+        f.seek(SeekFrom::Start(seg.start.saturating_sub(1)))?;
+        if gzip {
+            let gz = flate2::read::MultiGzDecoder::new(io::BufReader::with_capacity(1 << 16, f));
+            splitter.run(gz, false, u64::MAX, |l| st.on_line(l))
+        } else {
+            let budget = seg.end.saturating_sub(seg.start.saturating_sub(1));
+            splitter.run(f, seg.start > 0, budget, |l| st.on_line(l))
+        }
+    })()
+    .err()
+    .map(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => {
+            "truncated gzip stream: lines before the cut were used".to_string()
+        }
+        _ => format!("read error, lines before it were used: {e}"),
+    });
+    SegResult { st, note }
+}
+
+/// Splits a byte stream into lines with one reused buffer.
+pub struct LineSplitter {
+    buf: Vec<u8>,
+}
+
+impl Default for LineSplitter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LineSplitter {
+    /// Longest line kept whole; longer lines are cut to this length.
+    pub const MAX_LINE: usize = 1 << 20;
+
+    pub fn new() -> Self {
+        LineSplitter {
+            buf: vec![0; Self::MAX_LINE],
+        }
+    }
+
+    /// Call `on_line` for every line (without its `\n`) that starts before
+    /// byte `budget` of `r`; with `skip_first`, the text up to and including
+    /// the first `\n` is not a line of this reader.
+    pub fn run<R: Read>(
+        &mut self,
+        mut r: R,
+        skip_first: bool,
+        budget: u64,
+        mut on_line: impl FnMut(&[u8]),
+    ) -> io::Result<()> {
+        let buf = &mut self.buf;
+        let (mut start, mut filled) = (0usize, 0usize);
+        let mut consumed: u64 = 0; // stream offset of buf[0]
+        let mut skipping = skip_first; // inside a line that is not delivered
+        loop {
+            while let Some(nl) = memchr::memchr(b'\n', &buf[start..filled]) {
+                if consumed + start as u64 >= budget {
+                    return Ok(());
+                }
+                if skipping {
+                    skipping = false;
+                } else {
+                    on_line(&buf[start..start + nl]);
+                }
+                start += nl + 1;
+            }
+            if consumed + start as u64 >= budget {
+                return Ok(());
+            }
+            buf.copy_within(start..filled, 0);
+            consumed += start as u64;
+            filled -= start;
+            start = 0;
+            if filled == buf.len() {
+                // A line longer than the buffer: deliver its head, drop the rest.
+                if !skipping {
+                    on_line(&buf[..filled]);
+                    skipping = true;
+                }
+                consumed += filled as u64;
+                filled = 0;
+            }
+            let n = loop {
+                match r.read(&mut buf[filled..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        if filled > 0 && !skipping {
+                            on_line(&buf[..filled]);
+                        }
+                        return Err(e);
+                    }
+                }
+            };
+            if n == 0 {
+                if filled > 0 && !skipping {
+                    on_line(&buf[..filled]);
+                }
+                return Ok(());
+            }
+            filled += n;
+        }
+    }
+}
+
+type StreamKey = (u32, u32, u64);
+
+/// WARN lines kept per segment (the rest are only counted).
+const MAX_WARNINGS: usize = 1000;
+
+/// Parse state of one segment.
+struct SegState {
+    parser: Parser,
+    host_ids: HashMap<Box<[u8]>, u32>,
+    hosts: Vec<Box<[u8]>>,
+    /// The host of the previous line (most lines repeat it).
+    last_host: Option<u32>,
+    sig_ids: FxMap<Sig, u32>,
+    sigs: Vec<Sig>,
+    streams: Vec<Stream>,
+    current: FxMap<StreamKey, usize>,
+    /// Epoch bumps per key (pointer reuse after a destroy).
+    bumps: FxMap<StreamKey, u32>,
+    warnings: Vec<WarnRec>,
+    counts: Counts,
+}
+
+impl SegState {
+    fn new() -> Self {
+        SegState {
+            parser: Parser::new(),
+            host_ids: HashMap::new(),
+            hosts: Vec::new(),
+            last_host: None,
+            sig_ids: FxMap::default(),
+            sigs: Vec::new(),
+            streams: Vec::new(),
+            current: FxMap::default(),
+            bumps: FxMap::default(),
+            warnings: Vec::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    fn host_id(&mut self, host: &[u8]) -> u32 {
+        if let Some(id) = self.last_host
+            && &*self.hosts[id as usize] == host
+        {
+            return id;
+        }
+        let id = match self.host_ids.get(host) {
+            Some(&id) => id,
+            None => {
+                let id = self.hosts.len() as u32;
+                self.hosts.push(host.into());
+                self.host_ids.insert(host.into(), id);
+                id
+            }
+        };
+        self.last_host = Some(id);
+        id
+    }
+
+    fn stream(&mut self, head: &Head<'_>, comm: u64, line: u32) -> usize {
+        let host = self.host_id(head.host);
+        let key = (host, head.pid, comm);
+        let idx = match self.current.get(&key) {
+            Some(&i) => i,
+            None => self.new_stream(key, line),
+        };
+        let s = &mut self.streams[idx];
+        if s.dev.is_none() {
+            s.dev = head.dev;
+        }
+        if head.prefix_rank.is_some() {
+            s.prefix_rank = head.prefix_rank;
+        }
+        if head.prefix_local.is_some() {
+            s.prefix_local = head.prefix_local;
+        }
+        s.last.line = u64::from(line);
+        idx
+    }
+
+    fn new_stream(&mut self, key: StreamKey, line: u32) -> usize {
+        let idx = self.streams.len();
+        self.streams.push(Stream {
+            host: key.0,
+            pid: key.1,
+            comm: key.2,
+            epoch: self.bumps.get(&key).copied().unwrap_or(0),
+            first: Loc {
+                file: 0,
+                line: u64::from(line),
+            },
+            ..Stream::default()
+        });
+        self.current.insert(key, idx);
+        idx
+    }
+
+    fn bump(&mut self, idx: usize) {
+        let s = &self.streams[idx];
+        let key = (s.host, s.pid, s.comm);
+        *self.bumps.entry(key).or_insert(0) += 1;
+        self.current.remove(&key);
+    }
+
+    fn on_line(&mut self, raw: &[u8]) {
+        self.counts.lines += 1;
+        let line = u32::try_from(self.counts.lines).unwrap_or(u32::MAX);
+        match self.parser.parse(raw) {
+            Line::NotNccl => self.counts.not_nccl_lines += 1,
+            Line::Malformed => {
+                self.counts.nccl_lines += 1;
+                self.counts.malformed_lines += 1;
+            }
+            Line::Nccl(head, body) => {
+                self.counts.nccl_lines += 1;
+                match body {
+                    Body::Coll(c) => {
+                        self.counts.calls += 1;
+                        let sig = Sig {
+                            op: c.op,
+                            count: c.count,
+                            datatype: c.datatype,
+                            redop: c.redop,
+                            root: c.root,
+                        };
+                        let next = self.sigs.len() as u32;
+                        let sig = *self.sig_ids.entry(sig).or_insert_with(|| {
+                            self.sigs.push(sig);
+                            next
+                        });
+                        let idx = self.stream(&head, c.comm, line);
+                        let s = &mut self.streams[idx];
+                        if c.nranks.is_some() {
+                            s.nranks_coll = c.nranks;
+                        }
+                        s.calls.push(CallRec {
+                            sig,
+                            line,
+                            op_count: c.op_count.unwrap_or(u64::MAX),
+                        });
+                    }
+                    Body::Init(i) => {
+                        self.counts.init_lines += 1;
+                        let mut idx = self.stream(&head, i.comm, line);
+                        let fresh_init = matches!(i.phase, InitPhase::Start)
+                            || (matches!(i.phase, InitPhase::Complete)
+                                && !self.streams[idx].init_complete);
+                        if fresh_init && !self.streams[idx].calls.is_empty() {
+                            // A new communicator at a reused address.
+                            self.bump(idx);
+                            idx = self.stream(&head, i.comm, line);
+                        }
+                        let s = &mut self.streams[idx];
+                        s.rank = i.rank.or(s.rank);
+                        s.nranks_init = i.nranks.or(s.nranks_init);
+                        s.comm_id = i.comm_id.or(s.comm_id);
+                        s.parent = i.parent.or(s.parent);
+                        s.color = i.color.or(s.color);
+                        s.split_count = i.split_count.or(s.split_count);
+                        match i.phase {
+                            InitPhase::Complete => s.init_complete = true,
+                            InitPhase::Destroy | InitPhase::Abort => {
+                                s.ended = Some((
+                                    i.phase,
+                                    Loc {
+                                        file: 0,
+                                        line: u64::from(line),
+                                    },
+                                ));
+                                self.bump(idx);
+                            }
+                            InitPhase::Start | InitPhase::Topology => {}
+                        }
+                    }
+                    Body::Warn(w) => {
+                        self.counts.warn_lines += 1;
+                        if self.warnings.len() >= MAX_WARNINGS {
+                            return; // counted, not kept: a WARN flood must not grow memory
+                        }
+                        let host = self.host_id(head.host);
+                        let text = String::from_utf8_lossy(&w.text[..w.text.len().min(300)]);
+                        self.warnings.push(WarnRec {
+                            host,
+                            pid: head.pid,
+                            dev: head.dev,
+                            loc: Loc {
+                                file: 0,
+                                line: u64::from(line),
+                            },
+                            op: w.op,
+                            kind: w.kind,
+                            text: text.into_owned(),
+                        });
+                    }
+                    Body::Other => self.counts.other_nccl_lines += 1,
+                }
+            }
+        }
+    }
+}
+
+/// Folds segment results, in order, into one [`Collected`].
+struct Merger {
+    out: Collected,
+    host_ids: HashMap<Box<[u8]>, u32>,
+    sig_ids: FxMap<Sig, u32>,
+    /// (host, pid, comm, epoch) → global stream index.
+    index: FxMap<(u32, u32, u64, u32), usize>,
+    /// Epoch base per (host, pid, comm): bumps seen in earlier segments.
+    base: FxMap<StreamKey, u32>,
+    /// Lines already delivered per file (the line offset of the next segment).
+    file_lines: Vec<u64>,
+    /// (file, global stream) pairs whose calls repeat an earlier file's.
+    repeated: std::collections::HashSet<(u32, usize)>,
+}
+
+impl Merger {
+    fn new(files: Vec<FileInfo>) -> Self {
+        let n = files.len();
+        Merger {
+            out: Collected {
+                files,
+                ..Collected::default()
+            },
+            host_ids: HashMap::new(),
+            sig_ids: FxMap::default(),
+            index: FxMap::default(),
+            base: FxMap::default(),
+            file_lines: vec![0; n],
+            repeated: std::collections::HashSet::new(),
+        }
+    }
+
+    fn add(&mut self, file: u32, r: SegResult) {
+        let SegResult { st, note } = r;
+        let f = file as usize;
+        let offset = self.file_lines[f];
+        self.file_lines[f] += st.counts.lines;
+        self.out.files[f].lines += st.counts.lines;
+        if note.is_some() && self.out.files[f].note.is_none() {
+            self.out.files[f].note = note;
+        }
+        self.out.counts.add(&st.counts);
+        let loc = |line: u64| Loc {
+            file,
+            line: line + offset,
+        };
+
+        let hosts: Vec<u32> = st
+            .hosts
+            .iter()
+            .map(|h| match self.host_ids.get(h) {
+                Some(&id) => id,
+                None => {
+                    let id = self.out.hosts.len() as u32;
+                    self.out.hosts.push(String::from_utf8_lossy(h).into_owned());
+                    self.host_ids.insert(h.clone(), id);
+                    id
+                }
+            })
+            .collect();
+        let sigs: Vec<u32> = st
+            .sigs
+            .iter()
+            .map(|s| {
+                let next = self.out.sigs.len() as u32;
+                *self.sig_ids.entry(*s).or_insert_with(|| {
+                    self.out.sigs.push(*s);
+                    next
+                })
+            })
+            .collect();
+        let line32 = |l: u32| -> u32 { u32::try_from(u64::from(l) + offset).unwrap_or(u32::MAX) };
+
+        for mut s in st.streams {
+            let host = hosts[s.host as usize];
+            let key = (host, s.pid, s.comm);
+            let epoch = self.base.get(&key).copied().unwrap_or(0) + s.epoch;
+            for c in &mut s.calls {
+                c.sig = sigs[c.sig as usize];
+                c.line = line32(c.line);
+            }
+            let first = loc(s.first.line);
+            let last = loc(s.last.line);
+            let ended = s.ended.map(|(p, l)| (p, loc(l.line)));
+            match self.index.get(&(host, s.pid, s.comm, epoch)) {
+                None => {
+                    self.index
+                        .insert((host, s.pid, s.comm, epoch), self.out.streams.len());
+                    s.host = host;
+                    s.epoch = epoch;
+                    s.first = first;
+                    s.last = last;
+                    s.ended = ended;
+                    s.file_runs = vec![(file, 0)];
+                    self.out.streams.push(s);
+                }
+                Some(&g) => {
+                    let d = &mut self.out.streams[g];
+                    let new_file = d.file_runs.last().map(|r| r.0) != Some(file);
+                    // opCount never goes back within a communicator: a file
+                    // that restarts it below what was read is a second copy.
+                    let restarts = match (s.calls.first(), d.calls.last()) {
+                        (Some(a), Some(b)) => {
+                            a.op_count != u64::MAX
+                                && b.op_count != u64::MAX
+                                && a.op_count < b.op_count
+                        }
+                        _ => false,
+                    };
+                    if self.repeated.contains(&(file, g)) || (new_file && restarts) {
+                        if self.repeated.insert((file, g)) {
+                            let first_file = d.file_runs[0].0 as usize;
+                            self.out.repeats.push(format!(
+                                "{} repeats the calls of {}:{} comm 0x{:x} already read from {}; skipped",
+                                self.out.files[f].path,
+                                self.out.hosts[host as usize],
+                                s.pid,
+                                s.comm,
+                                self.out.files[first_file].path
+                            ));
+                        }
+                        self.out.counts.repeated_calls += s.calls.len() as u64;
+                        continue;
+                    }
+                    if new_file {
+                        d.file_runs.push((file, d.calls.len() as u32));
+                    }
+                    d.calls.extend_from_slice(&s.calls);
+                    d.rank = d.rank.or(s.rank);
+                    d.nranks_init = d.nranks_init.or(s.nranks_init);
+                    d.nranks_coll = s.nranks_coll.or(d.nranks_coll);
+                    d.comm_id = d.comm_id.or(s.comm_id);
+                    d.parent = d.parent.or(s.parent);
+                    d.color = d.color.or(s.color);
+                    d.split_count = d.split_count.or(s.split_count);
+                    d.init_complete |= s.init_complete;
+                    d.dev = d.dev.or(s.dev);
+                    d.prefix_rank = s.prefix_rank.or(d.prefix_rank);
+                    d.prefix_local = s.prefix_local.or(d.prefix_local);
+                    d.last = d.last.max(last);
+                    d.ended = ended.or(d.ended);
+                }
+            }
+        }
+        for (key, n) in st.bumps {
+            let key = (hosts[key.0 as usize], key.1, key.2);
+            *self.base.entry(key).or_insert(0) += n;
+        }
+        for mut w in st.warnings {
+            w.host = hosts[w.host as usize];
+            w.loc = loc(w.loc.line);
+            self.out.warnings.push(w);
+        }
+    }
+
+    fn finish(mut self) -> Collected {
+        for s in &mut self.out.streams {
+            s.calls.shrink_to_fit();
+        }
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn lines_of(text: &[u8], skip_first: bool, budget: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        LineSplitter::new()
+            .run(text, skip_first, budget, |l| {
+                out.push(String::from_utf8_lossy(l).into_owned())
+            })
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn splitter_lines_and_budget() {
+        assert_eq!(
+            lines_of(b"a\nbb\n\nccc", false, u64::MAX),
+            ["a", "bb", "", "ccc"]
+        );
+        assert_eq!(lines_of(b"a\nbb\nccc\n", false, 2), ["a"]);
+        assert_eq!(lines_of(b"a\nbb\nccc\n", false, 3), ["a", "bb"]);
+        assert_eq!(lines_of(b"xa\nbb\nccc\n", true, u64::MAX), ["bb", "ccc"]);
+        assert_eq!(lines_of(b"", false, u64::MAX), Vec::<String>::new());
+    }
+
+    #[test]
+    fn splitter_cuts_overlong_lines() {
+        let mut text = vec![b'x'; LineSplitter::MAX_LINE * 2 + 10];
+        text.extend_from_slice(b"\nnext\n");
+        let mut lens = Vec::new();
+        LineSplitter::new()
+            .run(&text[..], false, u64::MAX, |l| lens.push(l.len()))
+            .unwrap();
+        assert_eq!(lens, [LineSplitter::MAX_LINE, 4]);
+    }
+
+    fn synthetic_text() -> Vec<u8> {
+        let mut t = Vec::new();
+        for r in 0..3u32 {
+            writeln!(
+                t,
+                "h:{}:{} [{r}] NCCL INFO ncclCommInitRank comm 0x{:x} rank {r} nranks 3 cudaDev {r} nvmlDev {r} busId 0 commId 0xabc - Init COMPLETE",
+                100 + r,
+                100 + r,
+                0x1000 + r
+            )
+            .unwrap();
+        }
+        for i in 0..500u32 {
+            for r in 0..3u32 {
+                writeln!(
+                    t,
+                    "h:{}:{} [{r}] NCCL INFO AllReduce: opCount {i:x} sendbuff 0x1 recvbuff 0x1 count {} datatype 7 op 0 root 0 comm 0x{:x} [nranks=3] stream (nil)",
+                    100 + r,
+                    100 + r,
+                    i % 7,
+                    0x1000 + r
+                )
+                .unwrap();
+                if i % 50 == 0 {
+                    writeln!(t, "some application output {i}").unwrap();
+                }
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn segments_and_threads_do_not_change_the_result() {
+        let text = synthetic_text();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("all.log");
+        std::fs::write(&path, &text).unwrap();
+        let whole = collect_bytes("all.log", &text);
+        for (threads, seg) in [(1, 1 << 30), (1, 997), (2, 4096), (3, 64)] {
+            let c = collect(
+                std::slice::from_ref(&path),
+                Options {
+                    threads,
+                    segment_bytes: seg,
+                },
+            )
+            .unwrap();
+            assert_eq!(c.counts, whole.counts, "threads {threads} seg {seg}");
+            assert_eq!(c.streams.len(), 3);
+            for (a, b) in c.streams.iter().zip(&whole.streams) {
+                assert_eq!(
+                    (a.host, a.pid, a.comm, a.rank),
+                    (b.host, b.pid, b.comm, b.rank)
+                );
+                let sa: Vec<_> = a
+                    .calls
+                    .iter()
+                    .map(|c| (c.sig, c.line, c.op_count))
+                    .collect();
+                let sb: Vec<_> = b
+                    .calls
+                    .iter()
+                    .map(|c| (c.sig, c.line, c.op_count))
+                    .collect();
+                // sig ids may differ in numbering; compare what they stand for
+                let da: Vec<_> = a.calls.iter().map(|x| c.sigs[x.sig as usize]).collect();
+                let db: Vec<_> = b.calls.iter().map(|x| whole.sigs[x.sig as usize]).collect();
+                assert_eq!(da, db);
+                assert_eq!(
+                    sa.iter().map(|x| (x.1, x.2)).collect::<Vec<_>>(),
+                    sb.iter().map(|x| (x.1, x.2)).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn gzip_is_read_and_truncation_is_a_note() {
+        let text = synthetic_text();
+        let dir = tempfile::tempdir().unwrap();
+        let gz_path = dir.path().join("all.log.gz");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&text).unwrap();
+        let gz = enc.finish().unwrap();
+        std::fs::write(&gz_path, &gz).unwrap();
+        let c = collect(std::slice::from_ref(&gz_path), Options::default()).unwrap();
+        assert_eq!(c.counts, collect_bytes("x", &text).counts);
+        assert!(c.files[0].gzip && c.files[0].note.is_none());
+
+        std::fs::write(&gz_path, &gz[..gz.len() / 2]).unwrap();
+        let c = collect(std::slice::from_ref(&gz_path), Options::default()).unwrap();
+        assert!(c.files[0].note.as_deref().unwrap().contains("truncated"));
+        assert!(c.counts.calls > 0 && c.counts.calls < 1500);
+    }
+
+    #[test]
+    fn pointer_reuse_after_destroy_starts_a_new_stream() {
+        let text = b"h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x10 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 0 commId 0xa - Init COMPLETE
+h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x10 [nranks=2] stream (nil)
+h:1:1 [0] NCCL INFO comm 0x10 rank 0 nranks 2 cudaDev 0 busId 0 - Destroy COMPLETE
+h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x10 rank 1 nranks 4 cudaDev 0 nvmlDev 0 busId 0 commId 0xb - Init COMPLETE
+h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datatype 7 op 0 root 0 comm 0x10 [nranks=4] stream (nil)
+";
+        let c = collect_bytes("x", text);
+        assert_eq!(c.streams.len(), 2);
+        assert_eq!(
+            (
+                c.streams[0].comm_id,
+                c.streams[0].calls.len(),
+                c.streams[0].rank
+            ),
+            (Some(0xa), 1, Some(0))
+        );
+        assert_eq!(
+            (
+                c.streams[1].comm_id,
+                c.streams[1].calls.len(),
+                c.streams[1].rank
+            ),
+            (Some(0xb), 1, Some(1))
+        );
+        assert!(c.streams[0].ended.is_some());
+        assert_eq!(c.streams[1].loc(0).line, 5);
+    }
+
+    #[test]
+    fn missing_path_is_an_input_error() {
+        let e = expand_paths(&[PathBuf::from("/nonexistent/rankwise-logs")]).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/rankwise-logs"));
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            expand_paths(&[dir.path().to_path_buf()]),
+            Err(InputError::NoFiles(_))
+        ));
+    }
+}

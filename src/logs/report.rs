@@ -1,0 +1,262 @@
+//! Text and JSON renderings of an [`Analysis`] and a [`Summary`].
+//!
+//! The text report's first line is the verdict, one sentence; the details
+//! follow. The JSON form is the same structures serialized (`--json`).
+
+use super::analyze::{Analysis, CallView, Severity, Summary, fmt_ranks};
+use std::fmt::Write;
+
+fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn call_text(v: &CallView) -> String {
+    let mut t = String::new();
+    match v.collective {
+        Some(k) => write!(t, "#{k} ").unwrap(),
+        None => write!(t, "call {} ", v.index).unwrap(),
+    }
+    write!(t, "{} count {} {}", v.op.name(), v.count, v.datatype).unwrap();
+    if let Some(r) = &v.redop {
+        write!(t, " {r}").unwrap();
+    }
+    if let Some(r) = v.root {
+        write!(t, " root {r}").unwrap();
+    }
+    if let Some(p) = v.peer {
+        write!(t, " peer {p}").unwrap();
+    }
+    if let Some(o) = &v.op_count {
+        write!(t, " opCount {o}").unwrap();
+    }
+    write!(t, " at {}", v.location).unwrap();
+    t
+}
+
+/// The analysis as text: verdict, input, communicators, findings.
+pub fn analysis_text(a: &Analysis) -> String {
+    let mut t = String::new();
+    let c = &a.counts;
+    writeln!(t, "{}", a.verdict).unwrap();
+    writeln!(t).unwrap();
+    writeln!(
+        t,
+        "input: {} file{}, {} lines: {} calls, {} init, {} warn, {} other NCCL, {} not NCCL, {} malformed",
+        a.files.len(),
+        if a.files.len() == 1 { "" } else { "s" },
+        c.lines,
+        c.calls,
+        c.init_lines,
+        c.warn_lines,
+        c.other_nccl_lines,
+        c.not_nccl_lines,
+        c.malformed_lines
+    )
+    .unwrap();
+    for f in a.files.iter().filter(|f| f.note.is_some()) {
+        writeln!(t, "  {}: {}", f.path, f.note.as_deref().unwrap_or_default()).unwrap();
+    }
+    for cm in &a.communicators {
+        writeln!(t).unwrap();
+        let missing = if cm.ranks_missing.is_empty() {
+            String::new()
+        } else {
+            format!(", missing {}", fmt_ranks(&cm.ranks_missing))
+        };
+        writeln!(
+            t,
+            "{}: nranks {}, ranks seen {}{missing} (grouped by {})",
+            cm.name,
+            cm.nranks,
+            fmt_ranks(&cm.ranks_seen),
+            match cm.identified_by {
+                super::analyze::IdentifiedBy::CommId => "commId",
+                super::analyze::IdentifiedBy::Split => "split parent and color",
+                super::analyze::IdentifiedBy::Order => "order of first use; no init lines",
+            }
+        )
+        .unwrap();
+        writeln!(
+            t,
+            "  collectives: {} agree on every rank seen; Send/Recv: {} checked, {} matched; {}",
+            plural(cm.agreed_collectives, "position"),
+            plural(cm.p2p_pairs, "pair"),
+            plural(cm.p2p_matched, "call"),
+            plural(cm.zero_count_positions, "zero-count position"),
+        )
+        .unwrap();
+        match &cm.divergence {
+            None => writeln!(t, "  first divergence: none").unwrap(),
+            Some(d) => {
+                writeln!(
+                    t,
+                    "  first divergence: collective #{} ({})",
+                    d.position,
+                    serde_json::to_value(d.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                        .replace('_', " ")
+                )
+                .unwrap();
+                for g in &d.groups {
+                    let who = format!(
+                        "rank{} {}",
+                        if g.ranks.len() == 1 { "" } else { "s" },
+                        fmt_ranks(&g.ranks)
+                    );
+                    match &g.call {
+                        Some(v) => writeln!(t, "    {who}: {}", call_text(v)).unwrap(),
+                        None => writeln!(t, "    {who}: no call").unwrap(),
+                    }
+                }
+            }
+        }
+        for m in &cm.members {
+            let inferred = if m.rank_inferred {
+                " (rank inferred)"
+            } else {
+                ""
+            };
+            let ended = m
+                .ended
+                .as_deref()
+                .map_or(String::new(), |e| format!(", {e}"));
+            writeln!(
+                t,
+                "  rank {}{inferred} {}:{} comm {}: {} ({} collective, {} Send/Recv) in {}, {} zero-count{ended}",
+                m.rank,
+                m.host,
+                m.pid,
+                m.comm,
+                plural(m.calls, "call"),
+                m.collectives,
+                m.p2p,
+                plural(m.launches, "launch").replace("launchs", "launches"),
+                m.zero_count
+            )
+            .unwrap();
+            match &m.last_call {
+                Some(v) => writeln!(t, "    last call: {}", call_text(v)).unwrap(),
+                None => writeln!(t, "    last call: none").unwrap(),
+            }
+        }
+    }
+    for (sev, title) in [
+        (Severity::Error, "problems"),
+        (Severity::Warning, "warnings"),
+        (Severity::Info, "notes"),
+    ] {
+        let fs: Vec<_> = a.findings.iter().filter(|f| f.severity == sev).collect();
+        if fs.is_empty() {
+            continue;
+        }
+        writeln!(t).unwrap();
+        writeln!(t, "{title}:").unwrap();
+        for f in fs {
+            let at = f
+                .location
+                .as_deref()
+                .map_or(String::new(), |l| format!(" [{l}]"));
+            writeln!(t, "  - {}{at}", f.message).unwrap();
+        }
+    }
+    if a.findings_omitted > 0 {
+        writeln!(t).unwrap();
+        writeln!(
+            t,
+            "({} more findings of kinds already listed are not shown)",
+            a.findings_omitted
+        )
+        .unwrap();
+    }
+    t
+}
+
+/// Calls and bytes per communicator, rank and op, as a table.
+pub fn summary_text(s: &Summary) -> String {
+    let mut t = String::new();
+    writeln!(
+        t,
+        "{} calls in {} lines; bytes by the nccl-tests convention (N·count·size for AllGather, ReduceScatter, AlltoAll, Gather, Scatter; count·size otherwise)",
+        s.counts.calls, s.counts.lines
+    )
+    .unwrap();
+    for cm in &s.communicators {
+        writeln!(t).unwrap();
+        writeln!(t, "{} (nranks {})", cm.name, cm.nranks).unwrap();
+        writeln!(
+            t,
+            "  {:<6} {:<22} {:<14} {:>12} {:>24}",
+            "rank", "host:pid", "op", "calls", "bytes"
+        )
+        .unwrap();
+        for r in &cm.ranks {
+            let who = format!("{}:{}", r.host, r.pid);
+            let rank = format!("{}{}", r.rank, if r.rank_inferred { "?" } else { "" });
+            for o in &r.ops {
+                writeln!(
+                    t,
+                    "  {:<6} {:<22} {:<14} {:>12} {:>24}",
+                    rank,
+                    who,
+                    o.op.name(),
+                    o.calls,
+                    format!("{} ({})", human_bytes(o.bytes), o.bytes)
+                )
+                .unwrap();
+            }
+            writeln!(
+                t,
+                "  {:<6} {:<22} {:<14} {:>12} {:>24}",
+                rank,
+                who,
+                "total",
+                r.calls,
+                format!("{} ({})", human_bytes(r.bytes), r.bytes)
+            )
+            .unwrap();
+            if r.unknown_datatype_calls > 0 {
+                writeln!(
+                    t,
+                    "         ({} calls with an unknown datatype code are not in the bytes)",
+                    r.unknown_datatype_calls
+                )
+                .unwrap();
+            }
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_human() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1024), "1.0 KiB");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+}
