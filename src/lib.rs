@@ -1,6 +1,6 @@
 //! rankwise: NCCL's collective contracts, executable.
 //!
-//! Layers, top calls down: the `rankwise` binary (CLI) → `logs` →
+//! Layers, top calls down: the `rankwise` binary (`cli`) → `verify`, `logs` →
 //! `api` (raw and typed faces of a communicator) → `core` (the contract as
 //! pure functions) and `engine` (what executes a checked call); `trace`
 //! writes NCCL-format lines.
@@ -22,6 +22,7 @@ pub mod core;
 pub mod engine;
 pub mod logs;
 pub mod trace;
+pub mod verify;
 
 pub use api::{Comm, P2POp, NULL};
 pub use core::{DataType, Element, Error, ErrorKind, Func, RedOp, Result, ResultCode};
