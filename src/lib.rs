@@ -18,6 +18,7 @@
 //! ```
 
 pub mod api;
+pub mod cli;
 pub mod core;
 pub mod engine;
 pub mod logs;

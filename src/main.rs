@@ -1,6 +1,7 @@
 //! The `rankwise` command line.
 
 use clap::{Parser, Subcommand};
+use rankwise::cli;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -15,9 +16,23 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Run the conformance suite on N local ranks and prove every record
+    Verify(cli::verify::Args),
+    /// Check a run directory's per-rank CSVs and print the aggregated table
+    Summarize(cli::summarize::Args),
+    /// Run one collective and show every rank's input and output
+    Run(cli::run::Args),
+    /// Explain one call's contract: sizes, in-place equation, roles, roots, C call
+    Explain(cli::explain::Args),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Verify(a) => cli::verify::run(a),
+        Command::Summarize(a) => cli::summarize::run(a),
+        Command::Run(a) => cli::run::run(a),
+        Command::Explain(a) => cli::explain::run(a),
+    }
 }

@@ -116,6 +116,9 @@ fn index_of(plan: &LayerPlan, want: impl Fn(&Kind) -> bool) -> Option<usize> {
         .position(|c| matches!(&c.body, Body::Framework(k) if want(k)))
 }
 
+/// A check of one rank's trace given its opCounts per case.
+type RankCheck<'a> = dyn Fn(usize, &[u64]) -> Result<(), String> + 'a;
+
 /// Checks the four facts on the framework layer's trace. `op_counts[r]`
 /// holds rank r's opCount before each case (None where the rank failed).
 pub fn seed_facts(
@@ -125,7 +128,7 @@ pub fn seed_facts(
     trace: &[String],
 ) -> Vec<Fact> {
     let t = Trace::new(trace);
-    let ranks_ok = |ops: &dyn Fn(usize, &[u64]) -> Result<(), String>| -> Vec<String> {
+    let ranks_ok = |ops: &RankCheck| -> Vec<String> {
         (0..n)
             .filter_map(|r| match &op_counts[r] {
                 None => Some(format!(
@@ -237,8 +240,8 @@ pub fn seed_facts(
                 }
                 Ok(())
             });
-            for r in 0..n.min(4) {
-                if let Some(z) = op_counts[r].as_ref().and_then(|o| o.get(i)) {
+            for (r, ops) in op_counts.iter().enumerate().take(4) {
+                if let Some(z) = ops.as_ref().and_then(|o| o.get(i)) {
                     let counts = |f: &str| -> Vec<usize> {
                         t.at(r, *z).iter().filter(|(c, _)| c.func == f).map(|(c, _)| c.count).collect()
                     };

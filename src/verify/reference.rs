@@ -258,7 +258,7 @@ pub fn sum_input(dt: DataType, n: usize, s: usize, j: usize) -> f64 {
     let v = (limit / n as u64).min(9);
     if v == 0 {
         let p = (n as u64).div_ceil(limit) as usize;
-        return f64::from((s + j) % p == 0);
+        return f64::from((s + j).is_multiple_of(p));
     }
     let h = (s * 7 + j * 3 + 1) as u64;
     if signed(dt) {
@@ -272,7 +272,7 @@ pub fn sum_input(dt: DataType, n: usize, s: usize, j: usize) -> f64 {
 /// element across ranks, so every product is a power of two of magnitude <= 64.
 pub fn prod_input(dt: DataType, n: usize, s: usize, j: usize) -> f64 {
     let p = n.div_ceil(6).max(2);
-    if (s + 2 * j) % p == 0 {
+    if (s + 2 * j).is_multiple_of(p) {
         2.0
     } else if signed(dt) && (s * 3 + j) % 5 == 1 {
         -1.0
@@ -306,13 +306,22 @@ pub fn matrix_input(
                     RedOp::Max | RedOp::Min => minmax_input(dt, s, j),
                     _ => sum_input(dt, n, s, j),
                 }
-            } else if q > 0 && len == n * q && len > q {
-                movement_value(dt, n, q, s, j / q, j % q)
             } else {
-                movement_value(dt, n, q.max(len), s, 0, j)
+                encoded_element(dt, n, s, q, len, j)
             }
         })
         .collect()
+}
+
+/// Element `j` of rank `s`'s encoded send buffer of `len` elements: a
+/// buffer of `N·q` elements is `N` blocks by destination, any other a
+/// single block (`d = 0`); see [`movement_value`].
+pub fn encoded_element(dt: DataType, n: usize, s: usize, q: usize, len: usize, j: usize) -> f64 {
+    if q > 0 && len == n * q && len > q {
+        movement_value(dt, n, q, s, j / q, j % q)
+    } else {
+        movement_value(dt, n, q.max(len), s, 0, j)
+    }
 }
 
 #[cfg(test)]
@@ -362,7 +371,7 @@ mod tests {
             let got = contract_output(Func::AllReduce, RedOp::Sum, DataType::Int32, 0, 0, 3, &ar);
             assert_eq!(got.unwrap(), seed_all_reduce_sum(n));
             let mx: Vec<Vec<f64>> = (0..n)
-                .map(|r| vec![r as f64, -(r as f64), r as f64 * 0.5 + 0.25])
+                .map(|r| vec![r as f64, 0.0 - r as f64, r as f64 * 0.5 + 0.25])
                 .collect();
             let got = contract_output(Func::AllReduce, RedOp::Max, DataType::Float32, 0, 0, 3, &mx);
             assert_eq!(got.unwrap(), seed_all_reduce_max(n));

@@ -228,7 +228,8 @@ impl Kind {
             }
             AllReduceMax => {
                 let rf = me as f32;
-                let mut x = vec![rf, -rf, rf * 0.5 + 0.25];
+                // `0.0 - r`, not `-r`: rank 0 contributes +0, so the maximum is +0 exactly
+                let mut x = vec![rf, 0.0 - rf, rf * 0.5 + 0.25];
                 let addr = format!("tensor {}", ptr(&x));
                 values(c.all_reduce(&mut x, RedOp::Max).map(|()| vals(&x)), addr)
             }
