@@ -63,7 +63,7 @@ fn seed_suite_at_4_ranks_is_the_seeds_92_rows_in_24_records() {
         facts[2]["details"][0]
             .as_str()
             .unwrap()
-            .contains("Send counts [1, 2, 3, 4] = input splits [1, 2, 3, 4]")
+            .contains("Send counts [1, 2, 3, 4] = input splits [1, 2, 3, 4], Recv counts [1, 2, 3, 4] = output splits [1, 2, 3, 4]")
     );
     // Reduce root 3: a root record and a NULL-recvbuff record
     let records = v["records"].as_array().unwrap();

@@ -246,8 +246,9 @@ pub fn seed_facts(
                         t.at(r, *z).iter().filter(|(c, _)| c.func == f).map(|(c, _)| c.count).collect()
                     };
                     let splits: Vec<usize> = (0..n).map(|d| uneven_split(r, d)).collect();
+                    let back: Vec<usize> = (0..n).map(|s| uneven_split(s, r)).collect();
                     shown.push(format!(
-                        "rank {r}, opCount {z:x}: Send counts {:?} = input splits {splits:?}; Recv counts {:?}",
+                        "rank {r}, opCount {z:x}: Send counts {:?} = input splits {splits:?}, Recv counts {:?} = output splits {back:?}",
                         counts("Send"),
                         counts("Recv")
                     ));
