@@ -341,6 +341,13 @@ fn bad_input_is_refused_clearly() {
                 .collect(),
             "too large",
         ),
+        (
+            vec!["all_to_all", "-n", "256", "-c", "10000"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            "more than run shows",
+        ),
     ];
     for (args, msg) in cases {
         let mut all = vec!["run".to_string()];

@@ -80,7 +80,7 @@ impl AddressSpace for OneAllocation {
 pub fn run(args: Args) -> ExitCode {
     match explain(&args) {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             ExitCode::SUCCESS
         }
         Err(e) => fail("explain", e),

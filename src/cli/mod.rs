@@ -5,6 +5,22 @@
 //! message saying what was expected); 2 a call the engine rejected (with its
 //! `ncclResult_t` name), and clap's usage errors.
 
+/// `println!` that ignores a closed stdout: `rankwise verify | head` must
+/// end quietly, not with a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+/// `print!` that ignores a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 pub mod explain;
 pub mod run;
 pub mod summarize;

@@ -49,7 +49,7 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Largest `ranks × count` run accepts: it prints every element.
+/// Most buffer elements (all ranks, send and recv) run accepts: it prints every one.
 const MAX_ELEMENTS: usize = 1 << 22;
 
 pub fn run(args: Args) -> ExitCode {
@@ -68,7 +68,7 @@ fn prepare(args: &Args) -> Result<Prepared, String> {
     super::check_size(n, q, dt, Some(MAX_LOCAL_RANKS))?;
     if n * q > MAX_ELEMENTS {
         return Err(format!(
-            "--ranks {n} × --count {q} is more than run shows ({MAX_ELEMENTS} elements); use rankwise bench for large sizes"
+            "--ranks {n} × --count {q} is more than run shows ({MAX_ELEMENTS} elements); use a smaller count"
         ));
     }
     if args.redop.is_some() && !func.reduces() {
@@ -91,6 +91,18 @@ fn prepare(args: &Args) -> Result<Prepared, String> {
         null_when_allowed: true,
         inputs: Inputs::Matrix,
     };
+    let total: usize = (0..n)
+        .map(|r| {
+            let l = spec.layout(n, r);
+            l.send_elems + l.recv_elems
+        })
+        .sum();
+    if total > MAX_ELEMENTS {
+        return Err(format!(
+            "{} on {n} ranks with count {q} needs {total} buffer elements in all, more than run shows ({MAX_ELEMENTS}); use fewer ranks or a smaller count",
+            func.name()
+        ));
+    }
     let lens: Vec<usize> = (0..n).map(|r| spec.layout(n, r).send_elems).collect();
     let (inputs, note) = match args.inputs.as_str() {
         "encoded" => (
@@ -297,14 +309,14 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<f64>>, note: Option<String>)
                 message: e.message.clone(),
             }),
         };
-        println!("{}", serde_json::to_string(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string(&v).unwrap_or_default());
     } else {
         print_text(&spec, n, &shared, &outcomes, note.as_deref());
         if let Some(e) = first {
             let who = errors.iter().filter_map(|e| e.rank).collect::<Vec<_>>();
-            println!("rejected: {e}");
+            outln!("rejected: {e}");
             if who.len() > 1 {
-                println!(
+                outln!(
                     "(rejected on ranks {})",
                     crate::verify::summary::fmt_ranks(&who)
                 );
@@ -347,9 +359,9 @@ fn print_text(
     } else {
         ", out of place"
     });
-    println!("{head}");
+    outln!("{head}");
     if let Some(note) = note {
-        println!("({note})");
+        outln!("({note})");
     }
     let rows: Vec<Vec<String>> = (0..n)
         .map(|r| {
@@ -376,7 +388,7 @@ fn print_text(
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         crate::verify::summary::render_table(
             &["rank", "pointer relation", "pointers", "input", "output"],

@@ -39,14 +39,17 @@ pub fn run(args: Args) -> ExitCode {
             "problems": s.problems,
             "pass": s.pass(),
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!(
+        outln!(
             "run {}: suite {}, {} rank(s), engine {}",
-            s.manifest.run_id, s.manifest.suite, s.manifest.ranks, s.manifest.engine
+            s.manifest.run_id,
+            s.manifest.suite,
+            s.manifest.ranks,
+            s.manifest.engine
         );
-        print!("{}", summary::records_table(&s.records));
-        println!("{}", summary::totals_line(&s));
+        out!("{}", summary::records_table(&s.records));
+        outln!("{}", summary::totals_line(&s));
     }
     if s.pass() {
         return ExitCode::SUCCESS;

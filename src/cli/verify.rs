@@ -92,16 +92,16 @@ pub fn run(args: Args) -> ExitCode {
         if args.json {
             eprintln!("{line}");
         } else {
-            println!("{line}");
+            outln!("{line}");
         }
     };
     if !args.json {
-        println!(
+        outln!(
             "rankwise verify: suite {}, {n} rank(s), engine {}, run {run_id}",
             suite.name(),
             args.engine
         );
-        println!("writing {}", out.display());
+        outln!("writing {}", out.display());
     }
     for a in &plan.adaptations {
         say(format!("adapted to N={n}: {a}"));
@@ -300,5 +300,5 @@ fn print_json(s: &Summary, facts: &[Fact], rank_failures: &[String], out: &Path,
         "rank_failures": rank_failures,
         "pass": pass,
     });
-    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
 }
