@@ -197,6 +197,20 @@ fn not_a_run_directory() {
     );
     let out = summarize(&tmp.path().join("nope")).expect(1);
     assert!(out.stderr.contains("is not a directory"), "{}", out.stderr);
+    let (_run_tmp, run) = verified_run(1);
+    let m = std::fs::read_to_string(run.join("manifest.json")).unwrap();
+    std::fs::write(
+        run.join("manifest.json"),
+        m.replace("\"ranks\": 1", "\"ranks\": 99999999999"),
+    )
+    .unwrap();
+    let out = summarize(&run).expect(1);
+    assert!(
+        out.stderr
+            .contains("declares 99999999999 ranks: a run has 1 to 65536"),
+        "{}",
+        out.stderr
+    );
     std::fs::write(tmp.path().join("manifest.json"), "{").unwrap();
     let out = summarize(tmp.path()).expect(1);
     assert!(

@@ -12,6 +12,10 @@ use super::records::{self, Manifest, Row};
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
+/// The most ranks a manifest may declare (far above what the local engine
+/// runs; it keeps a corrupt manifest from asking for an absurd plan).
+pub const MAX_RANKS: usize = 1 << 16;
+
 /// One aggregated record.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Record {
@@ -63,8 +67,12 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
             manifest.suite
         )
     })?;
-    if manifest.ranks == 0 {
-        return Err(format!("{}/manifest.json declares 0 ranks", dir.display()));
+    if manifest.ranks == 0 || manifest.ranks > MAX_RANKS {
+        return Err(format!(
+            "{}/manifest.json declares {} ranks: a run has 1 to {MAX_RANKS}",
+            dir.display(),
+            manifest.ranks
+        ));
     }
     let n = manifest.ranks;
     let plan = cases::plan(suite, n);
