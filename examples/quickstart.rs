@@ -2,7 +2,7 @@
 //!
 //! `RANKWISE_DEBUG=INFO cargo run --release --example quickstart`
 
-use rankwise::{local, RedOp};
+use rankwise::{RedOp, local};
 
 fn main() -> Result<(), rankwise::Error> {
     let outs = local::launch(4, |comm| {

@@ -1,6 +1,6 @@
 //! rankwise: NCCL's collective contracts, executable.
 //!
-//! Layers, top calls down: the `rankwise` binary (CLI) → `logs` →
+//! Layers, top calls down: the `rankwise` binary (`cli`) → `verify`, `logs` →
 //! `api` (raw and typed faces of a communicator) → `core` (the contract as
 //! pure functions) and `engine` (what executes a checked call); `trace`
 //! writes NCCL-format lines.
@@ -18,11 +18,13 @@
 //! ```
 
 pub mod api;
+pub mod cli;
 pub mod core;
 pub mod engine;
 pub mod logs;
 pub mod misuse;
 pub mod trace;
+pub mod verify;
 
 pub use api::{Comm, NULL, P2POp};
 pub use core::{DataType, Element, Error, ErrorKind, Func, RedOp, Result, ResultCode};

@@ -1,6 +1,7 @@
 //! The `rankwise` command line.
 
 use clap::{Parser, Subcommand};
+use rankwise::cli;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -16,6 +17,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the conformance suite on N local ranks and prove every record
+    Verify(cli::verify::Args),
+    /// Check a run directory's per-rank CSVs and print the aggregated table
+    Summarize(cli::summarize::Args),
+    /// Run one collective and show every rank's input and output
+    Run(cli::run::Args),
+    /// Explain one call's contract: sizes, in-place equation, roles, roots, C call
+    Explain(cli::explain::Args),
     /// Diagnose hangs and contract mismatches from NCCL's own logs
     Logs {
         #[command(subcommand)]
@@ -26,6 +35,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Verify(a) => cli::verify::run(a),
+        Command::Summarize(a) => cli::summarize::run(a),
+        Command::Run(a) => cli::run::run(a),
+        Command::Explain(a) => cli::explain::run(a),
         Command::Logs { cmd } => rankwise::logs::cli::run(cmd),
     }
 }

@@ -1,0 +1,651 @@
+//! `rankwise explain <op>`: the contract of one call, with every number
+//! taken from `core` — buffer sizes and roles from `layout`, the in-place
+//! offset from `in_place`, valid roots and rejections from `check_call` and
+//! `check_buffers`, bandwidth from `Func::alg_bytes`/`bus_factor`.
+//! Impossible calls (root out of range, in-place AlltoAll) are explained.
+
+use super::{fail, parse_collective, parse_dtype, parse_redop};
+use crate::core::{
+    AddressSpace, DataType, Func, Layout, RawCall, RedOp, Role, check_buffers, check_call,
+    in_place, layout,
+};
+use crate::verify::summary::fmt_ranks;
+use std::fmt::Write;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all, gather or scatter
+    #[arg(value_parser = parse_collective, value_name = "OP")]
+    pub collective: Func,
+    /// Number of ranks in the communicator
+    #[arg(long, short = 'n')]
+    pub ranks: usize,
+    /// The API count
+    #[arg(long, short = 'c')]
+    pub count: usize,
+    /// Datatype
+    #[arg(long, short = 'd', value_parser = parse_dtype, default_value = "int32")]
+    pub dtype: DataType,
+    /// Root of reduce, broadcast, gather, scatter [default: 0]
+    #[arg(long, short = 'r', allow_hyphen_values = true)]
+    pub root: Option<i64>,
+    /// The rank whose pointers and C call to show [default: 0]
+    #[arg(long)]
+    pub rank: Option<usize>,
+    /// Explain the in-place form
+    #[arg(long)]
+    pub in_place: bool,
+    /// Reduction for the C call of reducing ops [default: sum]
+    #[arg(long = "op", short = 'o', value_parser = parse_redop)]
+    pub redop: Option<RedOp>,
+}
+
+/// Ranks shown in per-rank listings: all up to 16, else the first three,
+/// the last, and the chosen rank.
+fn shown(n: usize, rank: usize) -> Vec<Option<usize>> {
+    if n <= 16 {
+        return (0..n).map(Some).collect();
+    }
+    let mut v: Vec<usize> = vec![0, 1, 2, rank, n - 1];
+    v.sort();
+    v.dedup();
+    let mut out = Vec::new();
+    for (i, r) in v.iter().enumerate() {
+        if i > 0 && *r != v[i - 1] + 1 {
+            out.push(None);
+        }
+        out.push(Some(*r));
+    }
+    out
+}
+
+fn size_text(elems: usize, dt: DataType) -> String {
+    format!("{elems} elements ({} bytes)", elems * dt.size())
+}
+
+fn number(x: f64) -> String {
+    let s = format!("{x:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A space with one allocation, to ask `check_buffers` about example addresses.
+struct OneAllocation(usize, usize);
+impl AddressSpace for OneAllocation {
+    fn allocation_of(&self, addr: usize) -> Option<(usize, usize)> {
+        (addr >= self.0 && addr < self.0 + self.1.max(1)).then_some((self.0, self.1))
+    }
+}
+
+pub fn run(args: Args) -> ExitCode {
+    match explain(&args) {
+        Ok(text) => {
+            out!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail("explain", e),
+    }
+}
+
+/// The explanation as text, or why the arguments are not a call at all.
+pub fn explain(args: &Args) -> Result<String, String> {
+    let func = args.collective;
+    let (n, q, dt) = (args.ranks, args.count, args.dtype);
+    super::check_size(n, q, dt, None)?;
+    let me = args.rank.unwrap_or(0);
+    if me >= n {
+        return Err(format!(
+            "--rank {me} is not a rank of a {n}-rank communicator (ranks are 0..={})",
+            n - 1
+        ));
+    }
+    let op = args.redop.unwrap_or(RedOp::Sum);
+    let root_arg = args.root.unwrap_or(0);
+    let root_i32 = i32::try_from(root_arg)
+        .map_err(|_| format!("--root {root_arg} does not fit the C API's int"))?;
+    let mut o = String::new();
+    let mut head = format!(
+        "{} on {n} rank(s), count {q}, {}",
+        func.c_name(),
+        dt.nccl_name()
+    );
+    if func.reduces() {
+        head.push_str(&format!(", {}", op.nccl_name()));
+    }
+    if func.is_rooted() {
+        head.push_str(&format!(", root {root_arg}"));
+    }
+    if args.in_place {
+        head.push_str(", in place");
+    }
+    let _ = writeln!(o, "{head}\n");
+    if args.root.is_some() && !func.is_rooted() {
+        let _ = writeln!(
+            o,
+            "note: {} takes no root; --root is not part of this call\n",
+            func.name()
+        );
+    }
+    if args.redop.is_some() && !func.reduces() {
+        let _ = writeln!(
+            o,
+            "note: {} reduces nothing; --op is not part of this call\n",
+            func.name()
+        );
+    }
+
+    // the argument check, exactly as every rank runs it
+    let raw = RawCall {
+        func,
+        sendbuff: 0,
+        recvbuff: 0,
+        count: q,
+        datatype: dt.code(),
+        op: op.builtin_code().unwrap_or(0),
+        root: root_i32,
+    };
+    if let Err(e) = check_call(&raw, n, &|_| None) {
+        let _ = writeln!(
+            o,
+            "REJECTED on every rank at the argument check ({}):\n  {}\n",
+            e.code().nccl_name(),
+            e.message
+        );
+        let _ = writeln!(o, "{}", roots_section(func, n));
+        let _ = writeln!(
+            o,
+            "Nothing is queued and no COLL trace line is printed: each rank logs a WARN and the call returns {}.",
+            e.code().nccl_name()
+        );
+        let _ = writeln!(
+            o,
+            "\nC call (rank {me})\n  {}",
+            c_call(func, n, me, root_arg, q, dt, op, args.in_place)
+        );
+        return Ok(o);
+    }
+    let root = root_arg as usize;
+    let lay = |r: usize| layout(func, n, r, root, q);
+
+    // what count means
+    let l_me = lay(me);
+    let l_root = lay(root);
+    let meaning = match func {
+        Func::AllReduce => format!(
+            "count = {q}: the elements of every rank's sendbuff and recvbuff ({}).",
+            size_text(l_me.recv_elems, dt)
+        ),
+        Func::Reduce => format!(
+            "count = {q}: the elements every rank contributes; only the root's recvbuff receives the result ({}).",
+            size_text(l_root.recv_elems, dt)
+        ),
+        Func::Broadcast => format!(
+            "count = {q}: the elements the root sends and every rank receives ({}).",
+            size_text(l_me.recv_elems, dt)
+        ),
+        Func::AllGather => format!(
+            "sendcount = {q}: the elements each rank contributes; every recvbuff holds N × sendcount = {}.",
+            size_text(l_me.recv_elems, dt)
+        ),
+        Func::ReduceScatter => format!(
+            "recvcount = {q}: the elements each rank receives; every sendbuff holds N × recvcount = {}.",
+            size_text(l_me.send_elems, dt)
+        ),
+        Func::AlltoAll => format!(
+            "count = {q}: the elements each rank sends to each peer and receives from each; both buffers hold N × count = {}.",
+            size_text(l_me.send_elems, dt)
+        ),
+        Func::Gather => format!(
+            "count = {q}: the elements each rank sends; the root's recvbuff holds N × count = {}.",
+            size_text(l_root.recv_elems, dt)
+        ),
+        Func::Scatter => format!(
+            "count = {q}: the elements each rank receives; the root's sendbuff holds N × count = {}.",
+            size_text(l_root.send_elems, dt)
+        ),
+        Func::Send | Func::Recv => unreachable!("explain takes collectives only"),
+    };
+    let _ = writeln!(
+        o,
+        "What count means\n  {meaning}\n  Counts are elements of {} ({} bytes each), never bytes.\n",
+        dt.name(),
+        dt.size()
+    );
+
+    // buffers per rank
+    let _ = writeln!(o, "Buffers (from the contract's layout)");
+    let mut rows = Vec::new();
+    for r in shown(n, me) {
+        match r {
+            None => rows.push(vec!["…".into(), String::new(), String::new()]),
+            Some(r) => {
+                let l = lay(r);
+                rows.push(vec![
+                    format!(
+                        "{r}{}",
+                        if func.is_rooted() && r == root {
+                            " (root)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    buffer_cell(l.send_elems, l.send_role, dt),
+                    buffer_cell(l.recv_elems, l.recv_role, dt),
+                ]);
+            }
+        }
+    }
+    for line in
+        crate::verify::summary::render_table(&["rank", "sendbuff", "recvbuff"], &rows).lines()
+    {
+        let _ = writeln!(o, "  {line}");
+    }
+    let _ = writeln!(o);
+
+    // in place
+    let _ = writeln!(o, "In place");
+    let _ = write!(
+        o,
+        "{}",
+        in_place_section(func, n, me, root, q, dt, args.in_place)
+    );
+    let _ = writeln!(o);
+
+    // reads and writes
+    let _ = writeln!(o, "Reads and writes");
+    for (buf, pick) in [("sendbuff", true), ("recvbuff", false)] {
+        for role in [
+            Role::Read,
+            Role::Written,
+            Role::Ignored,
+            Role::Unused,
+            Role::Undefined,
+        ] {
+            let ranks: Vec<usize> = (0..n)
+                .filter(|r| {
+                    let l = lay(*r);
+                    let (elems, rl) = if pick {
+                        (l.send_elems, l.send_role)
+                    } else {
+                        (l.recv_elems, l.recv_role)
+                    };
+                    rl == role
+                        && (elems > 0 || !matches!(role, Role::Read | Role::Written) || q == 0)
+                })
+                .collect();
+            if !ranks.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "  {buf} {}: rank(s) {}",
+                    role.describe(),
+                    fmt_ranks(&ranks)
+                );
+            }
+        }
+    }
+    if q == 0 {
+        let _ = writeln!(
+            o,
+            "  count 0: the call passes its checks, is logged, and is then discarded (no data moves; opCount does not advance)"
+        );
+    }
+    let _ = writeln!(o);
+
+    let _ = writeln!(o, "{}", roots_section(func, n));
+
+    // diagram
+    let legend = if func.reduces() {
+        format!("; ⊕: {} over all ranks", op.name())
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        o,
+        "Layout (rank-major blocks of {}; s→d: from rank s to rank d{legend})",
+        size_text(q, dt)
+    );
+    for r in shown(n, me) {
+        match r {
+            None => {
+                let _ = writeln!(o, "  …");
+            }
+            Some(r) => {
+                let (s, v) = diagram(func, n, r, root, lay(r));
+                let _ = writeln!(o, "  rank {r:<3} sendbuff {s}");
+                let _ = writeln!(o, "           recvbuff {v}");
+            }
+        }
+    }
+    let _ = writeln!(o);
+
+    let _ = writeln!(
+        o,
+        "C call (rank {me})\n  {}\n",
+        c_call(func, n, me, root_arg, q, dt, op, args.in_place)
+    );
+
+    let bytes = func.alg_bytes(n, q, dt.size());
+    let factor = func.bus_factor(n);
+    let _ = writeln!(
+        o,
+        "Bandwidth (nccl-tests)\n  size = {bytes} bytes per call (what algbw = size / time divides); busbw = algbw × {} at N={n}",
+        number(factor)
+    );
+    Ok(o)
+}
+
+fn buffer_cell(elems: usize, role: Role, dt: DataType) -> String {
+    match role {
+        Role::Read | Role::Written => format!("{}, {}", size_text(elems, dt), role.describe()),
+        _ => role.describe().to_string(),
+    }
+}
+
+fn roots_section(func: Func, n: usize) -> String {
+    if !func.is_rooted() {
+        return format!("Roots\n  {} takes no root.\n", func.name());
+    }
+    let check = |root: i64| {
+        let raw = RawCall {
+            func,
+            sendbuff: 0,
+            recvbuff: 0,
+            count: 1,
+            datatype: 0,
+            op: 0,
+            root: root as i32,
+        };
+        check_call(&raw, n, &|_| None)
+    };
+    let valid: Vec<usize> = (0..=n).filter(|r| check(*r as i64).is_ok()).collect();
+    let mut s = format!(
+        "Roots\n  valid roots: {} (communicator ranks, not device ids)\n",
+        fmt_ranks(&valid)
+    );
+    if let Err(e) = check(n as i64) {
+        let _ = writeln!(s, "  root {n}: {}", e.message);
+    }
+    s
+}
+
+fn in_place_section(
+    func: Func,
+    n: usize,
+    me: usize,
+    root: usize,
+    q: usize,
+    dt: DataType,
+    asked: bool,
+) -> String {
+    let mut s = String::new();
+    let size = dt.size();
+    match in_place(func, me, root, q) {
+        Some(ip) => {
+            let d = ip.send_minus_recv;
+            let (lhs, rhs) = if d >= 0 {
+                ("sendbuff", "recvbuff")
+            } else {
+                ("recvbuff", "sendbuff")
+            };
+            let k = d.unsigned_abs();
+            let _ = writeln!(
+                s,
+                "  {}{}",
+                ip.equation,
+                if asked {
+                    ""
+                } else {
+                    "   (the form --in-place uses)"
+                }
+            );
+            let _ = writeln!(
+                s,
+                "  rank {me}: {lhs} = {rhs} + {k} elements ({} bytes)",
+                k * size
+            );
+            let others: Vec<String> = (0..n.min(8))
+                .filter_map(|r| {
+                    in_place(func, r, root, q)
+                        .map(|ip| format!("rank {r}: {:+}", ip.send_minus_recv))
+                })
+                .collect();
+            if !others.is_empty() && matches!(func, Func::AllGather | Func::ReduceScatter) {
+                let _ = writeln!(
+                    s,
+                    "  sendbuff - recvbuff in elements, per rank: {}{}",
+                    others.join(", "),
+                    if n > 8 { ", …" } else { "" }
+                );
+            }
+            if k > 0 && q > 0 {
+                let _ = writeln!(
+                    s,
+                    "  so on rank {me} {lhs} is block {} of {rhs}'s {n} blocks",
+                    k / q
+                );
+            }
+            if d == 0 && !matches!(func, Func::AllReduce | Func::Reduce | Func::Broadcast) {
+                let _ = writeln!(
+                    s,
+                    "  (on rank {me} the offset is 0, so sendbuff == recvbuff; on other ranks it is not)"
+                );
+            }
+        }
+        None if func == Func::AlltoAll => {
+            let _ = writeln!(
+                s,
+                "  AlltoAll has no in-place form in the API: sendbuff and recvbuff must not overlap."
+            );
+            if asked {
+                let l = layout(func, n, me, root, q);
+                let base = 0x10000;
+                let space = OneAllocation(base, l.send_elems.max(l.recv_elems) * size);
+                let call = check_call(
+                    &RawCall {
+                        func,
+                        sendbuff: base,
+                        recvbuff: base,
+                        count: q,
+                        datatype: dt.code(),
+                        op: 0,
+                        root: 0,
+                    },
+                    n,
+                    &|_| None,
+                );
+                match call.and_then(|c| check_buffers(&c, n, me, &space)) {
+                    Err(e) => {
+                        let _ = writeln!(
+                            s,
+                            "  with sendbuff == recvbuff (example address {base:#x}) rankwise rejects the call ({}):\n    {}",
+                            e.code().nccl_name(),
+                            e.message
+                        );
+                    }
+                    Ok(()) => {
+                        let _ = writeln!(
+                            s,
+                            "  with count 0 no memory is touched, so even sendbuff == recvbuff passes."
+                        );
+                    }
+                }
+                let _ = writeln!(
+                    s,
+                    "  (NCCL does not detect overlap: it would silently corrupt the data.)"
+                );
+            }
+        }
+        None => {
+            let l = layout(func, n, me, root, q);
+            let _ = writeln!(
+                s,
+                "  {} has an in-place form on the root only (rank {root}: {}).",
+                func.name(),
+                in_place(func, root, root, q)
+                    .map(|ip| ip.equation)
+                    .unwrap_or("")
+            );
+            let _ = writeln!(
+                s,
+                "  rank {me} is not the root: sendbuff {}, recvbuff {}.",
+                buffer_cell(l.send_elems, l.send_role, dt),
+                buffer_cell(l.recv_elems, l.recv_role, dt)
+            );
+        }
+    }
+    s
+}
+
+fn blocks(labels: Vec<String>) -> String {
+    let labels = if labels.len() > 8 {
+        let mut v = labels[..3].to_vec();
+        v.push("…".into());
+        v.push(labels[labels.len() - 1].clone());
+        v
+    } else {
+        labels
+    };
+    format!("[{}]", labels.join(" | "))
+}
+
+/// The send and recv buffers of rank `r` as labelled blocks.
+fn diagram(func: Func, n: usize, r: usize, root: usize, l: Layout) -> (String, String) {
+    let text = |role: Role| format!("— {}", role.describe());
+    let all = |f: &dyn Fn(usize) -> String| blocks((0..n).map(f).collect());
+    let send = match (l.send_role, func) {
+        (Role::Read, Func::ReduceScatter | Func::AlltoAll | Func::Scatter) => {
+            all(&|d| format!("{r}→{d}"))
+        }
+        (Role::Read, Func::Gather) => blocks(vec![format!("{r}→{root}")]),
+        (Role::Read, Func::Broadcast) => blocks(vec![format!("{r}→*")]),
+        (Role::Read, Func::AllGather) => blocks(vec![format!("{r}→*")]),
+        (Role::Read, _) => blocks(vec![format!("{r}")]),
+        (role, _) => text(role),
+    };
+    let recv = match (l.recv_role, func) {
+        (Role::Written, Func::AllReduce | Func::Reduce) => blocks(vec!["⊕ 0..N-1".into()]),
+        (Role::Written, Func::ReduceScatter) => blocks(vec![format!("⊕ *→{r}")]),
+        (Role::Written, Func::Broadcast | Func::Scatter) => blocks(vec![format!("{root}→{r}")]),
+        (Role::Written, Func::AllGather | Func::AlltoAll | Func::Gather) => {
+            all(&|s| format!("{s}→{r}"))
+        }
+        (Role::Written, _) => blocks(vec!["?".into()]),
+        (role, _) => text(role),
+    };
+    (send, recv)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn c_call(
+    func: Func,
+    n: usize,
+    me: usize,
+    root: i64,
+    q: usize,
+    dt: DataType,
+    op: RedOp,
+    in_place_form: bool,
+) -> String {
+    let r = usize::try_from(root).unwrap_or(usize::MAX);
+    let l = layout(func, n, me, r, q);
+    let null = |role: Role| matches!(role, Role::Undefined | Role::Unused);
+    let (send, recv) = match (in_place_form, in_place(func, me, r, q)) {
+        (true, Some(ip)) if ip.send_minus_recv > 0 => (
+            format!("recvbuff + {}", ip.send_minus_recv),
+            "recvbuff".to_string(),
+        ),
+        (true, Some(ip)) if ip.send_minus_recv < 0 => (
+            "sendbuff".to_string(),
+            format!("sendbuff + {}", -ip.send_minus_recv),
+        ),
+        (true, Some(_)) => ("buff".to_string(), "buff".to_string()),
+        (true, None) if func == Func::AlltoAll => (
+            "buff".to_string(),
+            "buff /* rejected: no in-place form */".to_string(),
+        ),
+        _ => (
+            if null(l.send_role) {
+                "NULL".into()
+            } else {
+                "sendbuff".into()
+            },
+            if null(l.recv_role) {
+                "NULL".into()
+            } else {
+                "recvbuff".into()
+            },
+        ),
+    };
+    let c = func.c_name();
+    let t = dt.nccl_name();
+    let o = op.nccl_name();
+    match func {
+        Func::AllReduce | Func::ReduceScatter => {
+            format!("{c}({send}, {recv}, {q}, {t}, {o}, comm, stream);")
+        }
+        Func::Reduce => format!("{c}({send}, {recv}, {q}, {t}, {o}, {root}, comm, stream);"),
+        Func::Broadcast | Func::Gather | Func::Scatter => {
+            format!("{c}({send}, {recv}, {q}, {t}, {root}, comm, stream);")
+        }
+        _ => format!("{c}({send}, {recv}, {q}, {t}, comm, stream);"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(func: Func, n: usize, q: usize) -> Args {
+        Args {
+            collective: func,
+            ranks: n,
+            count: q,
+            dtype: DataType::Int32,
+            root: None,
+            rank: None,
+            in_place: false,
+            redop: None,
+        }
+    }
+
+    #[test]
+    fn all_gather_sizes_and_offset() {
+        let mut a = args(Func::AllGather, 4, 3);
+        a.in_place = true;
+        a.rank = Some(2);
+        let t = explain(&a).unwrap();
+        assert!(
+            t.contains("every recvbuff holds N × sendcount = 12 elements (48 bytes)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("rank 2: sendbuff = recvbuff + 6 elements (24 bytes)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("ncclAllGather(recvbuff + 6, recvbuff, 3, ncclInt32, comm, stream);"),
+            "{t}"
+        );
+        assert!(t.contains("busbw = algbw × 0.75"), "{t}");
+    }
+
+    #[test]
+    fn impossible_calls_are_explained() {
+        let mut a = args(Func::Broadcast, 4, 3);
+        a.root = Some(4);
+        let t = explain(&a).unwrap();
+        assert!(t.contains("REJECTED"), "{t}");
+        assert!(
+            t.contains("root 4 is out of range: valid roots are 0..=3"),
+            "{t}"
+        );
+        let mut a = args(Func::AlltoAll, 4, 3);
+        a.in_place = true;
+        let t = explain(&a).unwrap();
+        assert!(t.contains("AlltoAll has no in-place form"), "{t}");
+        assert!(t.contains("ncclInvalidArgument"), "{t}");
+        let mut a = args(Func::AllReduce, 4, 3);
+        a.rank = Some(4);
+        assert!(explain(&a).unwrap_err().contains("--rank 4 is not a rank"));
+    }
+}

@@ -1,0 +1,110 @@
+//! The `rankwise` commands. Each submodule exposes its clap `Args` and a
+//! `run(args) -> ExitCode`; `main.rs` only dispatches.
+//!
+//! Exit codes: 0 success; 1 a failed verification or bad input (with a
+//! message saying what was expected); 2 a call the engine rejected (with its
+//! `ncclResult_t` name), and clap's usage errors.
+
+/// `println!` that ignores a closed stdout: `rankwise verify | head` must
+/// end quietly, not with a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+/// `print!` that ignores a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+pub mod explain;
+pub mod run;
+pub mod summarize;
+pub mod verify;
+
+use crate::core::{DataType, Func, RedOp};
+use std::process::ExitCode;
+
+/// Exit code of a failed verification or bad input.
+pub const FAILED: u8 = 1;
+/// Exit code of a call the engine rejected.
+pub const REJECTED: u8 = 2;
+
+/// The most ranks the commands that start threads accept: the local engine
+/// runs one thread per rank.
+pub const MAX_LOCAL_RANKS: usize = 256;
+
+/// Prints `rankwise <cmd>: <msg>` to stderr and returns exit code 1.
+pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("rankwise {cmd}: {msg}");
+    ExitCode::from(FAILED)
+}
+
+/// clap value parser for a collective name (`all_reduce`, `AllReduce`, `ncclAllReduce`, …).
+pub fn parse_collective(s: &str) -> Result<Func, String> {
+    match Func::parse(s) {
+        Some(f) if Func::COLLECTIVES.contains(&f) => Ok(f),
+        Some(f) => Err(format!(
+            "{} is point-to-point, not a collective; expected one of: {}",
+            f.cli_name(),
+            collective_names()
+        )),
+        None => Err(format!("expected one of: {}", collective_names())),
+    }
+}
+
+fn collective_names() -> String {
+    Func::COLLECTIVES
+        .iter()
+        .map(|f| f.cli_name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// clap value parser for a datatype (`int32`, `float`, `bf16`, `ncclFloat8e4m3`, …).
+pub fn parse_dtype(s: &str) -> Result<DataType, String> {
+    DataType::parse(s).ok_or_else(|| {
+        format!(
+            "expected one of: {}",
+            DataType::ALL
+                .iter()
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// clap value parser for a reduction op.
+pub fn parse_redop(s: &str) -> Result<RedOp, String> {
+    RedOp::parse(s).ok_or_else(|| "expected one of: sum, prod, max, min, avg".to_string())
+}
+
+/// Checks `--ranks` and that `ranks × count × size` fits in memory arithmetic.
+pub fn check_size(
+    ranks: usize,
+    count: usize,
+    dt: DataType,
+    max_ranks: Option<usize>,
+) -> Result<(), String> {
+    if ranks == 0 {
+        return Err("--ranks must be at least 1: a communicator has at least one rank".into());
+    }
+    if let Some(max) = max_ranks
+        && ranks > max
+    {
+        return Err(format!(
+            "--ranks {ranks} is more than the local engine runs here (at most {max}: one thread per rank)"
+        ));
+    }
+    ranks
+        .checked_mul(count)
+        .and_then(|e| e.checked_mul(dt.size()))
+        .filter(|b| *b <= isize::MAX as usize)
+        .map(|_| ())
+        .ok_or_else(|| format!("--count {count} is too large: {ranks} × {count} elements of {dt} overflow the address space"))
+}

@@ -1,0 +1,304 @@
+//! `rankwise verify`: runs a suite on N local ranks, writes the run
+//! directory (manifest, per-rank CSVs, traces, evidence), reads it back
+//! through the same checks as `summarize`, and prints the result tables and
+//! the seed's four log facts. Exits 0 only if every record passes.
+
+use super::{FAILED, MAX_LOCAL_RANKS, fail};
+use crate::verify::cases::{self, Layer, Suite};
+use crate::verify::evidence::{self, Fact};
+use crate::verify::runner::{self, LayerRun};
+use crate::verify::summary::{self, Summary};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Number of local ranks (any N >= 1; the seed's roots adapt below N=4)
+    #[arg(long, short = 'n', default_value_t = 4)]
+    pub ranks: usize,
+    /// `seed` (the chapter's 92 rows at N=4) or `full` (every op, datatype, count and root)
+    #[arg(long, default_value = "seed")]
+    pub suite: String,
+    /// Engine to run on (only `local` is built)
+    #[arg(long, default_value = "local")]
+    pub engine: String,
+    /// Run directory to write (default: runs/<UTC timestamp>)
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print one JSON object instead of tables
+    #[arg(long)]
+    pub json: bool,
+}
+
+const ENGINES_LATER: [&str; 2] = ["nccl", "mpi"];
+
+pub fn run(args: Args) -> ExitCode {
+    let Some(suite) = Suite::parse(&args.suite) else {
+        return fail(
+            "verify",
+            format!("unknown suite '{}': expected seed or full", args.suite),
+        );
+    };
+    if args.engine != "local" {
+        let why = if ENGINES_LATER.contains(&args.engine.as_str()) {
+            format!(
+                "the {} engine is not built yet; only 'local' is available",
+                args.engine
+            )
+        } else {
+            format!(
+                "unknown engine '{}': only 'local' is available",
+                args.engine
+            )
+        };
+        return fail("verify", why);
+    }
+    if let Err(e) = super::check_size(args.ranks, 1, crate::DataType::Int8, Some(MAX_LOCAL_RANKS)) {
+        return fail("verify", e);
+    }
+    let n = args.ranks;
+    let run_id = runner::utc_run_id();
+    let out = match prepare_out(args.out.as_deref(), &run_id) {
+        Ok(p) => p,
+        Err(e) => return fail("verify", e),
+    };
+    let plan = cases::plan(suite, n);
+    let manifest = runner::manifest(&plan, &run_id, &args.engine);
+    if let Err(e) = manifest.write(&out) {
+        return fail(
+            "verify",
+            format!("cannot write {}: {e}", out.join("manifest.json").display()),
+        );
+    }
+
+    // progress: a bar on a terminal, plain lines otherwise (stderr under --json)
+    let total: u64 = plan
+        .layers
+        .iter()
+        .map(|l| (l.rows_per_rank() * n) as u64)
+        .sum();
+    let bar = (!args.json && std::io::stdout().is_terminal()).then(|| {
+        let b = ProgressBar::new(total);
+        if let Ok(style) =
+            ProgressStyle::with_template("{prefix:>9} [{bar:40}] {pos}/{len} rows {elapsed}")
+        {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b
+    });
+    let say = |line: String| {
+        if args.json {
+            eprintln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    };
+    if !args.json {
+        outln!(
+            "rankwise verify: suite {}, {n} rank(s), engine {}, run {run_id}",
+            suite.name(),
+            args.engine
+        );
+        outln!("writing {}", out.display());
+    }
+    for a in &plan.adaptations {
+        say(format!("adapted to N={n}: {a}"));
+    }
+
+    let mut runs: Vec<LayerRun> = Vec::new();
+    for lp in &plan.layers {
+        if let Some(b) = &bar {
+            b.set_prefix(lp.layer.name());
+        }
+        let tick = || {
+            if let Some(b) = &bar {
+                b.inc(1);
+            }
+        };
+        let timeout = crate::local::LaunchOptions::default().timeout;
+        match runner::run_layer(lp, n, &run_id, &out, timeout, &tick) {
+            Ok(r) => {
+                if bar.is_none() {
+                    say(format!(
+                        "{}: {} rows from {n} rank(s) in {:.2} s",
+                        lp.layer,
+                        lp.rows_per_rank() * n,
+                        r.elapsed.as_secs_f64()
+                    ));
+                }
+                if let Err(e) = runner::save_trace(&out, &r) {
+                    say(format!("cannot save the {} trace: {e}", lp.layer));
+                }
+                runs.push(r);
+            }
+            Err(e) => {
+                if let Some(b) = &bar {
+                    b.finish_and_clear();
+                }
+                return fail(
+                    "verify",
+                    format!("the {} layer could not run: {e}", lp.layer),
+                );
+            }
+        }
+    }
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+
+    let facts = match (
+        plan.layer(Layer::Framework),
+        runs.iter().find(|r| r.layer == Layer::Framework),
+    ) {
+        (Some(lp), Some(r)) => evidence::seed_facts(lp, n, &r.op_counts, &r.trace),
+        _ => Vec::new(),
+    };
+    if let Ok(text) = serde_json::to_string_pretty(&facts) {
+        let _ = std::fs::write(out.join("evidence.json"), text + "\n");
+    }
+    let rank_failures: Vec<String> = runs
+        .iter()
+        .flat_map(|r| r.failures.iter().map(move |f| format!("{}: {f}", r.layer)))
+        .collect();
+    let summary = match summary::summarize(&out) {
+        Ok(s) => s,
+        Err(e) => return fail("verify", format!("cannot read back {}: {e}", out.display())),
+    };
+    let pass = summary.pass() && facts.iter().all(|f| f.pass) && rank_failures.is_empty();
+    if args.json {
+        print_json(&summary, &facts, &rank_failures, &out, pass);
+    } else {
+        print_text(&summary, &facts, &rank_failures, &out, suite, pass);
+    }
+    if pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(FAILED)
+    }
+}
+
+/// Creates the run directory: `--out` (which must not hold a run already)
+/// or `runs/<id>` (with a suffix if two runs share a second).
+fn prepare_out(out: Option<&Path>, run_id: &str) -> Result<PathBuf, String> {
+    let dir = match out {
+        Some(p) => {
+            if p.join("manifest.json").exists() || p.join("raw").exists() {
+                return Err(format!(
+                    "{} already holds a run: choose another --out (verify never overwrites a run)",
+                    p.display()
+                ));
+            }
+            p.to_path_buf()
+        }
+        None => {
+            let base = Path::new("runs").join(run_id);
+            let mut dir = base.clone();
+            let mut k = 2;
+            while dir.exists() {
+                dir = PathBuf::from(format!("{}-{k}", base.display()));
+                k += 1;
+            }
+            dir
+        }
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn print_text(
+    s: &Summary,
+    facts: &[Fact],
+    rank_failures: &[String],
+    out: &Path,
+    suite: Suite,
+    pass: bool,
+) {
+    let mut o = String::new();
+    o.push_str("\nAcceptance\n");
+    o.push_str(&summary::acceptance_table(s));
+    o.push('\n');
+    if suite == Suite::Seed {
+        o.push_str(&summary::records_table(&s.records));
+    } else {
+        o.push_str(&summary::operations_table(&s.records));
+        let failing: Vec<_> = s.records.iter().filter(|r| !r.pass).cloned().collect();
+        if !failing.is_empty() {
+            o.push_str("\nFailing records\n");
+            o.push_str(&summary::records_table(&failing));
+        }
+        o.push_str(&format!(
+            "(every record: rankwise summarize {})\n",
+            out.display()
+        ));
+    }
+    if !facts.is_empty() {
+        o.push_str(&format!(
+            "\nEvidence from this run's own trace ({})\n",
+            out.join("trace").join("framework.log").display()
+        ));
+        for f in facts {
+            o.push_str(&format!(
+                "  {}  {}\n",
+                if f.pass { "PASS" } else { "FAIL" },
+                f.claim
+            ));
+            for d in &f.details {
+                o.push_str(&format!("        {d}\n"));
+            }
+        }
+    }
+    if !rank_failures.is_empty() {
+        o.push_str("\nRanks that stopped early\n");
+        for f in rank_failures {
+            o.push_str(&format!("  {f}\n"));
+        }
+    }
+    if !s.problems.is_empty() {
+        o.push_str("\nProblems\n");
+        for p in s.problems.iter().take(50) {
+            o.push_str(&format!("  {p}\n"));
+        }
+        if s.problems.len() > 50 {
+            o.push_str(&format!(
+                "  … and {} more (rankwise summarize {})\n",
+                s.problems.len() - 50,
+                out.display()
+            ));
+        }
+    }
+    o.push('\n');
+    o.push_str(&summary::totals_line(s));
+    if !pass && s.pass() {
+        o.push_str(" (but the evidence or a rank failed: see above)");
+    }
+    o.push('\n');
+    o.push_str(&format!(
+        "rows: {}/raw/<layer>/rank<r>.csv; re-check: rankwise summarize {}\n",
+        out.display(),
+        out.display()
+    ));
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(o.as_bytes());
+}
+
+fn print_json(s: &Summary, facts: &[Fact], rank_failures: &[String], out: &Path, pass: bool) {
+    let v = serde_json::json!({
+        "run_id": s.manifest.run_id,
+        "suite": s.manifest.suite,
+        "ranks": s.manifest.ranks,
+        "engine": s.manifest.engine,
+        "out": out.display().to_string(),
+        "adaptations": s.manifest.adaptations,
+        "layers": s.layers,
+        "rows": s.rows(),
+        "records_total": s.records.len(),
+        "records": s.records,
+        "problems": s.problems,
+        "evidence": facts,
+        "rank_failures": rank_failures,
+        "pass": pass,
+    });
+    outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+}

@@ -1,0 +1,496 @@
+//! Expected values, computed on the CPU from closed-form formulas that never
+//! call the engine (CONTRACTS.md §7).
+//!
+//! Three kinds of formula live here:
+//! - the seed chapter's own closed forms (`seed_*`), e.g. ReduceScatter's
+//!   `rank_slice * N + 100 * N(N-1)/2`, written for any N;
+//! - the contract definitions of CONTRACTS.md §1 ([`contract_output`]):
+//!   `y[s·q + j] = x_s[j]` and friends, evaluated on inputs given by formula;
+//! - the input schemes of the full suite ([`matrix_input`]), chosen so that
+//!   every reduction is exact in every datatype, at every N: sums stay below
+//!   the largest integer the type holds exactly, products are powers of two
+//!   (and ±1), Max/Min only select. Float Avg is the one op whose result
+//!   depends on rounding (NCCL multiplies each input by 1/N rounded to the
+//!   type): [`reduce`] rounds to the type after every step, as the contract
+//!   says, with the type's own conversion from `core`.
+//!
+//! Values travel as `f64`: every value used here is exactly representable in
+//! its datatype and in `f64`.
+
+use crate::core::{DataType, Element, F8E4M3, F8E5M2, Func, RedOp};
+
+/// The seed's AlltoAll encoding: `source*10000 + destination*100 + offset`.
+pub fn encode(source: usize, destination: usize, offset: usize) -> f64 {
+    (source * 10000 + destination * 100 + offset) as f64
+}
+
+/// Seed AllReduce, inputs `[r+1, r+10, 2r]`, SUM: `[N(N+1)/2, 10N + N(N-1)/2, N(N-1)]`
+/// (`[10, 46, 12]` at N=4).
+pub fn seed_all_reduce_sum(n: usize) -> Vec<f64> {
+    let n = n as f64;
+    vec![
+        n * (n + 1.0) / 2.0,
+        10.0 * n + n * (n - 1.0) / 2.0,
+        n * (n - 1.0),
+    ]
+}
+
+/// Seed AllReduce, inputs `[r, -r, r/2 + 1/4]` (float32), MAX: `[N-1, 0, (N-1)/2 + 1/4]`.
+pub fn seed_all_reduce_max(n: usize) -> Vec<f64> {
+    let top = (n - 1) as f64;
+    vec![top, 0.0, top * 0.5 + 0.25]
+}
+
+/// Seed AllGather, inputs `[r, r+10, r+100]`: every rank gets `y[s·3 + j] = s + [0,10,100][j]`.
+pub fn seed_all_gather(n: usize) -> Vec<f64> {
+    (0..n)
+        .flat_map(|s| [0.0, 10.0, 100.0].map(|k| s as f64 + k))
+        .collect()
+}
+
+/// Seed ReduceScatter, inputs `x_r[i] = r*100 + i` over `3N` elements, SUM:
+/// rank r gets `i*N + 100*N(N-1)/2` for its global indices `i in 3r..3r+3`.
+pub fn seed_reduce_scatter(n: usize, rank: usize) -> Vec<f64> {
+    let constant = 100 * n * (n - 1) / 2;
+    (rank * 3..rank * 3 + 3)
+        .map(|i| (i * n + constant) as f64)
+        .collect()
+}
+
+/// Seed Reduce, inputs `[r+1, (r+1)*10]`, SUM on the root: `[N(N+1)/2, 10·N(N+1)/2]`.
+pub fn seed_reduce(n: usize) -> Vec<f64> {
+    let t = (n * (n + 1) / 2) as f64;
+    vec![t, 10.0 * t]
+}
+
+/// Broadcast with inputs `x_r[j] = r*scale + j`: every rank gets the root's.
+pub fn seed_broadcast(root: usize, scale: usize, len: usize) -> Vec<f64> {
+    (0..len).map(|j| (root * scale + j) as f64).collect()
+}
+
+/// Equal AlltoAll with `q` elements per peer, encoded inputs: rank d gets
+/// `[from 0][from 1]…`, `y[s·q + o] = encode(s, d, o)`.
+pub fn all_to_all_equal(n: usize, q: usize, d: usize) -> Vec<f64> {
+    (0..n)
+        .flat_map(|s| (0..q).map(move |o| encode(s, d, o)))
+        .collect()
+}
+
+/// The seed's uneven split: source s sends `s + d + 1` elements to destination d.
+pub fn uneven_split(s: usize, d: usize) -> usize {
+    s + d + 1
+}
+
+/// Uneven AlltoAllv: rank d gets `s + d + 1` elements from each source s, in source order.
+pub fn all_to_all_uneven(n: usize, d: usize) -> Vec<f64> {
+    (0..n)
+        .flat_map(|s| (0..uneven_split(s, d)).map(move |o| encode(s, d, o)))
+        .collect()
+}
+
+/// Grouped ring: rank r sends `[r, r+100]` to r+1 and receives its predecessor's.
+pub fn ring(n: usize, rank: usize) -> Vec<f64> {
+    let prev = ((rank + n - 1) % n) as f64;
+    vec![prev, prev + 100.0]
+}
+
+/// The largest integer magnitude the type holds exactly, with every smaller
+/// integer too (for 64-bit integers, capped at f64's 2^53).
+pub fn exact_limit(dt: DataType) -> u64 {
+    use DataType::*;
+    match dt {
+        Int8 => 127,
+        Uint8 => 255,
+        Int32 => i32::MAX as u64,
+        Uint32 => u32::MAX as u64,
+        Int64 | Uint64 | Float64 => 1 << 53,
+        Float16 => 2048,
+        Float32 => 1 << 24,
+        Bfloat16 => 256,
+        Float8e4m3 => 16,
+        Float8e5m2 => 8,
+    }
+}
+
+fn signed(dt: DataType) -> bool {
+    !matches!(dt, DataType::Uint8 | DataType::Uint32 | DataType::Uint64)
+}
+
+/// `v` rounded to `dt` with the type's own conversion (`Element::from_f64`).
+pub fn round_to(dt: DataType, v: f64) -> f64 {
+    crate::with_element_type!(dt, T => <T as Element>::from_f64(v).to_f64())
+}
+
+/// One output element of a reduction: `xs[s]` is rank s's input element.
+/// Integers reduce exactly (the inputs never overflow); Avg on integers is
+/// the sum divided by N toward zero. Floats reduce in rank order with every
+/// step rounded to the type, and Avg (and PreMulSum) multiply each input by
+/// the scalar rounded to the type first (CONTRACTS.md §3).
+pub fn reduce(op: RedOp, dt: DataType, xs: &[f64]) -> f64 {
+    let n = xs.len();
+    if !dt.is_float() {
+        let v: Vec<i128> = xs.iter().map(|x| *x as i128).collect();
+        let r = match op {
+            RedOp::Sum => v.iter().sum(),
+            RedOp::Prod => v.iter().product(),
+            RedOp::Max => *v.iter().max().expect("at least one rank"),
+            RedOp::Min => *v.iter().min().expect("at least one rank"),
+            RedOp::Avg => v.iter().sum::<i128>() / n as i128,
+            RedOp::PreMulSum(s) => v.iter().map(|x| x * s.trunc() as i128).sum(),
+        };
+        return r as f64;
+    }
+    let scaled = |scalar: f64| {
+        let r = round_to(dt, scalar);
+        let mut acc = round_to(dt, xs[0] * r);
+        for x in &xs[1..] {
+            acc = round_to(dt, acc + round_to(dt, x * r));
+        }
+        acc
+    };
+    match op {
+        RedOp::Sum => xs.iter().sum(),
+        RedOp::Prod => xs.iter().product(),
+        RedOp::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        RedOp::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
+        RedOp::Avg => scaled(1.0 / n as f64),
+        RedOp::PreMulSum(s) => scaled(s),
+    }
+}
+
+/// The output the contract defines on `rank` (CONTRACTS.md §1), from every
+/// rank's send buffer `inputs[s]`; None where the rank has no defined output
+/// (Reduce and Gather off the root).
+pub fn contract_output(
+    func: Func,
+    op: RedOp,
+    dt: DataType,
+    rank: usize,
+    root: usize,
+    q: usize,
+    inputs: &[Vec<f64>],
+) -> Option<Vec<f64>> {
+    let n = inputs.len();
+    let across = |at: usize| -> f64 {
+        let xs: Vec<f64> = inputs.iter().map(|x| x[at]).collect();
+        reduce(op, dt, &xs)
+    };
+    Some(match func {
+        Func::AllReduce => (0..q).map(across).collect(),
+        Func::Reduce if rank == root => (0..q).map(across).collect(),
+        Func::Broadcast => inputs[root][..q].to_vec(),
+        Func::AllGather => inputs.iter().flat_map(|x| x[..q].to_vec()).collect(),
+        Func::ReduceScatter => (0..q).map(|j| across(rank * q + j)).collect(),
+        Func::AlltoAll => (0..n)
+            .flat_map(|s| inputs[s][rank * q..(rank + 1) * q].to_vec())
+            .collect(),
+        Func::Gather if rank == root => inputs.iter().flat_map(|x| x[..q].to_vec()).collect(),
+        Func::Scatter => inputs[root][rank * q..(rank + 1) * q].to_vec(),
+        _ => return None,
+    })
+}
+
+/// The finite fp8 values other than -0, in code order: a palette of distinct
+/// values a byte-moving op must deliver bit for bit.
+fn fp8_palette(dt: DataType) -> &'static [f64] {
+    use std::sync::OnceLock;
+    static E4M3: OnceLock<Vec<f64>> = OnceLock::new();
+    static E5M2: OnceLock<Vec<f64>> = OnceLock::new();
+    let build = |decode: fn(u8) -> f32| -> Vec<f64> {
+        (0..=255u8)
+            .filter(|c| *c != 0x80)
+            .map(decode)
+            .filter(|v| v.is_finite())
+            .map(f64::from)
+            .collect()
+    };
+    match dt {
+        DataType::Float8e4m3 => E4M3.get_or_init(|| build(|c| F8E4M3(c).to_f32())),
+        _ => E5M2.get_or_init(|| build(|c| F8E5M2(c).to_f32())),
+    }
+}
+
+/// The `k`-th value of the type's palette of distinct exact values; wraps
+/// for the narrow types (8-bit integers: 256 values, half: 4097, bfloat16:
+/// 513, fp8: its finite codes).
+pub fn palette(dt: DataType, k: u64) -> f64 {
+    use DataType::*;
+    match dt {
+        Int8 => (k % 256) as u8 as i8 as f64,
+        Uint8 => (k % 256) as f64,
+        Float16 | Bfloat16 => {
+            let l = exact_limit(dt);
+            let m = k % (2 * l + 1);
+            if m <= l {
+                m as f64
+            } else {
+                m as f64 - (2 * l + 1) as f64
+            }
+        }
+        Float8e4m3 | Float8e5m2 => {
+            let p = fp8_palette(dt);
+            p[(k % p.len() as u64) as usize]
+        }
+        _ => k as f64,
+    }
+}
+
+/// A data-moving op's input element: rank `s`'s block for destination `d`,
+/// offset `o` (a buffer with a single block uses `d = 0`). The seed's
+/// `s*10000 + d*100 + o` where the type holds every such code exactly;
+/// otherwise the dense index `(s·N + d)·q + o` through the type's palette.
+pub fn movement_value(dt: DataType, n: usize, q: usize, s: usize, d: usize, o: usize) -> f64 {
+    let seed_fits = n <= 100
+        && q <= 100
+        && ((n.max(1) - 1) * 10000 + (n.max(1) - 1) * 100 + 99) as u64 <= exact_limit(dt);
+    if seed_fits {
+        encode(s, d, o)
+    } else {
+        palette(dt, ((s * n + d) * q + o) as u64)
+    }
+}
+
+/// Inputs for a sum (and Avg) that no partial sum can round or overflow:
+/// magnitudes at most `limit/N` (and at most 9, to stay readable); when N
+/// exceeds the limit, zeros and ones with at most `limit` ones per element.
+pub fn sum_input(dt: DataType, n: usize, s: usize, j: usize) -> f64 {
+    let limit = exact_limit(dt);
+    let v = (limit / n as u64).min(9);
+    if v == 0 {
+        let p = (n as u64).div_ceil(limit) as usize;
+        return f64::from((s + j).is_multiple_of(p));
+    }
+    let h = (s * 7 + j * 3 + 1) as u64;
+    if signed(dt) {
+        (h % (2 * v + 1)) as f64 - v as f64
+    } else {
+        (h % (v + 1)) as f64
+    }
+}
+
+/// Inputs for a product: 1, 2 or (signed types) -1, with at most six 2s per
+/// element across ranks, so every product is a power of two of magnitude <= 64.
+pub fn prod_input(dt: DataType, n: usize, s: usize, j: usize) -> f64 {
+    let p = n.div_ceil(6).max(2);
+    if (s + 2 * j).is_multiple_of(p) {
+        2.0
+    } else if signed(dt) && (s * 3 + j) % 5 == 1 {
+        -1.0
+    } else {
+        1.0
+    }
+}
+
+/// Inputs for Max/Min: small integers (|v| <= 5), varied across ranks and elements.
+pub fn minmax_input(dt: DataType, s: usize, j: usize) -> f64 {
+    let h = ((s * 5 + j * 3 + 2) % 11) as f64;
+    if signed(dt) { h - 5.0 } else { h }
+}
+
+/// Rank `s`'s send buffer of `len` elements for the full suite's `func` with
+/// API count `q` and reduction `op`.
+pub fn matrix_input(
+    func: Func,
+    op: RedOp,
+    dt: DataType,
+    n: usize,
+    s: usize,
+    q: usize,
+    len: usize,
+) -> Vec<f64> {
+    (0..len)
+        .map(|j| {
+            if func.reduces() {
+                match op {
+                    RedOp::Prod => prod_input(dt, n, s, j),
+                    RedOp::Max | RedOp::Min => minmax_input(dt, s, j),
+                    _ => sum_input(dt, n, s, j),
+                }
+            } else {
+                encoded_element(dt, n, s, q, len, j)
+            }
+        })
+        .collect()
+}
+
+/// Element `j` of rank `s`'s encoded send buffer of `len` elements: a
+/// buffer of `N·q` elements is `N` blocks by destination, any other a
+/// single block (`d = 0`); see [`movement_value`].
+pub fn encoded_element(dt: DataType, n: usize, s: usize, q: usize, len: usize, j: usize) -> f64 {
+    if q > 0 && len == n * q && len > q {
+        movement_value(dt, n, q, s, j / q, j % q)
+    } else {
+        movement_value(dt, n, q.max(len), s, 0, j)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_closed_forms_give_the_chapter_vectors_at_4_ranks() {
+        assert_eq!(seed_all_reduce_sum(4), vec![10.0, 46.0, 12.0]);
+        assert_eq!(seed_all_reduce_max(4), vec![3.0, 0.0, 1.75]);
+        assert_eq!(
+            seed_all_gather(4),
+            [0, 10, 100, 1, 11, 101, 2, 12, 102, 3, 13, 103].map(f64::from)
+        );
+        let rs: Vec<Vec<f64>> = (0..4).map(|r| seed_reduce_scatter(4, r)).collect();
+        assert_eq!(
+            rs,
+            [
+                [600, 604, 608],
+                [612, 616, 620],
+                [624, 628, 632],
+                [636, 640, 644]
+            ]
+            .map(|r| r.map(f64::from).to_vec())
+        );
+        assert_eq!(seed_reduce(4), vec![10.0, 100.0]);
+        assert_eq!(
+            all_to_all_uneven(4, 2),
+            [
+                200, 201, 202, 10200, 10201, 10202, 10203, 20200, 20201, 20202, 20203, 20204,
+                30200, 30201, 30202, 30203, 30204, 30205
+            ]
+            .map(f64::from)
+        );
+        assert_eq!(ring(4, 0), vec![3.0, 103.0]);
+        assert_eq!(ring(4, 1), vec![0.0, 100.0]);
+    }
+
+    /// The closed forms agree with the contract definition on the seed's
+    /// inputs at every N: two independent derivations of the same numbers.
+    #[test]
+    fn closed_forms_match_the_contract_definition() {
+        for n in 1..=9 {
+            let ar: Vec<Vec<f64>> = (0..n)
+                .map(|r| vec![r as f64 + 1.0, r as f64 + 10.0, r as f64 * 2.0])
+                .collect();
+            let got = contract_output(Func::AllReduce, RedOp::Sum, DataType::Int32, 0, 0, 3, &ar);
+            assert_eq!(got.unwrap(), seed_all_reduce_sum(n));
+            let mx: Vec<Vec<f64>> = (0..n)
+                .map(|r| vec![r as f64, 0.0 - r as f64, r as f64 * 0.5 + 0.25])
+                .collect();
+            let got = contract_output(Func::AllReduce, RedOp::Max, DataType::Float32, 0, 0, 3, &mx);
+            assert_eq!(got.unwrap(), seed_all_reduce_max(n));
+            let rs: Vec<Vec<f64>> = (0..n)
+                .map(|r| (0..3 * n).map(|i| (r * 100 + i) as f64).collect())
+                .collect();
+            for r in 0..n {
+                let got = contract_output(
+                    Func::ReduceScatter,
+                    RedOp::Sum,
+                    DataType::Int64,
+                    r,
+                    0,
+                    3,
+                    &rs,
+                );
+                assert_eq!(got.unwrap(), seed_reduce_scatter(n, r));
+            }
+            let red: Vec<Vec<f64>> = (0..n)
+                .map(|r| vec![r as f64 + 1.0, (r as f64 + 1.0) * 10.0])
+                .collect();
+            let root = n - 1;
+            let got = contract_output(
+                Func::Reduce,
+                RedOp::Sum,
+                DataType::Int32,
+                root,
+                root,
+                2,
+                &red,
+            );
+            assert_eq!(got.unwrap(), seed_reduce(n));
+            assert_eq!(
+                contract_output(Func::Reduce, RedOp::Sum, DataType::Int32, 0, n - 1, 2, &red)
+                    .is_none(),
+                n > 1
+            );
+            let a2a: Vec<Vec<f64>> = (0..n)
+                .map(|s| {
+                    (0..n)
+                        .flat_map(|d| (0..2).map(move |o| encode(s, d, o)))
+                        .collect()
+                })
+                .collect();
+            for d in 0..n {
+                let got =
+                    contract_output(Func::AlltoAll, RedOp::Sum, DataType::Int64, d, 0, 2, &a2a);
+                assert_eq!(got.unwrap(), all_to_all_equal(n, 2, d));
+            }
+        }
+    }
+
+    /// Every reduction of the full suite's inputs is exact in its type: the
+    /// result round-trips through the type unchanged, for every N up to 40.
+    #[test]
+    fn matrix_reductions_are_exact_in_every_type() {
+        for dt in DataType::ALL {
+            for n in 1..=40 {
+                for op in RedOp::BUILTIN {
+                    let inputs: Vec<Vec<f64>> = (0..n)
+                        .map(|s| matrix_input(Func::AllReduce, op, dt, n, s, 13, 13))
+                        .collect();
+                    for x in inputs.iter().flatten() {
+                        assert_eq!(round_to(dt, *x), *x, "{dt} input {x}");
+                    }
+                    let out = contract_output(Func::AllReduce, op, dt, 0, 0, 13, &inputs).unwrap();
+                    for (j, y) in out.iter().enumerate() {
+                        assert_eq!(round_to(dt, *y), *y, "{dt} {op} N={n} element {j}: {y}");
+                        if op != RedOp::Avg || !dt.is_float() {
+                            // and the exact value: no partial result rounded
+                            let xs: Vec<f64> = inputs.iter().map(|x| x[j]).collect();
+                            let exact = match op {
+                                RedOp::Sum => xs.iter().sum::<f64>(),
+                                RedOp::Prod => xs.iter().product(),
+                                RedOp::Max => xs.iter().copied().fold(f64::MIN, f64::max),
+                                RedOp::Min => xs.iter().copied().fold(f64::MAX, f64::min),
+                                _ => (xs.iter().sum::<f64>() / n as f64).trunc(),
+                            };
+                            assert_eq!(*y, exact);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn float_avg_rounds_like_the_type() {
+        // N=3: 1/3 rounds; three ones average to 1 only approximately
+        let f = reduce(RedOp::Avg, DataType::Float32, &[1.0, 1.0, 1.0]);
+        let third = (1.0f64 / 3.0) as f32;
+        assert_eq!(f, f64::from(third + third + third));
+        // N=4: exact
+        assert_eq!(
+            reduce(RedOp::Avg, DataType::Float16, &[1.0, 2.0, 3.0, 6.0]),
+            3.0
+        );
+        // integers: toward zero
+        assert_eq!(reduce(RedOp::Avg, DataType::Int32, &[-3.0, 0.0]), -1.0);
+    }
+
+    #[test]
+    fn movement_values_are_distinct_where_the_type_allows() {
+        for dt in DataType::ALL {
+            let (n, q) = (4, 7);
+            let mut seen: Vec<u64> = Vec::new();
+            for s in 0..n {
+                for d in 0..n {
+                    for o in 0..q {
+                        let v = movement_value(dt, n, q, s, d, o);
+                        assert_eq!(round_to(dt, v), v, "{dt}: {v} is exact");
+                        seen.push(v.to_bits());
+                    }
+                }
+            }
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), n * n * q, "{dt}: 112 distinct values");
+        }
+        assert_eq!(movement_value(DataType::Int32, 4, 2, 3, 1, 1), 30101.0);
+    }
+}
