@@ -106,8 +106,8 @@ fn all_gather_with_send_equal_to_recv_on_rank_1() {
         c.nccl_all_gather(b, b, 3, DataType::Int32)
     });
     // on rank 0 the call is in-place (offset 0); ranks 1-3 overlap illegally
-    for r in 1..4 {
-        let e = errs[r].as_ref().unwrap();
+    for e in &errs[1..4] {
+        let e = e.as_ref().unwrap();
         assert_eq!(e.kind, ErrorKind::IllegalOverlap, "{e}");
         assert!(
             e.message.contains("sendbuff == recvbuff + rank*sendcount"),
