@@ -115,28 +115,26 @@ impl Outcome {
             .max()
             .unwrap_or_default()
     }
-    /// `Mismatch on ranks 0-3`, or each rank's kind when they differ.
+    /// `Mismatch on all 4 ranks`, or `OutOfBounds on 1; RemoteError on 0,2,3`.
     pub fn summary(&self) -> String {
-        let kinds: Vec<String> = self
-            .ranks
-            .iter()
-            .map(|r| {
-                r.error
-                    .as_ref()
-                    .map(|e| format!("{:?}", e.kind))
-                    .unwrap_or_else(|| "ok".into())
-            })
-            .collect();
-        if kinds.windows(2).all(|w| w[0] == w[1]) {
-            format!("{} on all {} ranks", kinds[0], kinds.len())
-        } else {
-            kinds
-                .iter()
-                .enumerate()
-                .map(|(r, k)| format!("{r}:{k}"))
-                .collect::<Vec<_>>()
-                .join(" ")
+        let kind = |r: &RankOutcome| r.error.as_ref().map(|e| format!("{:?}", e.kind)).unwrap_or_else(|| "ok".into());
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        for (r, o) in self.ranks.iter().enumerate() {
+            let k = kind(o);
+            match groups.iter_mut().find(|(g, _)| *g == k) {
+                Some((_, rs)) => rs.push(r),
+                None => groups.push((k, vec![r])),
+            }
         }
+        if groups.len() == 1 {
+            return format!("{} on all {} ranks", groups[0].0, self.ranks.len());
+        }
+        groups.sort_by_key(|(_, rs)| rs.len());
+        groups
+            .iter()
+            .map(|(k, rs)| format!("{k} on {}", rs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",")))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
     /// Why it failed, for the report.
     pub fn problems(&self) -> Vec<String> {

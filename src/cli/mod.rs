@@ -22,6 +22,7 @@ macro_rules! out {
 }
 
 pub mod explain;
+pub mod misuse;
 pub mod run;
 pub mod summarize;
 pub mod verify;

@@ -18,7 +18,8 @@ pub struct Args {
     /// Number of local ranks (any N >= 1; the seed's roots adapt below N=4)
     #[arg(long, short = 'n', default_value_t = 4)]
     pub ranks: usize,
-    /// `seed` (the chapter's 92 rows at N=4) or `full` (every op, datatype, count and root)
+    /// `seed` (the chapter's 92 rows at N=4), `full` (every op, datatype,
+    /// count and root) or `misuse` (the catalogue of contract violations)
     #[arg(long, default_value = "seed")]
     pub suite: String,
     /// Engine to run on (only `local` is built)
@@ -35,10 +36,13 @@ pub struct Args {
 const ENGINES_LATER: [&str; 2] = ["nccl", "mpi"];
 
 pub fn run(args: Args) -> ExitCode {
+    if args.suite == "misuse" {
+        return super::misuse::run(&args);
+    }
     let Some(suite) = Suite::parse(&args.suite) else {
         return fail(
             "verify",
-            format!("unknown suite '{}': expected seed or full", args.suite),
+            format!("unknown suite '{}': expected seed, full or misuse", args.suite),
         );
     };
     if args.engine != "local" {
