@@ -117,7 +117,12 @@ impl Outcome {
     }
     /// `Mismatch on all 4 ranks`, or `OutOfBounds on 1; RemoteError on 0,2,3`.
     pub fn summary(&self) -> String {
-        let kind = |r: &RankOutcome| r.error.as_ref().map(|e| format!("{:?}", e.kind)).unwrap_or_else(|| "ok".into());
+        let kind = |r: &RankOutcome| {
+            r.error
+                .as_ref()
+                .map(|e| format!("{:?}", e.kind))
+                .unwrap_or_else(|| "ok".into())
+        };
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
         for (r, o) in self.ranks.iter().enumerate() {
             let k = kind(o);
@@ -132,7 +137,15 @@ impl Outcome {
         groups.sort_by_key(|(_, rs)| rs.len());
         groups
             .iter()
-            .map(|(k, rs)| format!("{k} on {}", rs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",")))
+            .map(|(k, rs)| {
+                format!(
+                    "{k} on {}",
+                    rs.iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            })
             .collect::<Vec<_>>()
             .join("; ")
     }

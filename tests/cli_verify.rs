@@ -240,7 +240,7 @@ fn bad_input_is_refused_clearly() {
     let e = rankwise(&["verify", "--suite", "huge", "--out", o]).expect(1);
     assert!(
         e.stderr
-            .contains("unknown suite 'huge': expected seed or full")
+            .contains("unknown suite 'huge': expected seed, full or misuse")
     );
     let e = rankwise(&["verify", "--ranks", "100000", "--out", o]).expect(1);
     assert!(e.stderr.contains("at most 256"), "{}", e.stderr);

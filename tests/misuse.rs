@@ -92,16 +92,30 @@ fn verify_suite_misuse_passes_and_reports_every_scenario() {
         .args(["verify", "--suite", "misuse", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["scenarios"].as_array().unwrap();
     assert_eq!(rows.len(), misuse::catalogue().len());
     assert_eq!(v["passed"].as_u64().unwrap() as usize, rows.len());
     for r in rows {
         assert_eq!(r["guard_violations"], 0, "{r}");
-        assert!(r["seconds_to_error"].as_array().unwrap().iter().all(|t| t.as_f64().unwrap() <= 2.0), "{r}");
+        assert!(
+            r["seconds_to_error"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| t.as_f64().unwrap() <= 2.0),
+            "{r}"
+        );
     }
-    let ring = rows.iter().find(|r| r["scenario"] == "ungrouped-ring").unwrap();
+    let ring = rows
+        .iter()
+        .find(|r| r["scenario"] == "ungrouped-ring")
+        .unwrap();
     assert_eq!(ring["rankwise"], "Deadlock on all 4 ranks");
     assert_eq!(ring["errors"][0]["name"], "ncclInvalidUsage");
 }

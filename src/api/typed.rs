@@ -21,8 +21,15 @@ impl AddressSpace for Slices {
     }
 }
 
+/// A slice's address and byte length; an empty slice is NULL, as an empty
+/// tensor's buffer is, so the trace prints `(nil)` rather than a dangling
+/// address.
 fn region<T>(s: &[T]) -> (usize, usize) {
-    (s.as_ptr() as usize, std::mem::size_of_val(s))
+    if s.is_empty() {
+        (0, 0)
+    } else {
+        (s.as_ptr() as usize, std::mem::size_of_val(s))
+    }
 }
 
 /// One operation of [`Comm::batch_isend_irecv`] (torch's `P2POp`).

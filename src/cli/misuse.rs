@@ -8,7 +8,13 @@ use std::process::ExitCode;
 
 pub fn run(args: &super::verify::Args) -> ExitCode {
     if args.engine != "local" {
-        return fail("verify", format!("the misuse suite runs on the local engine only, not '{}'", args.engine));
+        return fail(
+            "verify",
+            format!(
+                "the misuse suite runs on the local engine only, not '{}'",
+                args.engine
+            ),
+        );
     }
     let scenarios = misuse::catalogue();
     // one scenario panics a rank on purpose: keep its message off the terminal
@@ -38,12 +44,20 @@ pub fn run(args: &super::verify::Args) -> ExitCode {
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({ "suite": "misuse", "passed": passed, "scenarios": rows }));
+        println!(
+            "{}",
+            serde_json::json!({ "suite": "misuse", "passed": passed, "scenarios": rows })
+        );
     } else {
         if args.ranks != 4 {
-            println!("(each scenario uses its own rank count; --ranks is ignored by the misuse suite)");
+            println!(
+                "(each scenario uses its own rank count; --ranks is ignored by the misuse suite)"
+            );
         }
-        println!("{:<32} {:<42} {:>9}  {:<6} what NCCL does", "scenario", "rankwise", "to error", "result");
+        println!(
+            "{:<32} {:<42} {:>9}  {:<6} what NCCL does",
+            "scenario", "rankwise", "to error", "result"
+        );
         for (s, o) in scenarios.iter().zip(&outcomes) {
             println!(
                 "{:<32} {:<42} {:>7.1}ms  {:<6} {}",
@@ -63,5 +77,9 @@ pub fn run(args: &super::verify::Args) -> ExitCode {
             DEADLINE
         );
     }
-    if passed == outcomes.len() { ExitCode::SUCCESS } else { ExitCode::from(FAILED) }
+    if passed == outcomes.len() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(FAILED)
+    }
 }

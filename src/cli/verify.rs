@@ -42,7 +42,10 @@ pub fn run(args: Args) -> ExitCode {
     let Some(suite) = Suite::parse(&args.suite) else {
         return fail(
             "verify",
-            format!("unknown suite '{}': expected seed, full or misuse", args.suite),
+            format!(
+                "unknown suite '{}': expected seed, full or misuse",
+                args.suite
+            ),
         );
     };
     if args.engine != "local" {
