@@ -146,7 +146,9 @@ impl Comm {
 
     /// The path of every call: checks (root, datatype, op, buffers), trace,
     /// zero-count discard, group queueing or launch.
-    pub(super) fn submit(&mut self, raw: RawCall, space: &dyn AddressSpace) -> Result<()> {
+    /// `space` resolves the call's pointers; None means this rank's
+    /// allocation registry (the raw face).
+    pub(super) fn submit(&mut self, raw: RawCall, space: Option<&dyn AddressSpace>) -> Result<()> {
         self.submit_traced(raw, space, true)
     }
 
@@ -155,14 +157,20 @@ impl Comm {
     pub(super) fn submit_traced(
         &mut self,
         raw: RawCall,
-        space: &dyn AddressSpace,
+        space: Option<&dyn AddressSpace>,
         traced: bool,
     ) -> Result<()> {
         let call = match check_call(&raw, self.world.n, &|c| self.premul_scalar(c)) {
             Ok(c) => c,
             Err(e) => return Err(self.reject(e)),
         };
-        if let Err(e) = check_buffers(&call, self.world.n, self.rank, space) {
+        let checked = check_buffers(
+            &call,
+            self.world.n,
+            self.rank,
+            space.unwrap_or(&self.registry),
+        );
+        if let Err(e) = checked {
             return Err(self.reject(e));
         }
 

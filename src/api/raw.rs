@@ -96,10 +96,7 @@ impl Comm {
             op,
             root,
         };
-        let registry = std::mem::take(&mut self.registry);
-        let r = self.submit(raw, &registry);
-        self.registry = registry;
-        r
+        self.submit(raw, None)
     }
 
     /// `ncclAllReduce`

@@ -101,7 +101,7 @@ impl Comm {
             op,
             root: root as i32,
         };
-        self.submit_traced(raw, &Slices(regions), traced)
+        self.submit_traced(raw, Some(&Slices(regions)), traced)
     }
 
     fn root_arg(&self, func: Func, root: usize) -> Result<()> {
