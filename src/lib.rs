@@ -18,6 +18,7 @@
 //! ```
 
 pub mod api;
+pub mod bench;
 pub mod core;
 pub mod engine;
 pub mod logs;

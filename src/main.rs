@@ -15,9 +15,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// nccl-tests' sweep and table: time, algbw, busbw and #wrong per size
+    Bench(rankwise::bench::BenchArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Bench(args) => rankwise::bench::main(args),
+    }
 }
