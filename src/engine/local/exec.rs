@@ -26,6 +26,8 @@ pub struct Launch {
 #[derive(Default)]
 pub struct Scratch {
     all: Vec<Posted>,
+    /// every rank's call at one position of the launch
+    one: Vec<Call>,
 }
 
 pub fn execute(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch) -> Result<(), Error> {
@@ -61,7 +63,7 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
     }
     let (generation, last) = world.arrival.arrive(world.n);
     if last {
-        world.bump();
+        world.wake();
     } else if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| describe(launch)) {
         if world.arrival.withdraw(generation, world.n) {
             return Err(e);
@@ -80,11 +82,13 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
     let mut result = verdict.clone().map_err(|e| e.on_rank(me));
     if verdict.is_ok() {
         for i in 0..launch.colls.len() {
-            let calls: Vec<&Call> = scratch.all.iter().map(|p| &p.calls[i]).collect();
+            scratch.one.clear();
+            scratch.one.extend(scratch.all.iter().map(|p| p.calls[i]));
+            let calls = &scratch.one;
             // SAFETY: between arrival and completion, with every rank's
             // buffers checked locally and agreed above (memory.rs module doc).
             let phase = unsafe { Phase::enter() };
-            let moved = catch_unwind(AssertUnwindSafe(|| families::run(&phase, me, &calls)));
+            let moved = catch_unwind(AssertUnwindSafe(|| families::run(&phase, me, calls)));
             if moved.is_err() {
                 result = Err(Error::new(ErrorKind::Internal, format!("rank {me} panicked while moving data of {}", calls[me].func)).on_rank(me));
             }

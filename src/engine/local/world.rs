@@ -15,9 +15,47 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-const SPINS: u32 = 2000;
+/// Busy-wait rounds before yielding, when every rank has a core of its own:
+/// a few microseconds, enough for a peer that is about to arrive.
+const SPINS: u32 = 1000;
+/// `yield_now` rounds before parking, with a core per rank.
 const YIELDS: u32 = 50;
+/// When ranks outnumber cores, a spinning rank only delays the rank it waits
+/// for (which needs its core): such waits yield at once, and keep yielding
+/// longer before they park (a park and its wake-up cost a few microseconds).
+const YIELDS_OVERSUBSCRIBED: u32 = 2000;
 const PARK: Duration = Duration::from_millis(2);
+
+/// How a wait spends its time before it parks.
+#[derive(Debug, Clone, Copy)]
+struct Patience {
+    spins: u32,
+    yields: u32,
+}
+
+impl Patience {
+    fn for_ranks(n: usize) -> Patience {
+        let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+        if n > cores {
+            Patience { spins: 0, yields: YIELDS_OVERSUBSCRIBED }
+        } else {
+            Patience { spins: SPINS, yields: YIELDS }
+        }
+    }
+    /// One round of waiting: spin, yield, or false when it is time to park.
+    #[inline]
+    fn idle(&self, round: u32) -> bool {
+        if round < self.spins {
+            std::hint::spin_loop();
+            true
+        } else if round < self.spins + self.yields {
+            std::thread::yield_now();
+            true
+        } else {
+            false
+        }
+    }
+}
 
 /// Locks a mutex, ignoring poisoning: the engine's protected data stays
 /// consistent across a panic (panics are caught and turned into errors).
@@ -143,6 +181,7 @@ pub struct World {
     park: Condvar,
     failed: AtomicBool,
     failure: Mutex<Option<Error>>,
+    patience: Patience,
 }
 
 impl World {
@@ -162,11 +201,23 @@ impl World {
             park: Condvar::new(),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
+            patience: Patience::for_ranks(n),
         }
     }
 
     pub fn pair(&self, src: usize, dst: usize) -> &Pair {
         &self.pairs[src * self.n + dst]
+    }
+
+    /// Wakes parked waiters after a change that only unblocks them (a
+    /// rendezvous completing). Cheaper than [`World::bump`] when nobody is
+    /// parked: the deadlock check needs no epoch change here, since the rank
+    /// completing a rendezvous is never one it counts as blocked, and every
+    /// rank that leaves a blocked wait bumps the epoch itself.
+    pub fn wake(&self) {
+        if self.sleepers.load(SeqCst) > 0 {
+            self.bump();
+        }
     }
 
     /// Records a state change and wakes parked waiters.
@@ -218,18 +269,18 @@ impl World {
     /// Waits until `on` holds. Errors when the communicator fails, the
     /// deadline passes, or every live rank is stuck.
     pub fn wait(&self, me: usize, on: WaitFor, what: &dyn Fn() -> String) -> Result<(), Error> {
-        for i in 0..SPINS + YIELDS {
+        let mut round = 0;
+        loop {
             if self.ready(&on) {
                 return Ok(());
             }
             if self.has_failed() {
                 return Err(self.failure(me));
             }
-            if i < SPINS {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+            if !self.patience.idle(round) {
+                break;
             }
+            round += 1;
         }
         let deadline = Instant::now() + self.timeout;
         let state = &self.ranks[me];
@@ -270,11 +321,7 @@ impl World {
     pub fn wait_certain(&self, ready: impl Fn() -> bool) {
         let mut i = 0u32;
         while !ready() {
-            if i < SPINS {
-                std::hint::spin_loop();
-            } else if i < SPINS + YIELDS {
-                std::thread::yield_now();
-            } else {
+            if !self.patience.idle(i) {
                 self.sleepers.fetch_add(1, SeqCst);
                 let g = lock(&self.park_lock);
                 if !ready() {
@@ -290,7 +337,7 @@ impl World {
     pub fn complete(&self) {
         let (generation, last) = self.done.arrive(self.n);
         if last {
-            self.bump();
+            self.wake();
         } else {
             self.wait_certain(|| self.done.passed(generation));
         }
