@@ -51,6 +51,36 @@ fn describe(launch: &Launch) -> String {
     }
 }
 
+/// A launch this small is done entirely by the last rank to arrive: one
+/// rendezvous instead of two, and no rank waits for another's share (bytes
+/// of the largest per-rank buffer, times N, summed over the fused calls).
+pub const ALONE_BYTES: usize = 8 << 10;
+
+fn alone(all: &[Posted]) -> bool {
+    let n = all.len();
+    let total: usize = all[0]
+        .calls
+        .iter()
+        .map(|c| {
+            // the root's buffers are the largest of rooted calls
+            let l = c.layout(n, c.root);
+            l.send_elems.max(l.recv_elems) * c.datatype.size() * n
+        })
+        .sum();
+    total <= ALONE_BYTES
+}
+
+/// One launch's collectives on rank `me`.
+///
+/// Every rank posts its calls and arrives at the launch's rendezvous. The
+/// last to arrive coordinates: it reads every rank's posts, checks they
+/// agree, and either (small launches, [`alone`]) moves all the data itself
+/// and releases the others with the launch done, or releases them to move
+/// their shares in parallel, after which a completion rendezvous keeps every
+/// buffer alive until all ranks are done. While the coordinator works alone,
+/// every other rank is blocked in this call, so their posts and buffers stay
+/// as posted; they do not read each other's posts in that mode, which is why
+/// the one rendezvous suffices.
 fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch) -> Result<(), Error> {
     {
         let mut slot = lock(&world.posted[me]);
@@ -62,14 +92,81 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
         return Err(world.failure(me));
     }
     let (generation, last) = world.arrival.arrive(world.n);
-    if last {
-        world.wake();
-    } else if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| describe(launch)) {
-        if world.arrival.withdraw(generation, world.n) {
-            return Err(e);
+    let (verdict, done) = if last {
+        // the coordinator
+        read_posts(world, scratch);
+        let verdict = agree::collectives(&scratch.all);
+        let done = verdict.is_ok() && alone(&scratch.all);
+        if !done {
+            *lock(&world.verdict) = verdict.clone().err();
+            world.release(generation, false);
         }
-        // the generation completed while we gave up: take part after all
+        (verdict, done)
+    } else {
+        if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| describe(launch)) {
+            if world.arrival.withdraw(generation, world.n) {
+                return Err(e);
+            }
+            // the generation completed while we gave up: take part after all
+            world.wait_certain(|| world.released(generation).is_some());
+        }
+        if world.released(generation) == Some(true) {
+            // the coordinator did everything (and agreed: it only works alone
+            // then); a failure now can only be its own, raised before release
+            if world.has_failed() {
+                return Err(world.failure(me));
+            }
+            return Ok(());
+        }
+        read_posts(world, scratch);
+        let verdict = match lock(&world.verdict).clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        (verdict, false)
+    };
+    // SAFETY: between arrival and the release (alone) or the completion
+    // rendezvous (shares), with every rank's buffers checked locally and
+    // agreed above (memory.rs module doc). Alone, the coordinator runs every
+    // rank's share in turn; the shares' reads and writes are disjoint as in
+    // parallel (each family's module doc), so their order does not matter.
+    let phase = unsafe { Phase::enter() };
+    let mut result = verdict.clone().map_err(|e| e.on_rank(me));
+    let ranks = if done { 0..world.n } else { me..me + 1 };
+    for i in 0..launch.colls.len() {
+        if verdict.is_err() {
+            break;
+        }
+        scratch.one.clear();
+        scratch.one.extend(scratch.all.iter().map(|p| p.calls[i]));
+        let calls = &scratch.one;
+        let moved = catch_unwind(AssertUnwindSafe(|| {
+            for r in ranks.clone() {
+                families::run(&phase, r, calls);
+            }
+        }));
+        if moved.is_err() {
+            result = Err(Error::new(ErrorKind::Internal, format!("rank {me} panicked while moving data of {}", calls[me].func)).on_rank(me));
+        }
+        if !done {
+            world.complete();
+        }
     }
+    drop(phase);
+    if !done && verdict.is_err() {
+        world.complete();
+    }
+    if let Err(e) = &result {
+        world.fail(e.clone());
+    }
+    if done {
+        world.release(generation, true);
+    }
+    result
+}
+
+/// Copies every rank's posted calls into `scratch.all`.
+fn read_posts(world: &World, scratch: &mut Scratch) {
     scratch.all.resize_with(world.n, Posted::default);
     for (r, dst) in scratch.all.iter_mut().enumerate() {
         let src = lock(&world.posted[r]);
@@ -77,30 +174,6 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
         dst.calls.clear();
         dst.calls.extend_from_slice(&src.calls);
     }
-    // every rank sees the same posts, so every rank reaches the same verdict
-    let verdict = agree::collectives(&scratch.all);
-    let mut result = verdict.clone().map_err(|e| e.on_rank(me));
-    if verdict.is_ok() {
-        for i in 0..launch.colls.len() {
-            scratch.one.clear();
-            scratch.one.extend(scratch.all.iter().map(|p| p.calls[i]));
-            let calls = &scratch.one;
-            // SAFETY: between arrival and completion, with every rank's
-            // buffers checked locally and agreed above (memory.rs module doc).
-            let phase = unsafe { Phase::enter() };
-            let moved = catch_unwind(AssertUnwindSafe(|| families::run(&phase, me, calls)));
-            if moved.is_err() {
-                result = Err(Error::new(ErrorKind::Internal, format!("rank {me} panicked while moving data of {}", calls[me].func)).on_rank(me));
-            }
-            world.complete();
-        }
-    } else {
-        world.complete();
-    }
-    if let Err(e) = &result {
-        world.fail(e.clone());
-    }
-    result
 }
 
 fn p2p(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
@@ -205,5 +278,73 @@ fn withdraw_sends(world: &World, me: usize, sent: &[(usize, u64)]) {
         let claimed = q.claimed;
         drop(q);
         world.wait_certain(|| pair.completed.load(SeqCst) >= claimed.min(seq + 1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ALONE_BYTES;
+    use crate::core::{ErrorKind, RedOp};
+    use crate::engine::local::{launch, launch_each, LaunchOptions};
+    use std::time::Duration;
+
+    fn quick() -> LaunchOptions {
+        LaunchOptions::default().with_timeout(Duration::from_secs(20))
+    }
+
+    #[test]
+    fn small_and_large_launches_alternate_correctly() {
+        // the coordinator works alone below ALONE_BYTES and with everyone above
+        let big = ALONE_BYTES; // elements of f32: 4x the threshold in bytes
+        for n in [2, 3, 5] {
+            let outs = launch(n, |c| {
+                let r = c.rank() as f32;
+                let mut sums = Vec::new();
+                for len in [1, big, 3, big + 1, 2] {
+                    let mut x = vec![r + 1.0; len];
+                    c.all_reduce(&mut x, RedOp::Sum)?;
+                    sums.push((x[0], x[len - 1]));
+                }
+                Ok(sums)
+            })
+            .unwrap();
+            let total = (1..=n).sum::<usize>() as f32;
+            for s in outs {
+                assert!(s.iter().all(|&(a, b)| a == total && b == total), "{n} ranks: {s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_mismatch_fails_every_rank_small_or_large() {
+        for len in [4usize, ALONE_BYTES] {
+            let res = launch_each(quick(), 3, |c| {
+                let mut x = vec![1i32; if c.rank() == 1 { len + 1 } else { len }];
+                c.all_reduce(&mut x, RedOp::Sum)
+            })
+            .unwrap();
+            for (r, e) in res.iter().enumerate() {
+                let e = e.as_ref().expect_err("every rank fails");
+                assert_eq!(e.kind, ErrorKind::Mismatch, "rank {r}: {e}");
+                assert!(e.message.contains("count differs"), "{}", e.message);
+            }
+        }
+    }
+
+    #[test]
+    fn a_rank_that_skips_the_call_is_named_not_waited_for() {
+        let res = launch_each(quick(), 3, |c| {
+            if c.rank() == 2 {
+                return Ok(());
+            }
+            let mut x = [1u8; 4];
+            c.all_reduce(&mut x, RedOp::Sum)
+        })
+        .unwrap();
+        for r in 0..2 {
+            let e = res[r].as_ref().expect_err("waiting ranks fail");
+            assert_eq!(e.kind, ErrorKind::Deadlock, "{e}");
+            assert!(e.message.contains("rank 2 finished without entering"), "{}", e.message);
+        }
     }
 }

@@ -16,8 +16,11 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Busy-wait rounds before yielding, when every rank has a core of its own:
-/// a few microseconds, enough for a peer that is about to arrive.
-const SPINS: u32 = 1000;
+/// a few microseconds (a `pause` takes tens of nanoseconds), enough for a
+/// peer that is about to arrive. More only costs when the peer is not
+/// running (the machine is busy with other work): then every microsecond
+/// spent spinning is one the peer waits for its core.
+const SPINS: u32 = 128;
 /// `yield_now` rounds before parking, with a core per rank.
 const YIELDS: u32 = 50;
 /// When ranks outnumber cores, a spinning rank only delays the rank it waits
@@ -66,7 +69,8 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What a parked rank waits for; any thread can evaluate it.
 #[derive(Debug, Clone)]
 pub enum WaitFor {
-    /// all ranks to arrive at collective generation `generation`
+    /// all ranks to arrive at collective generation `generation`, and its
+    /// coordinator (the last to arrive) to release them
     Arrival { generation: u64 },
     /// rank `src` to post Send number `seq` to `dst`
     Posted { src: usize, dst: usize, seq: u64 },
@@ -182,6 +186,12 @@ pub struct World {
     failed: AtomicBool,
     failure: Mutex<Option<Error>>,
     patience: Patience,
+    /// `(g + 1) << 1 | alone`: the coordinator of collective generation `g`
+    /// released the other ranks, having done the whole launch (`alone`) or
+    /// for them to move their shares
+    go: AtomicU64,
+    /// the coordinator's agreement verdict for the released generation
+    pub verdict: Mutex<Option<Error>>,
 }
 
 impl World {
@@ -202,11 +212,25 @@ impl World {
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             patience: Patience::for_ranks(n),
+            go: AtomicU64::new(0),
+            verdict: Mutex::new(None),
         }
     }
 
     pub fn pair(&self, src: usize, dst: usize) -> &Pair {
         &self.pairs[src * self.n + dst]
+    }
+
+    /// Releases the ranks waiting in collective generation `generation`.
+    pub fn release(&self, generation: u64, alone: bool) {
+        self.go.store(((generation + 1) << 1) | u64::from(alone), SeqCst);
+        self.wake();
+    }
+
+    /// Some(alone) once generation `generation` is released.
+    pub fn released(&self, generation: u64) -> Option<bool> {
+        let w = self.go.load(SeqCst);
+        (w >> 1 > generation).then_some(w & 1 == 1)
     }
 
     /// Wakes parked waiters after a change that only unblocks them (a
@@ -260,7 +284,7 @@ impl World {
 
     fn ready(&self, on: &WaitFor) -> bool {
         match *on {
-            WaitFor::Arrival { generation } => self.arrival.passed(generation),
+            WaitFor::Arrival { generation } => self.released(generation).is_some(),
             WaitFor::Posted { src, dst, seq } => self.pair(src, dst).posted.load(SeqCst) > seq,
             WaitFor::Completed { src, dst, seq } => self.pair(src, dst).completed.load(SeqCst) > seq,
         }
