@@ -4,7 +4,8 @@
 use super::memory::Phase;
 use super::world::{lock, SendSlot, WaitFor, World};
 use super::{agree, families};
-use crate::core::{Call, Error, ErrorKind, Func};
+use crate::core::{Call, DataType, Error, ErrorKind, Func, RedOp};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// What a rank publishes for the collective part of a launch.
@@ -12,6 +13,84 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub struct Posted {
     pub op_count: u64,
     pub calls: Vec<Call>,
+}
+
+/// A launch of a single collective, posted without a lock: one cache line
+/// of atomics that the coordinator reads in one transfer (a mutex and a
+/// vector would take two or three). The owner writes it before arriving at
+/// the launch's rendezvous and readers read it after, so the rendezvous
+/// orders the accesses, and nobody reads it once the owner can post again
+/// (the module doc of [`collectives`] says why).
+#[derive(Default)]
+pub struct OnePost {
+    /// 1: this launch is the one call below; 0: read `World::posted`
+    single: AtomicU64,
+    op_count: AtomicU64,
+    /// func index | datatype code << 8 | op kind << 16 | op code << 32
+    head: AtomicU64,
+    sendbuff: AtomicU64,
+    recvbuff: AtomicU64,
+    count: AtomicU64,
+    root: AtomicU64,
+    /// PreMulSum's scalar, as bits
+    scalar: AtomicU64,
+}
+
+impl OnePost {
+    fn store(&self, op_count: u64, c: Option<&Call>) {
+        let Some(c) = c else {
+            self.single.store(0, Relaxed);
+            return;
+        };
+        let func = Func::ALL.iter().position(|f| *f == c.func).unwrap_or(0) as u64;
+        let (kind, scalar) = match c.op {
+            RedOp::Sum => (0, 0.0),
+            RedOp::Prod => (1, 0.0),
+            RedOp::Max => (2, 0.0),
+            RedOp::Min => (3, 0.0),
+            RedOp::Avg => (4, 0.0),
+            RedOp::PreMulSum(s) => (5, s),
+        };
+        let head = func | (c.datatype.code() as u64) << 8 | kind << 16 | (c.op_code as u32 as u64) << 32;
+        self.op_count.store(op_count, Relaxed);
+        self.head.store(head, Relaxed);
+        self.sendbuff.store(c.sendbuff as u64, Relaxed);
+        self.recvbuff.store(c.recvbuff as u64, Relaxed);
+        self.count.store(c.count as u64, Relaxed);
+        self.root.store(c.root as u64, Relaxed);
+        self.scalar.store(scalar.to_bits(), Relaxed);
+        self.single.store(1, Relaxed);
+    }
+
+    /// The posted call, when the launch is a single one.
+    fn load(&self, into: &mut Posted) -> bool {
+        if self.single.load(Relaxed) == 0 {
+            return false;
+        }
+        let head = self.head.load(Relaxed);
+        let op = match (head >> 16) & 0xFF {
+            0 => RedOp::Sum,
+            1 => RedOp::Prod,
+            2 => RedOp::Max,
+            3 => RedOp::Min,
+            4 => RedOp::Avg,
+            _ => RedOp::PreMulSum(f64::from_bits(self.scalar.load(Relaxed))),
+        };
+        let call = Call {
+            func: Func::ALL[(head & 0xFF) as usize],
+            sendbuff: self.sendbuff.load(Relaxed) as usize,
+            recvbuff: self.recvbuff.load(Relaxed) as usize,
+            count: self.count.load(Relaxed) as usize,
+            datatype: DataType::from_code(((head >> 8) & 0xFF) as i32).unwrap_or(DataType::Int8),
+            op,
+            op_code: (head >> 32) as u32 as i32,
+            root: self.root.load(Relaxed) as usize,
+        };
+        into.op_count = self.op_count.load(Relaxed);
+        into.calls.clear();
+        into.calls.push(call);
+        true
+    }
 }
 
 /// The work of one launch, in call order.
@@ -82,7 +161,10 @@ fn alone(all: &[Posted]) -> bool {
 /// as posted; they do not read each other's posts in that mode, which is why
 /// the one rendezvous suffices.
 fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch) -> Result<(), Error> {
-    {
+    if let [one] = launch.colls.as_slice() {
+        world.one[me].store(launch.op_count, Some(one));
+    } else {
+        world.one[me].store(launch.op_count, None);
         let mut slot = lock(&world.posted[me]);
         slot.op_count = launch.op_count;
         slot.calls.clear();
@@ -169,6 +251,9 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
 fn read_posts(world: &World, scratch: &mut Scratch) {
     scratch.all.resize_with(world.n, Posted::default);
     for (r, dst) in scratch.all.iter_mut().enumerate() {
+        if world.one[r].load(dst) {
+            continue;
+        }
         let src = lock(&world.posted[r]);
         dst.op_count = src.op_count;
         dst.calls.clear();

@@ -170,15 +170,31 @@ pub struct Pair {
     pub next_recv: AtomicU64,
 }
 
+/// A value alone on its cache lines (128 bytes: adjacent-line prefetch
+/// pairs lines), so ranks writing neighbouring values do not invalidate
+/// each other's copies (false sharing).
+#[derive(Default)]
+#[repr(align(128))]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 pub struct World {
     pub n: usize,
     pub comm_id: u64,
     pub timeout: Duration,
-    pub arrival: Barrier,
-    pub done: Barrier,
-    pub ranks: Vec<RankState>,
+    pub arrival: Padded<Barrier>,
+    pub done: Padded<Barrier>,
+    pub ranks: Vec<Padded<RankState>>,
     pub pairs: Vec<Pair>,
-    pub posted: Vec<Mutex<super::exec::Posted>>,
+    pub posted: Vec<Padded<Mutex<super::exec::Posted>>>,
+    /// single-call launches, posted without a lock
+    pub one: Vec<Padded<super::exec::OnePost>>,
     epoch: AtomicU64,
     sleepers: AtomicUsize,
     park_lock: Mutex<()>,
@@ -189,7 +205,7 @@ pub struct World {
     /// `(g + 1) << 1 | alone`: the coordinator of collective generation `g`
     /// released the other ranks, having done the whole launch (`alone`) or
     /// for them to move their shares
-    go: AtomicU64,
+    go: Padded<AtomicU64>,
     /// the coordinator's agreement verdict for the released generation
     pub verdict: Mutex<Option<Error>>,
 }
@@ -200,11 +216,12 @@ impl World {
             n,
             comm_id,
             timeout,
-            arrival: Barrier::default(),
-            done: Barrier::default(),
-            ranks: (0..n).map(|_| RankState::default()).collect(),
+            arrival: Padded::default(),
+            done: Padded::default(),
+            ranks: (0..n).map(|_| Padded::default()).collect(),
             pairs: (0..n * n).map(|_| Pair::default()).collect(),
-            posted: (0..n).map(|_| Mutex::default()).collect(),
+            posted: (0..n).map(|_| Padded::default()).collect(),
+            one: (0..n).map(|_| Padded::default()).collect(),
             epoch: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -212,7 +229,7 @@ impl World {
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             patience: Patience::for_ranks(n),
-            go: AtomicU64::new(0),
+            go: Padded::default(),
             verdict: Mutex::new(None),
         }
     }
