@@ -144,12 +144,20 @@ impl Phase {
     /// Like [`Phase::copy`], with non-temporal stores when `bytes` is large
     /// enough to pay for them: for outputs that will not be read back soon
     /// (a large collective's), it skips reading each destination line before
-    /// overwriting it and leaves the cache to the inputs.
+    /// overwriting it and leaves the cache to the inputs. The stores are
+    /// weakly ordered until [`Phase::fence`], which the data phase calls
+    /// before its completion is signalled.
     pub fn copy_stream(&self, src: usize, dst: usize, bytes: usize) {
         if src != dst && bytes > 0 {
             // SAFETY: as in `copy`.
-            unsafe { stream_copy(src as *const u8, dst as *mut u8, bytes) }
+            unsafe { stream_copy(src as *const u8, dst as *mut u8, bytes, false) }
         }
+    }
+
+    /// Orders every streaming store made so far before any later store (the
+    /// rendezvous that tells other ranks the data is there).
+    pub fn fence(&self) {
+        store_fence();
     }
 
     /// A read-only view of `len` elements. The caller drops it before writing
@@ -185,21 +193,33 @@ pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_streaming: lengths differ");
     // SAFETY: two distinct live slices (a `&mut` cannot alias a `&`) of
     // equal length.
-    unsafe { stream_copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+    unsafe { stream_copy(src.as_ptr(), dst.as_mut_ptr(), src.len(), true) }
+}
+
+/// `sfence` on x86-64 (non-temporal stores are not ordered by the usual
+/// x86 rules); nothing elsewhere, where no streaming stores are made.
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    }
 }
 
 /// Below this many bytes a plain copy is as fast and keeps the data cached.
 const STREAM_MIN: usize = 4096;
 
 /// Copies `bytes` bytes from `src` to `dst` with 64-byte non-temporal
-/// stores where the CPU has them (AVX-512F, AVX or SSE2 on x86-64), plain
-/// copies for the unaligned head and the tail, and a store fence at the end
-/// so the data is visible before the caller's next rendezvous.
+/// stores where the CPU has them (AVX-512F, AVX or SSE2 on x86-64) and plain
+/// copies for the unaligned head and the tail. With `fence`, a store fence
+/// at the end orders the stores; without, the caller fences once after many
+/// copies (a fence waits for the stores to drain, so one per piece of a
+/// large copy would stall it).
 ///
 /// # Safety
 /// `src` is valid for reading and `dst` for writing `bytes` bytes, and the
 /// two regions do not overlap.
-unsafe fn stream_copy(src: *const u8, dst: *mut u8, bytes: usize) {
+unsafe fn stream_copy(src: *const u8, dst: *mut u8, bytes: usize, fence: bool) {
     #[cfg(target_arch = "x86_64")]
     if bytes >= STREAM_MIN {
         let head = dst.align_offset(64).min(bytes);
@@ -216,6 +236,9 @@ unsafe fn stream_copy(src: *const u8, dst: *mut u8, bytes: usize) {
                 x86::stream_sse2(s, d, body);
             }
             std::ptr::copy_nonoverlapping(s.add(body), d.add(body), bytes - head - body);
+        }
+        if fence {
+            store_fence();
         }
         return;
     }
@@ -241,7 +264,6 @@ mod x86 {
             }
             i += 64;
         }
-        _mm_sfence();
     }
 
     /// # Safety
@@ -259,7 +281,6 @@ mod x86 {
             }
             i += 64;
         }
-        _mm_sfence();
     }
 
     /// # Safety
@@ -276,8 +297,6 @@ mod x86 {
             }
             i += 64;
         }
-        // SAFETY: SSE is part of x86-64.
-        unsafe { _mm_sfence() };
     }
 }
 

@@ -43,7 +43,14 @@ fn copy(p: &Phase, stream: bool, src: usize, dst: usize, bytes: usize) {
     }
 }
 
+/// Moves rank `me`'s share of the call; its stores are ordered (fenced)
+/// when this returns.
 pub fn run(p: &Phase, me: usize, calls: &[Call]) {
+    share(p, me, calls);
+    p.fence();
+}
+
+fn share(p: &Phase, me: usize, calls: &[Call]) {
     match calls[me].func {
         Func::AllReduce => reduction::all_reduce(p, me, calls),
         Func::Reduce => reduction::reduce(p, me, calls),
