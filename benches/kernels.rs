@@ -6,12 +6,12 @@
 //!
 //!     cargo bench --bench kernels
 
-use divan::counter::BytesCount;
 use divan::Bencher;
+use divan::counter::BytesCount;
 use half::{bf16, f16};
-use rankwise::core::{F8E4M3, F8E5M2};
-use rankwise::engine::local::reduce::{reduce_into, Arith};
 use rankwise::RedOp;
+use rankwise::core::{F8E4M3, F8E5M2};
+use rankwise::engine::local::reduce::{Arith, reduce_into};
 
 const BYTES: usize = 1 << 20;
 
@@ -26,7 +26,9 @@ fn main() {
 )]
 fn reduce_two<T: Arith>(b: Bencher, op: &str) {
     let n = BYTES / std::mem::size_of::<T>();
-    let x: Vec<Vec<T>> = (0..2).map(|r| (0..n).map(|i| T::from_f64(((i + r) % 7) as f64)).collect()).collect();
+    let x: Vec<Vec<T>> = (0..2)
+        .map(|r| (0..n).map(|i| T::from_f64(((i + r) % 7) as f64)).collect())
+        .collect();
     let mut acc = vec![T::default(); n];
     let op = RedOp::parse(op).expect("a built-in op");
     b.counter(BytesCount::new(3 * BYTES)).bench_local(|| {

@@ -40,7 +40,7 @@ fn all_gather_in_place_uses_the_rank_offset() {
         let oop = c.read::<i32>(recv, 12)?;
         // in-place: storage of -1, own slice written at rank*3, sendbuff = recvbuff + rank*sendcount
         let buf = c.alloc_elems(12, DataType::Int32);
-        c.write(buf, &vec![-1; 12])?;
+        c.write(buf, &[-1; 12])?;
         let mine = buf + c.rank() * 3 * 4;
         c.write(mine, &local)?;
         c.nccl_all_gather(mine, buf, 3, DataType::Int32)?;

@@ -152,7 +152,7 @@ impl Comm {
     pub fn all_gather_in_place<T: Element>(&mut self, buf: &mut [T]) -> Result<()> {
         self.refuse_in_group(Func::AllGather)?;
         let n = self.size();
-        if buf.len() % n != 0 {
+        if !buf.len().is_multiple_of(n) {
             return Err(self.bad_len(Func::AllGather, "buffer", buf.len(), format!("a multiple of {n} ranks")));
         }
         let q = buf.len() / n;
@@ -178,7 +178,7 @@ impl Comm {
     pub fn reduce_scatter_in_place<'b, T: Element>(&mut self, buf: &'b mut [T], op: RedOp) -> Result<&'b mut [T]> {
         self.refuse_in_group(Func::ReduceScatter)?;
         let n = self.size();
-        if buf.len() % n != 0 {
+        if !buf.len().is_multiple_of(n) {
             return Err(self.bad_len(Func::ReduceScatter, "buffer", buf.len(), format!("a multiple of {n} ranks")));
         }
         let q = buf.len() / n;
@@ -239,7 +239,7 @@ impl Comm {
         let n = self.size();
         let r = region(buf);
         if self.rank() == dst {
-            if buf.len() % n != 0 {
+            if !buf.len().is_multiple_of(n) {
                 return Err(self.bad_len(Func::Gather, "root buffer", buf.len(), format!("a multiple of {n} ranks")));
             }
             let q = buf.len() / n;
@@ -258,7 +258,7 @@ impl Comm {
         let n = self.size();
         let r = region(buf);
         if self.rank() == src {
-            if buf.len() % n != 0 {
+            if !buf.len().is_multiple_of(n) {
                 return Err(self.bad_len(Func::Scatter, "root buffer", buf.len(), format!("a multiple of {n} ranks")));
             }
             let q = buf.len() / n;
@@ -314,7 +314,7 @@ impl Comm {
         let n = self.size();
         let check = |c: &Comm, what: &str, len: usize, splits: Option<&[usize]>| -> Result<Vec<usize>> {
             match splits {
-                None if len % n == 0 => Ok(vec![len / n; n]),
+                None if len.is_multiple_of(n) => Ok(vec![len / n; n]),
                 None => Err(c.bad_len(Func::AlltoAll, what, len, format!("a multiple of {n} ranks when no split sizes are given"))),
                 Some(s) if s.len() != n => Err(Error::new(ErrorKind::BadLength, format!("AlltoAll: {what} split sizes have {} entries, expected one per rank ({n})", s.len())).on_rank(c.rank())),
                 Some(s) if s.iter().sum::<usize>() != len => Err(c.bad_len(Func::AlltoAll, what, len, format!("the sum of its split sizes {:?} = {}", s, s.iter().sum::<usize>()))),

@@ -26,7 +26,13 @@
 use crate::core::Func;
 
 /// Bytes read and written, all ranks together (see the module doc).
-pub fn traffic(func: Func, nranks: usize, count: usize, elem_size: usize, in_place: bool) -> (u64, u64) {
+pub fn traffic(
+    func: Func,
+    nranks: usize,
+    count: usize,
+    elem_size: usize,
+    in_place: bool,
+) -> (u64, u64) {
     let n = nranks as u64;
     let s = (count * elem_size) as u64;
     let ip = u64::from(in_place);
@@ -43,7 +49,14 @@ pub fn traffic(func: Func, nranks: usize, count: usize, elem_size: usize, in_pla
 }
 
 /// Least time in seconds at copy bandwidth `copy_bw` (bytes copied per second).
-pub fn copy_bound_secs(func: Func, nranks: usize, count: usize, elem_size: usize, in_place: bool, copy_bw: f64) -> f64 {
+pub fn copy_bound_secs(
+    func: Func,
+    nranks: usize,
+    count: usize,
+    elem_size: usize,
+    in_place: bool,
+    copy_bw: f64,
+) -> f64 {
     let (r, w) = traffic(func, nranks, count, elem_size, in_place);
     (r + w) as f64 / (2.0 * copy_bw)
 }

@@ -1,7 +1,7 @@
 //! The `rankwise bench` command line: nccl-tests' flags, parsed into
 //! [`Options`], and the command's output and exit code.
 
-use super::{machine::Machine, plot, run, table, Options, Report};
+use super::{Options, Report, machine::Machine, plot, run, table};
 use crate::core::{DataType, Func, RedOp};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
@@ -70,7 +70,10 @@ pub struct BenchArgs {
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
-    let body = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
     let (num, mult) = match body.chars().last() {
         Some('k') => (&body[..body.len() - 1], 1u64 << 10),
         Some('m') => (&body[..body.len() - 1], 1 << 20),
@@ -78,7 +81,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         _ => (body, 1),
     };
     let v: u64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size: use a number of bytes with an optional K, M or G suffix (e.g. 8, 64K, 128M, 1G)"))?;
-    v.checked_mul(mult).and_then(|b| usize::try_from(b).ok()).ok_or_else(|| format!("`{s}` is too large"))
+    v.checked_mul(mult)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 fn parse_funcs(s: &str) -> Result<Vec<Func>, String> {
@@ -99,7 +104,11 @@ fn parse_funcs(s: &str) -> Result<Vec<Func>, String> {
 impl BenchArgs {
     /// The options these flags describe, or what is wrong with them.
     pub fn options(&self) -> Result<Options, String> {
-        let nranks = self.ranks.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        let nranks = self.ranks.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
         if nranks == 0 {
             return Err("--ranks must be at least 1".into());
         }
@@ -112,22 +121,41 @@ impl BenchArgs {
         let ops = if self.redop.eq_ignore_ascii_case("all") {
             RedOp::BUILTIN.to_vec()
         } else {
-            vec![RedOp::parse(&self.redop).ok_or_else(|| format!("unknown reduction op `{}`: expected sum, prod, max, min, avg or all", self.redop))?]
+            vec![RedOp::parse(&self.redop).ok_or_else(|| {
+                format!(
+                    "unknown reduction op `{}`: expected sum, prod, max, min, avg or all",
+                    self.redop
+                )
+            })?]
         };
         let root = if self.root.eq_ignore_ascii_case("all") {
             None
         } else {
-            let r: usize = self.root.parse().map_err(|_| format!("-r takes a rank or all, not `{}`", self.root))?;
+            let r: usize = self
+                .root
+                .parse()
+                .map_err(|_| format!("-r takes a rank or all, not `{}`", self.root))?;
             if r >= nranks {
-                return Err(format!("root {r} is out of range: valid roots are 0..={}", nranks - 1));
+                return Err(format!(
+                    "root {r} is out of range: valid roots are 0..={}",
+                    nranks - 1
+                ));
             }
             Some(r)
         };
         if self.min_bytes > self.max_bytes {
-            return Err(format!("-b {} is larger than -e {}", self.min_bytes, self.max_bytes));
+            return Err(format!(
+                "-b {} is larger than -e {}",
+                self.min_bytes, self.max_bytes
+            ));
         }
-        if !(self.factor > 1.0) && self.min_bytes != self.max_bytes {
-            return Err(format!("-f must be greater than 1 to step from -b to -e, not {}", self.factor));
+        if self.factor.partial_cmp(&1.0) != Some(std::cmp::Ordering::Greater)
+            && self.min_bytes != self.max_bytes
+        {
+            return Err(format!(
+                "-f must be greater than 1 to step from -b to -e, not {}",
+                self.factor
+            ));
         }
         if self.iters == 0 {
             return Err("-n must be at least 1".into());
@@ -162,20 +190,29 @@ pub fn main(args: BenchArgs) -> ExitCode {
     let out = std::io::stdout();
     let table = !args.json;
     if table {
-        let _ = write!(out.lock(), "{}", table::header(&opts, &machine, args.roofline));
+        let _ = write!(
+            out.lock(),
+            "{}",
+            table::header(&opts, &machine, args.roofline)
+        );
         for f in &opts.funcs {
             for dt in &opts.dtypes {
                 let skipped = run::skipped(&opts, *f, *dt);
                 if !skipped.is_empty() {
-                    let _ = writeln!(out.lock(), "# {f} {dt}: sizes below one element per rank left out: {skipped:?}");
+                    let _ = writeln!(
+                        out.lock(),
+                        "# {f} {dt}: sizes below one element per rank left out: {skipped:?}"
+                    );
                 }
             }
         }
     }
     let plans = run::plan(&opts);
     let bar = if std::io::stderr().is_terminal() {
-        let b = ProgressBar::with_draw_target(Some(plans.len() as u64), ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} rows {elapsed} {msg}") {
+        let b =
+            ProgressBar::with_draw_target(Some(plans.len() as u64), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} rows {elapsed} {msg}")
+        {
             b.set_style(style);
         }
         b
@@ -224,16 +261,19 @@ pub fn main(args: BenchArgs) -> ExitCode {
             }
         }
     }
-    if let Some(path) = &args.plot {
-        if let Err(e) = std::fs::write(path, plot::svg(&report)) {
-            eprintln!("rankwise bench: cannot write {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
+    if let Some(path) = &args.plot
+        && let Err(e) = std::fs::write(path, plot::svg(&report))
+    {
+        eprintln!("rankwise bench: cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
     }
     if report.all_right() {
         ExitCode::SUCCESS
     } else {
-        eprintln!("rankwise bench: {} wrong elements", report.out_of_bounds.unwrap_or(0));
+        eprintln!(
+            "rankwise bench: {} wrong elements",
+            report.out_of_bounds.unwrap_or(0)
+        );
         ExitCode::from(1)
     }
 }
@@ -261,15 +301,45 @@ mod tests {
 
     #[test]
     fn flags_follow_nccl_tests() {
-        let c = Cmd::try_parse_from(["x", "allreduce", "--ranks", "4", "-b", "8", "-e", "1M", "-f", "4", "-d", "all", "-o", "all", "-r", "all"]).unwrap();
+        let c = Cmd::try_parse_from([
+            "x",
+            "allreduce",
+            "--ranks",
+            "4",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-d",
+            "all",
+            "-o",
+            "all",
+            "-r",
+            "all",
+        ])
+        .unwrap();
         let o = c.args.options().unwrap();
         assert_eq!(o.funcs, vec![Func::AllReduce]);
         assert_eq!(o.dtypes.len(), 12);
         assert_eq!(o.ops.len(), 5);
         assert_eq!(o.root, None);
-        assert_eq!(o.sizes(), vec![8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288]);
+        assert_eq!(
+            o.sizes(),
+            vec![8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288]
+        );
         let bad = Cmd::try_parse_from(["x", "broadcast", "--ranks", "4", "-r", "4"]).unwrap();
-        assert_eq!(bad.args.options().unwrap_err(), "root 4 is out of range: valid roots are 0..=3");
-        assert!(Cmd::try_parse_from(["x", "send"]).unwrap().args.options().is_err());
+        assert_eq!(
+            bad.args.options().unwrap_err(),
+            "root 4 is out of range: valid roots are 0..=3"
+        );
+        assert!(
+            Cmd::try_parse_from(["x", "send"])
+                .unwrap()
+                .args
+                .options()
+                .is_err()
+        );
     }
 }

@@ -103,7 +103,14 @@ pub struct Pattern {
 }
 
 impl Pattern {
-    pub fn new(func: Func, dtype: DataType, op: RedOp, nranks: usize, root: usize, seed: u64) -> Pattern {
+    pub fn new(
+        func: Func,
+        dtype: DataType,
+        op: RedOp,
+        nranks: usize,
+        root: usize,
+        seed: u64,
+    ) -> Pattern {
         let m = exact_max(dtype);
         let n = nranks as u64;
         let scheme = if !func.reduces() {
@@ -115,11 +122,23 @@ impl Pattern {
                 RedOp::Max | RedOp::Min => Scheme::Range(m.min(200)),
                 _ => {
                     let k = (m / n).min(200);
-                    if k >= 1 { Scheme::Range(k) } else { Scheme::OneHot(m.min(200)) }
+                    if k >= 1 {
+                        Scheme::Range(k)
+                    } else {
+                        Scheme::OneHot(m.min(200))
+                    }
                 }
             }
         };
-        Pattern { func, dtype, op, nranks, root, seed, scheme }
+        Pattern {
+            func,
+            dtype,
+            op,
+            nranks,
+            root,
+            seed,
+            scheme,
+        }
     }
 
     /// The code rank `rank` holds at element `i` of its send buffer.
@@ -201,7 +220,9 @@ impl Pattern {
 
     /// Rank `rank`'s send buffer as elements of `T`.
     pub fn inputs<T: Element>(&self, conv: &mut Converter<T>, rank: usize, q: usize) -> Vec<T> {
-        (0..self.send_len(q)).map(|i| conv.int(self.input(rank, i))).collect()
+        (0..self.send_len(q))
+            .map(|i| conv.int(self.input(rank, i)))
+            .collect()
     }
 }
 
@@ -220,7 +241,11 @@ impl<T: Element> Converter<T> {
         let ints = (0..TABLE).map(|v| T::from_f64(v as f64)).collect();
         // float Avg multiplies by 1/N rounded to the type (CONTRACTS.md §3)
         let scale = T::from_f64(1.0 / nranks as f64).to_f64();
-        Converter { ints, scaled: vec![None; 256], scale }
+        Converter {
+            ints,
+            scaled: vec![None; 256],
+            scale,
+        }
     }
     #[inline]
     pub fn int(&mut self, v: u64) -> T {
@@ -259,7 +284,11 @@ pub fn same_bits<T: Element>(a: T, b: T) -> bool {
 /// Number of positions where `got` and `expected` differ bit-wise, plus the
 /// length difference if they differ in length.
 pub fn count_wrong<T: Element>(got: &[T], expected: &[T]) -> u64 {
-    let diff = got.iter().zip(expected).filter(|(a, b)| !same_bits(**a, **b)).count();
+    let diff = got
+        .iter()
+        .zip(expected)
+        .filter(|(a, b)| !same_bits(**a, **b))
+        .count();
     (diff + got.len().abs_diff(expected.len())) as u64
 }
 
@@ -282,8 +311,16 @@ mod tests {
         got[1] = 2.5;
         got[3] = f32::NAN;
         assert_eq!(count_wrong(&got, &expected), 2);
-        assert_eq!(count_wrong(&[0.0f32], &[-0.0f32]), 1, "bitwise: -0 is not +0");
-        assert_eq!(count_wrong(&got[..2], &expected), 3, "missing elements count");
+        assert_eq!(
+            count_wrong(&[0.0f32], &[-0.0f32]),
+            1,
+            "bitwise: -0 is not +0"
+        );
+        assert_eq!(
+            count_wrong(&got[..2], &expected),
+            3,
+            "missing elements count"
+        );
         assert_eq!(count_clobbered(&[POISON, 0, POISON, 7]), 2);
     }
 
@@ -293,7 +330,9 @@ mod tests {
         let p = Pattern::new(Func::AllGather, DataType::Int32, RedOp::Sum, 4, 0, 1);
         let mut conv = Converter::<i32>::new(4);
         let q = 64;
-        let right: Vec<i32> = (0..4 * q).map(|j| conv.expect(p.expected(0, q, j))).collect();
+        let right: Vec<i32> = (0..4 * q)
+            .map(|j| conv.expect(p.expected(0, q, j)))
+            .collect();
         // an AllGather that swapped blocks 0 and 1
         let mut wrong = right.clone();
         let (a, b) = wrong.split_at_mut(q);
@@ -311,11 +350,24 @@ mod tests {
         let q = 300;
         let inputs: Vec<Vec<T>> = (0..n).map(|r| p.inputs(&mut conv, r, q)).collect();
         for rank in 0..n {
-            let base = if func == Func::ReduceScatter { rank * q } else { 0 };
+            let base = if func == Func::ReduceScatter {
+                rank * q
+            } else {
+                0
+            };
             let mut acc: Vec<T> = inputs[0][base..base + q].to_vec();
-            crate::engine::local::reduce::reduce_into(&mut acc, op, n, |s| &inputs[s][base..base + q]);
-            let expected: Vec<T> = (0..q).map(|j| conv.expect(p.expected(rank, q, j))).collect();
-            assert_eq!(count_wrong(&acc, &expected), 0, "{func} {op} {} n={n}", T::DTYPE);
+            crate::engine::local::reduce::reduce_into(&mut acc, op, n, |s| {
+                &inputs[s][base..base + q]
+            });
+            let expected: Vec<T> = (0..q)
+                .map(|j| conv.expect(p.expected(rank, q, j)))
+                .collect();
+            assert_eq!(
+                count_wrong(&acc, &expected),
+                0,
+                "{func} {op} {} n={n}",
+                T::DTYPE
+            );
             // and the data is not trivial
             assert!(expected.iter().any(|v| v.to_f64() != 0.0));
         }
@@ -345,7 +397,11 @@ mod tests {
     fn copies_tell_blocks_apart() {
         let p = Pattern::new(Func::AlltoAll, DataType::Float8e5m2, RedOp::Sum, 4, 0, 3);
         let q = 32;
-        let block = |r: usize, b: usize| (0..q).map(|j| p.expected(r, q, b * q + j)).collect::<Vec<_>>();
+        let block = |r: usize, b: usize| {
+            (0..q)
+                .map(|j| p.expected(r, q, b * q + j))
+                .collect::<Vec<_>>()
+        };
         assert_ne!(block(0, 1), block(0, 2));
         assert_ne!(block(0, 1), block(1, 1));
     }
@@ -361,7 +417,10 @@ mod tests {
                 let top = exact_max(dt).min(TABLE as u64 - 1);
                 (0..=top).any(|v| same_bits(T::from_f64(v as f64), poison))
             });
-            assert!(!collides, "{dt}: the poison pattern is a value the data can hold");
+            assert!(
+                !collides,
+                "{dt}: the poison pattern is a value the data can hold"
+            );
         }
     }
 }

@@ -40,26 +40,69 @@ impl Machine {
     /// Measures: each figure is the best of `reps` copies of
     /// [`PROBE_BYTES`] per thread (threads start together).
     pub fn probe(reps: usize) -> Machine {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let mut bufs: Vec<(Vec<u8>, Vec<u8>)> =
-            (0..cores).map(|t| (vec![t as u8 + 1; PROBE_BYTES], vec![0u8; PROBE_BYTES])).collect();
-        // touch every page of the destinations before timing
+        let mut p = Probe::new();
+        let memcpy_1 = rate(&mut p.bufs[..1], reps, memcpy);
+        let stream_1 = rate(&mut p.bufs[..1], reps, stream);
+        let memcpy_all = rate(&mut p.bufs, reps, memcpy);
+        let stream_all = rate(&mut p.bufs, reps, stream);
+        Machine {
+            cores: p.bufs.len(),
+            memcpy_1,
+            memcpy_all,
+            stream_1,
+            stream_all,
+        }
+    }
+}
+
+fn memcpy(d: &mut [u8], s: &[u8]) {
+    d.copy_from_slice(s)
+}
+
+fn stream(d: &mut [u8], s: &[u8]) {
+    copy_streaming(d, s)
+}
+
+/// Buffers for measuring the copy bandwidth again during a run: on a shared
+/// machine it drifts, so each large row is compared with a bound measured
+/// right before and after it (`run`).
+pub struct Probe {
+    bufs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe::new()
+    }
+}
+
+impl Probe {
+    /// [`PROBE_BYTES`] twice per core, every page touched.
+    pub fn new() -> Probe {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..cores)
+            .map(|t| (vec![t as u8 + 1; PROBE_BYTES], vec![0u8; PROBE_BYTES]))
+            .collect();
         for (s, d) in &mut bufs {
             d.copy_from_slice(s);
         }
-        let memcpy = |d: &mut [u8], s: &[u8]| d.copy_from_slice(s);
-        let stream = |d: &mut [u8], s: &[u8]| copy_streaming(d, s);
-        let memcpy_1 = rate(&mut bufs[..1], reps, memcpy);
-        let stream_1 = rate(&mut bufs[..1], reps, stream);
-        let memcpy_all = rate(&mut bufs, reps, memcpy);
-        let stream_all = rate(&mut bufs, reps, stream);
-        Machine { cores, memcpy_1, memcpy_all, stream_1, stream_all }
+        Probe { bufs }
+    }
+    /// Copy bandwidth with every thread now: the faster kernel, one round each.
+    pub fn copy_all(&mut self) -> f64 {
+        rate(&mut self.bufs, 1, memcpy).max(rate(&mut self.bufs, 1, stream))
     }
 }
 
 /// Best bytes per second over `reps` rounds, each round one copy per buffer
 /// pair on its own thread.
-fn rate(bufs: &mut [(Vec<u8>, Vec<u8>)], reps: usize, copy: impl Fn(&mut [u8], &[u8]) + Sync) -> f64 {
+fn rate(
+    bufs: &mut [(Vec<u8>, Vec<u8>)],
+    reps: usize,
+    copy: impl Fn(&mut [u8], &[u8]) + Sync,
+) -> f64 {
     let mut best = f64::INFINITY;
     let bytes: usize = bufs.iter().map(|(s, _)| s.len()).sum();
     for _ in 0..reps.max(1) {
@@ -79,7 +122,10 @@ fn rate(bufs: &mut [(Vec<u8>, Vec<u8>)], reps: usize, copy: impl Fn(&mut [u8], &
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(f64::INFINITY)).fold(0.0, f64::max)
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(f64::INFINITY))
+                .fold(0.0, f64::max)
         });
         best = best.min(secs);
     }

@@ -19,7 +19,7 @@ pub mod plot;
 pub mod run;
 pub mod table;
 
-pub use cli::{main, BenchArgs};
+pub use cli::{BenchArgs, main};
 pub use machine::Machine;
 
 use crate::core::{DataType, Func, RedOp};
@@ -76,6 +76,9 @@ pub struct Measure {
     pub wrong: Option<u64>,
     /// the copy bound's time for this row ([`bound`]), in microseconds
     pub bound_us: f64,
+    /// the copy bandwidth (all threads, GB/s) the bound used: measured next
+    /// to the row for large rows ([`run::REPROBE_BYTES`]), else the header's
+    pub copy_bw_gbs: f64,
 }
 
 impl Measure {
@@ -124,10 +127,29 @@ pub struct Report {
 impl Report {
     pub fn new(options: Options, machine: Machine, rows: Vec<Row>) -> Report {
         let checked = options.check > 0;
-        let wrong: u64 = rows.iter().flat_map(|r| r.measures()).filter_map(|m| m.wrong).sum();
-        let bws: Vec<f64> = rows.iter().flat_map(|r| r.measures()).map(|m| m.busbw).collect();
-        let avg_busbw = if bws.is_empty() { 0.0 } else { bws.iter().sum::<f64>() / bws.len() as f64 };
-        Report { engine: "local", options, machine, rows, out_of_bounds: checked.then_some(wrong), avg_busbw }
+        let wrong: u64 = rows
+            .iter()
+            .flat_map(|r| r.measures())
+            .filter_map(|m| m.wrong)
+            .sum();
+        let bws: Vec<f64> = rows
+            .iter()
+            .flat_map(|r| r.measures())
+            .map(|m| m.busbw)
+            .collect();
+        let avg_busbw = if bws.is_empty() {
+            0.0
+        } else {
+            bws.iter().sum::<f64>() / bws.len() as f64
+        };
+        Report {
+            engine: "local",
+            options,
+            machine,
+            rows,
+            out_of_bounds: checked.then_some(wrong),
+            avg_busbw,
+        }
     }
     /// Whether every checked element was right (false when nothing was checked is not failure).
     pub fn all_right(&self) -> bool {

@@ -11,7 +11,7 @@
 //! the first checked call's: their last result is what is compared.
 
 use super::bound::copy_bound_secs;
-use super::data::{count_clobbered, count_wrong, Converter, Pattern, POISON};
+use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
 use super::{Measure, Options, Row};
 use crate::api::Comm;
 use crate::core::{DataType, Element, Func, RedOp, Result};
@@ -47,7 +47,11 @@ pub fn plan(opts: &Options) -> Vec<Plan> {
     let mut plans = Vec::new();
     for &func in &opts.funcs {
         for &dtype in &opts.dtypes {
-            let ops: Vec<Option<RedOp>> = if func.reduces() { opts.ops.iter().copied().map(Some).collect() } else { vec![None] };
+            let ops: Vec<Option<RedOp>> = if func.reduces() {
+                opts.ops.iter().copied().map(Some).collect()
+            } else {
+                vec![None]
+            };
             let roots: Vec<Option<usize>> = if func.is_rooted() {
                 match opts.root {
                     Some(r) => vec![Some(r)],
@@ -61,12 +65,22 @@ pub fn plan(opts: &Options) -> Vec<Plan> {
                     let mut last_q = None;
                     for bytes in opts.sizes() {
                         let total = bytes / dtype.size();
-                        let q = if func.alg_bytes(n, 1, 1) == n { total / n } else { total };
+                        let q = if func.alg_bytes(n, 1, 1) == n {
+                            total / n
+                        } else {
+                            total
+                        };
                         if q == 0 || last_q == Some(q) {
                             continue;
                         }
                         last_q = Some(q);
-                        plans.push(Plan { func, dtype, op, root, q });
+                        plans.push(Plan {
+                            func,
+                            dtype,
+                            op,
+                            root,
+                            q,
+                        });
                     }
                 }
             }
@@ -82,14 +96,33 @@ pub fn skipped(opts: &Options, func: Func, dtype: DataType) -> Vec<usize> {
         .into_iter()
         .filter(|b| {
             let total = b / dtype.size();
-            (if func.alg_bytes(n, 1, 1) == n { total / n } else { total }) == 0
+            (if func.alg_bytes(n, 1, 1) == n {
+                total / n
+            } else {
+                total
+            }) == 0
         })
         .collect()
 }
 
+/// Rows whose per-rank data is at least this large are bounded by memory
+/// bandwidth: they get a copy bound measured next to them.
+pub const REPROBE_BYTES: usize = 4 << 20;
+
 /// Runs every planned row; `on_row` sees each finished row (called on rank 0).
+/// `copy_bw` is the machine's copy bandwidth (all threads) for the copy
+/// bound; rows of [`REPROBE_BYTES`] or more measure it again just before and
+/// after they are timed (rank 0, while the other ranks wait) and use the
+/// higher figure, since on a shared machine it drifts.
 pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Result<Vec<Row>> {
     let plans = plan(opts);
+    let large = plans.iter().any(|p| p.q * p.dtype.size() >= REPROBE_BYTES);
+    let probe = std::sync::Mutex::new(large.then(super::machine::Probe::new));
+    let reprobe = || -> f64 {
+        let mut p = probe.lock().unwrap_or_else(|e| e.into_inner());
+        p.as_mut().map(|p| p.copy_all()).unwrap_or(copy_bw)
+    };
+    let reprobe: &(dyn Fn() -> f64 + Sync) = &reprobe;
     let launch = LaunchOptions::default();
     let mut per_rank = local::launch_with(launch, opts.nranks, |c| {
         let mut rows = Vec::with_capacity(plans.len());
@@ -103,7 +136,7 @@ pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Resu
             let a = c.alloc_elems(elems, dtype);
             let b = c.alloc_elems(elems, dtype);
             for p in mine {
-                let row = with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw)?);
+                let row = with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw, reprobe)?);
                 if c.rank() == 0 {
                     on_row(&row);
                 }
@@ -130,7 +163,12 @@ fn bufs(p: &Plan, pat: &Pattern, rank: usize, a: usize, b: usize, in_place: bool
     let es = p.dtype.size();
     let (q, n) = (p.q, pat.nranks);
     if !in_place {
-        return Bufs { send: a, recv: b, out_base: b, guard_at: pat.recv_len(q) };
+        return Bufs {
+            send: a,
+            recv: b,
+            out_base: b,
+            guard_at: pat.recv_len(q),
+        };
     }
     // nccl-tests' in-place forms, on every rank (CONTRACTS.md §2)
     let (send_off, recv_off, region) = match p.func {
@@ -138,7 +176,12 @@ fn bufs(p: &Plan, pat: &Pattern, rank: usize, a: usize, b: usize, in_place: bool
         Func::ReduceScatter | Func::Scatter => (0, rank * q, n * q),
         _ => (0, 0, q),
     };
-    Bufs { send: a + send_off * es, recv: a + recv_off * es, out_base: a, guard_at: region }
+    Bufs {
+        send: a + send_off * es,
+        recv: a + recv_off * es,
+        out_base: a,
+        guard_at: region,
+    }
 }
 
 fn call(c: &mut Comm, p: &Plan, bf: &Bufs) -> Result<()> {
@@ -158,10 +201,23 @@ fn call(c: &mut Comm, p: &Plan, bf: &Bufs) -> Result<()> {
     }
 }
 
-fn run_row<T: Element>(c: &mut Comm, opts: &Options, p: &Plan, a: usize, b: usize, copy_bw: f64) -> Result<Row> {
+#[allow(clippy::too_many_arguments)]
+fn run_row<T: Element>(
+    c: &mut Comm,
+    opts: &Options,
+    p: &Plan,
+    a: usize,
+    b: usize,
+    copy_bw: f64,
+    reprobe: &(dyn Fn() -> f64 + Sync),
+) -> Result<Row> {
     let n = opts.nranks;
-    let oop = measure::<T>(c, opts, p, a, b, false, copy_bw)?;
-    let ip = if p.func == Func::AlltoAll { None } else { Some(measure::<T>(c, opts, p, a, b, true, copy_bw)?) };
+    let oop = measure::<T>(c, opts, p, a, b, false, copy_bw, reprobe)?;
+    let ip = if p.func == Func::AlltoAll {
+        None
+    } else {
+        Some(measure::<T>(c, opts, p, a, b, true, copy_bw, reprobe)?)
+    };
     Ok(Row {
         func: p.func,
         size: p.size(n),
@@ -174,8 +230,18 @@ fn run_row<T: Element>(c: &mut Comm, opts: &Options, p: &Plan, a: usize, b: usiz
     })
 }
 
-/// Times and checks one placement of one row; every rank returns the same.
-fn measure<T: Element>(c: &mut Comm, opts: &Options, p: &Plan, a: usize, b: usize, in_place: bool, copy_bw: f64) -> Result<Measure> {
+/// Times and checks one placement of one row; rank 0's figures are the row's.
+#[allow(clippy::too_many_arguments)]
+fn measure<T: Element>(
+    c: &mut Comm,
+    opts: &Options,
+    p: &Plan,
+    a: usize,
+    b: usize,
+    in_place: bool,
+    copy_bw: f64,
+    reprobe: &(dyn Fn() -> f64 + Sync),
+) -> Result<Measure> {
     let (rank, n) = (c.rank(), opts.nranks);
     let es = p.dtype.size();
     let mut conv = Converter::<T>::new(n);
@@ -191,6 +257,12 @@ fn measure<T: Element>(c: &mut Comm, opts: &Options, p: &Plan, a: usize, b: usiz
     for _ in 0..opts.warmup {
         call(c, p, &bf)?;
     }
+    // the copy bandwidth next to this row, while the other ranks wait
+    let large = p.q * es >= REPROBE_BYTES;
+    let mut copy_bw = copy_bw;
+    if large && rank == 0 {
+        copy_bw = reprobe();
+    }
     // start together
     c.all_reduce(&mut [0u8], RedOp::Sum)?;
     let mut times = Vec::with_capacity(opts.iters);
@@ -198,6 +270,13 @@ fn measure<T: Element>(c: &mut Comm, opts: &Options, p: &Plan, a: usize, b: usiz
         let t = Instant::now();
         call(c, p, &bf)?;
         times.push(t.elapsed().as_secs_f64());
+    }
+    if large {
+        c.all_reduce(&mut [0u8], RedOp::Sum)?;
+        if rank == 0 {
+            copy_bw = copy_bw.max(reprobe());
+        }
+        c.all_reduce(&mut [0u8], RedOp::Sum)?;
     }
     let mut wrong = 0u64;
     for k in 0..opts.check {
@@ -226,6 +305,7 @@ fn measure<T: Element>(c: &mut Comm, opts: &Options, p: &Plan, a: usize, b: usiz
         busbw: algbw * p.func.bus_factor(n),
         wrong: (opts.check > 0).then_some(w[0]),
         bound_us: bound * 1e6,
+        copy_bw_gbs: copy_bw / 1e9,
     })
 }
 
@@ -236,11 +316,22 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
-    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
 }
 
 /// Poisons the output and its guard, then writes this rank's inputs; returns them.
-fn prepare<T: Element>(c: &mut Comm, p: &Plan, pat: &Pattern, conv: &mut Converter<T>, bf: &Bufs, rank: usize) -> Result<Vec<T>> {
+fn prepare<T: Element>(
+    c: &mut Comm,
+    p: &Plan,
+    pat: &Pattern,
+    conv: &mut Converter<T>,
+    bf: &Bufs,
+    rank: usize,
+) -> Result<Vec<T>> {
     let es = p.dtype.size();
     c.fill(bf.out_base, (bf.guard_at + GUARD_ELEMS) * es, POISON)?;
     let inputs = pat.inputs(conv, rank, p.q);
@@ -251,13 +342,24 @@ fn prepare<T: Element>(c: &mut Comm, p: &Plan, pat: &Pattern, conv: &mut Convert
 /// Wrong elements on this rank: output mismatches, guard elements written,
 /// and (out of place) input elements changed.
 #[allow(clippy::too_many_arguments)]
-fn check<T: Element>(c: &mut Comm, p: &Plan, pat: &Pattern, conv: &mut Converter<T>, bf: &Bufs, rank: usize, inputs: &[T], in_place: bool) -> Result<u64> {
+fn check<T: Element>(
+    c: &mut Comm,
+    p: &Plan,
+    pat: &Pattern,
+    conv: &mut Converter<T>,
+    bf: &Bufs,
+    rank: usize,
+    inputs: &[T],
+    in_place: bool,
+) -> Result<u64> {
     let es = p.dtype.size();
     let mut wrong = 0;
     if pat.has_output(rank) {
         let len = pat.recv_len(p.q);
         let got = c.read::<T>(bf.recv, len)?;
-        let expected: Vec<T> = (0..len).map(|j| conv.expect(pat.expected(rank, p.q, j))).collect();
+        let expected: Vec<T> = (0..len)
+            .map(|j| conv.expect(pat.expected(rank, p.q, j)))
+            .collect();
         wrong += count_wrong(&got, &expected);
         let guard = c.read::<u8>(bf.out_base + bf.guard_at * es, GUARD_ELEMS * es)?;
         wrong += guard.chunks(es).filter(|e| count_clobbered(e) > 0).count() as u64;

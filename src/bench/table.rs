@@ -33,6 +33,7 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
     s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";
     if roofline {
         s += "# %bound: the copy bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
+        s += "#         (measured again just before and after each row of 4 MiB per rank or more: the higher figure)\n";
     }
     if opts.check == 0 {
         s += "# WARNING: checking is disabled (-c 0): #wrong shows N/A and nothing was verified\n";
@@ -44,26 +45,78 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
 pub fn columns(func: Func, roofline: bool) -> String {
     let b = if roofline { "  %bound" } else { "" };
     let e = if roofline { "        " } else { "" };
-    let ip = if func == Func::AlltoAll { "in-place (none for AlltoAll)" } else { "in-place" };
+    let ip = if func == Func::AlltoAll {
+        "in-place (none for AlltoAll)"
+    } else {
+        "in-place"
+    };
+    // a row is 52 characters of description, then two groups of 37 (45 with %bound)
+    let gw = if roofline { 45 } else { 37 };
     format!(
-        "#\n# {}\n#{:>58}{:>38}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{b}  {:>9}  {:>7}  {:>7}  {:>6}{b}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{e}  {:>9}  {:>7}  {:>7}  {:>6}{e}\n",
+        "#\n# {}\n#{:51}{:^gw$}{:^gw$}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{b}  {:>9}  {:>7}  {:>7}  {:>6}{b}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{e}  {:>9}  {:>7}  {:>7}  {:>6}{e}\n",
         func.name(),
+        "",
         "out-of-place",
         ip,
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
-        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
     )
 }
 
 fn placement(m: Option<&Measure>, roofline: bool) -> String {
     let Some(m) = m else {
-        let b = if roofline { format!("  {:>6}", "N/A") } else { String::new() };
-        return format!("  {:>9}  {:>7}  {:>7}  {:>6}{b}", "N/A", "N/A", "N/A", "N/A");
+        let b = if roofline {
+            format!("  {:>6}", "N/A")
+        } else {
+            String::new()
+        };
+        return format!(
+            "  {:>9}  {:>7}  {:>7}  {:>6}{b}",
+            "N/A", "N/A", "N/A", "N/A"
+        );
     };
-    let wrong = m.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into());
-    let time = if m.time_us >= 1e5 { format!("{:.0}", m.time_us) } else { format!("{:.2}", m.time_us) };
-    let b = if roofline { format!("  {:>5.1}%", 100.0 * m.of_bound()) } else { String::new() };
-    format!("  {time:>9}  {:>7.2}  {:>7.2}  {wrong:>6}{b}", m.algbw, m.busbw)
+    let wrong = m
+        .wrong
+        .map(|w| w.to_string())
+        .unwrap_or_else(|| "N/A".into());
+    let time = if m.time_us >= 1e5 {
+        format!("{:.0}", m.time_us)
+    } else {
+        format!("{:.2}", m.time_us)
+    };
+    let b = if roofline {
+        format!("  {:>5.1}%", 100.0 * m.of_bound())
+    } else {
+        String::new()
+    };
+    format!(
+        "  {time:>9}  {:>7.2}  {:>7.2}  {wrong:>6}{b}",
+        m.algbw, m.busbw
+    )
 }
 
 /// One table line.
@@ -89,7 +142,10 @@ pub fn footer(rep: &Report) -> String {
         Some(n) => format!("{n} FAILED"),
         None => "N/A (not checked: -c 0)".to_string(),
     };
-    format!("# Out of bounds values : {oob}\n# Avg bus bandwidth    : {:.4}\n#\n", rep.avg_busbw)
+    format!(
+        "# Out of bounds values : {oob}\n# Avg bus bandwidth    : {:.4}\n#\n",
+        rep.avg_busbw
+    )
 }
 
 /// The whole table as one string (what the command prints without a terminal).

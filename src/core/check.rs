@@ -23,21 +23,19 @@ pub fn check_call(
     premul: &dyn Fn(i32) -> Option<f64>,
 ) -> Result<Call> {
     let func = raw.func;
-    if func.is_rooted() || func.is_p2p() {
-        if raw.root < 0 || raw.root as usize >= nranks {
-            let what = if func.is_p2p() { "peer" } else { "root" };
-            let valid = if func.is_p2p() { "peers" } else { "roots" };
-            return Err(invalid(
-                ErrorKind::InvalidRoot,
-                func,
-                format!(
-                    "{what} {} is out of range: valid {valid} are 0..={} for a communicator of {nranks} rank{}",
-                    raw.root,
-                    nranks.saturating_sub(1),
-                    if nranks == 1 { "" } else { "s" }
-                ),
-            ));
-        }
+    if (func.is_rooted() || func.is_p2p()) && (raw.root < 0 || raw.root as usize >= nranks) {
+        let what = if func.is_p2p() { "peer" } else { "root" };
+        let valid = if func.is_p2p() { "peers" } else { "roots" };
+        return Err(invalid(
+            ErrorKind::InvalidRoot,
+            func,
+            format!(
+                "{what} {} is out of range: valid {valid} are 0..={} for a communicator of {nranks} rank{}",
+                raw.root,
+                nranks.saturating_sub(1),
+                if nranks == 1 { "" } else { "s" }
+            ),
+        ));
     }
     let datatype = DataType::from_code(raw.datatype).ok_or_else(|| {
         invalid(

@@ -20,7 +20,11 @@ fn split_by<V: Ord + std::fmt::Display>(values: &[V], verb: &str) -> String {
         .map(|(rs, v)| {
             let list: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
             if rs.len() == 1 {
-                let third = if verb.ends_with('s') || verb.ends_with("ch") { "es" } else { "s" };
+                let third = if verb.ends_with('s') || verb.ends_with("ch") {
+                    "es"
+                } else {
+                    "s"
+                };
                 format!("rank {} {verb}{third} {v}", list[0])
             } else {
                 format!("ranks {} {verb} {v}", list.join(","))
@@ -40,7 +44,11 @@ pub fn collectives(all: &[Posted]) -> Result<(), Error> {
     // message only when something differs
     let first = &all[0];
     let same = all.iter().all(|p| {
-        p.calls.len() == first.calls.len() && p.calls.iter().zip(&first.calls).all(|(a, b)| a.signature() == b.signature())
+        p.calls.len() == first.calls.len()
+            && p.calls
+                .iter()
+                .zip(&first.calls)
+                .all(|(a, b)| a.signature() == b.signature())
     });
     if same { Ok(()) } else { explain(all) }
 }
@@ -48,32 +56,63 @@ pub fn collectives(all: &[Posted]) -> Result<(), Error> {
 /// The Mismatch for posts that differ (Ok if they differ in nothing checked).
 fn explain(all: &[Posted]) -> Result<(), Error> {
     let first = &all[0];
-    let name = first.calls.first().map(|c| c.func.name()).unwrap_or("group");
+    let name = first
+        .calls
+        .first()
+        .map(|c| c.func.name())
+        .unwrap_or("group");
     // formatted only on a mismatch: this runs on every launch
-    let mismatch = |what: String| Err(Error::new(ErrorKind::Mismatch, format!("{name} #{}: {what}", first.op_count)));
+    let mismatch = |what: String| {
+        Err(Error::new(
+            ErrorKind::Mismatch,
+            format!("{name} #{}: {what}", first.op_count),
+        ))
+    };
     let lens: Vec<usize> = all.iter().map(|p| p.calls.len()).collect();
     if differs(&lens) {
-        return mismatch(format!("number of fused collectives differs: {}", split_by(&lens, "launch")));
+        return mismatch(format!(
+            "number of fused collectives differs: {}",
+            split_by(&lens, "launch")
+        ));
     }
     for i in 0..first.calls.len() {
-        let at = if first.calls.len() > 1 { format!(" (call {i} of the group)") } else { String::new() };
-        let funcs: Vec<String> = all.iter().map(|p| format!("{} #{}", p.calls[i].func, p.op_count)).collect();
+        let at = if first.calls.len() > 1 {
+            format!(" (call {i} of the group)")
+        } else {
+            String::new()
+        };
+        let funcs: Vec<String> = all
+            .iter()
+            .map(|p| format!("{} #{}", p.calls[i].func, p.op_count))
+            .collect();
         if differs(&all.iter().map(|p| p.calls[i].func).collect::<Vec<_>>()) {
-            return mismatch(format!("ranks are in different operations{at}: {}", split_by(&funcs, "call")));
+            return mismatch(format!(
+                "ranks are in different operations{at}: {}",
+                split_by(&funcs, "call")
+            ));
         }
         let c0 = &first.calls[i];
         let counts: Vec<usize> = all.iter().map(|p| p.calls[i].count).collect();
         if differs(&counts) {
             return mismatch(format!("count differs{at}: {}", split_by(&counts, "pass")));
         }
-        let types: Vec<&str> = all.iter().map(|p| p.calls[i].datatype.nccl_name()).collect();
+        let types: Vec<&str> = all
+            .iter()
+            .map(|p| p.calls[i].datatype.nccl_name())
+            .collect();
         if differs(&types) {
-            return mismatch(format!("datatype differs{at}: {}", split_by(&types, "pass")));
+            return mismatch(format!(
+                "datatype differs{at}: {}",
+                split_by(&types, "pass")
+            ));
         }
         if c0.func.reduces() {
             let ops: Vec<String> = all.iter().map(|p| p.calls[i].op.to_string()).collect();
             if differs(&ops) {
-                return mismatch(format!("reduction op differs{at}: {}", split_by(&ops, "pass")));
+                return mismatch(format!(
+                    "reduction op differs{at}: {}",
+                    split_by(&ops, "pass")
+                ));
             }
         }
         if c0.func.is_rooted() {
@@ -92,23 +131,48 @@ mod tests {
     use crate::core::{Call, DataType, Func, RedOp};
 
     fn post(op_count: u64, func: Func, count: usize) -> Posted {
-        let call = Call { func, sendbuff: 0, recvbuff: 0, count, datatype: DataType::Float32, op: RedOp::Sum, op_code: 0, root: 0 };
-        Posted { op_count, calls: vec![call] }
+        let call = Call {
+            func,
+            sendbuff: 0,
+            recvbuff: 0,
+            count,
+            datatype: DataType::Float32,
+            op: RedOp::Sum,
+            op_code: 0,
+            root: 0,
+        };
+        Posted {
+            op_count,
+            calls: vec![call],
+        }
     }
 
     #[test]
     fn count_mismatch_names_every_rank() {
-        let all = vec![post(7, Func::AllReduce, 1024), post(7, Func::AllReduce, 1024), post(7, Func::AllReduce, 1000), post(7, Func::AllReduce, 1024)];
+        let all = vec![
+            post(7, Func::AllReduce, 1024),
+            post(7, Func::AllReduce, 1024),
+            post(7, Func::AllReduce, 1000),
+            post(7, Func::AllReduce, 1024),
+        ];
         let e = collectives(&all).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Mismatch);
-        assert_eq!(e.message, "AllReduce #7: count differs: ranks 0,1,3 pass 1024, rank 2 passes 1000");
+        assert_eq!(
+            e.message,
+            "AllReduce #7: count differs: ranks 0,1,3 pass 1024, rank 2 passes 1000"
+        );
     }
 
     #[test]
     fn a_skipped_call_shows_as_different_operations() {
         let all = vec![post(12, Func::Broadcast, 4), post(13, Func::AllReduce, 4)];
         let e = collectives(&all).unwrap_err();
-        assert!(e.message.contains("rank 0 calls Broadcast #12, rank 1 calls AllReduce #13"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("rank 0 calls Broadcast #12, rank 1 calls AllReduce #13"),
+            "{}",
+            e.message
+        );
         assert!(collectives(&[post(1, Func::AllGather, 3), post(1, Func::AllGather, 3)]).is_ok());
     }
 }

@@ -2,11 +2,11 @@
 //! one rank: publish, rendezvous, agree, move data, complete.
 
 use super::memory::Phase;
-use super::world::{lock, SendSlot, WaitFor, World};
+use super::world::{SendSlot, WaitFor, World, lock};
 use super::{agree, families};
 use crate::core::{Call, DataType, Error, ErrorKind, Func, RedOp};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// What a rank publishes for the collective part of a launch.
 #[derive(Debug, Default, Clone)]
@@ -51,7 +51,8 @@ impl OnePost {
             RedOp::Avg => (4, 0.0),
             RedOp::PreMulSum(s) => (5, s),
         };
-        let head = func | (c.datatype.code() as u64) << 8 | kind << 16 | (c.op_code as u32 as u64) << 32;
+        let head =
+            func | (c.datatype.code() as u64) << 8 | kind << 16 | (c.op_code as u32 as u64) << 32;
         self.op_count.store(op_count, Relaxed);
         self.head.store(head, Relaxed);
         self.sendbuff.store(c.sendbuff as u64, Relaxed);
@@ -109,8 +110,15 @@ pub struct Scratch {
     one: Vec<Call>,
 }
 
-pub fn execute(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch) -> Result<(), Error> {
-    world.ranks[me].launches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+pub fn execute(
+    world: &World,
+    me: usize,
+    launch: &Launch,
+    scratch: &mut Scratch,
+) -> Result<(), Error> {
+    world.ranks[me]
+        .launches
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if !launch.colls.is_empty() {
         collectives(world, me, launch, scratch)?;
     }
@@ -121,10 +129,18 @@ pub fn execute(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
 }
 
 fn describe(launch: &Launch) -> String {
-    let first = launch.colls.first().or(launch.p2p.first()).map(|c| c.func.name()).unwrap_or("group");
+    let first = launch
+        .colls
+        .first()
+        .or(launch.p2p.first())
+        .map(|c| c.func.name())
+        .unwrap_or("group");
     let n = launch.colls.len() + launch.p2p.len();
     if n > 1 {
-        format!("a group of {n} calls starting with {first} (opCount {:x})", launch.op_count)
+        format!(
+            "a group of {n} calls starting with {first} (opCount {:x})",
+            launch.op_count
+        )
     } else {
         format!("{first} (opCount {:x})", launch.op_count)
     }
@@ -160,7 +176,12 @@ fn alone(all: &[Posted]) -> bool {
 /// every other rank is blocked in this call, so their posts and buffers stay
 /// as posted; they do not read each other's posts in that mode, which is why
 /// the one rendezvous suffices.
-fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch) -> Result<(), Error> {
+fn collectives(
+    world: &World,
+    me: usize,
+    launch: &Launch,
+    scratch: &mut Scratch,
+) -> Result<(), Error> {
     if let [one] = launch.colls.as_slice() {
         world.one[me].store(launch.op_count, Some(one));
     } else {
@@ -228,13 +249,16 @@ fn collectives(world: &World, me: usize, launch: &Launch, scratch: &mut Scratch)
             }
         }));
         if moved.is_err() {
-            result = Err(Error::new(ErrorKind::Internal, format!("rank {me} panicked while moving data of {}", calls[me].func)).on_rank(me));
+            result = Err(Error::new(
+                ErrorKind::Internal,
+                format!("rank {me} panicked while moving data of {}", calls[me].func),
+            )
+            .on_rank(me));
         }
         if !done {
             world.complete();
         }
     }
-    drop(phase);
     if !done && verdict.is_err() {
         world.complete();
     }
@@ -273,9 +297,13 @@ fn p2p(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
             addr: c.sendbuff,
             count: c.count,
             datatype: c.datatype,
-            what: format!("Send #{seq} to rank {} (count {}, {}, opCount {:x})", c.root, c.count, c.datatype, launch.op_count),
+            what: format!(
+                "Send #{seq} to rank {} (count {}, {}, opCount {:x})",
+                c.root, c.count, c.datatype, launch.op_count
+            ),
         });
-        pair.posted.store(seq + 1, std::sync::atomic::Ordering::SeqCst);
+        pair.posted
+            .store(seq + 1, std::sync::atomic::Ordering::SeqCst);
         drop(q);
         sent.push((c.root, seq));
     }
@@ -294,7 +322,12 @@ fn recv_all(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
         let src = c.root;
         let pair = world.pair(src, me);
         let seq = pair.next_recv.fetch_add(1, SeqCst);
-        let what = || format!("Recv #{seq} from rank {src} (count {}, {}, opCount {:x})", c.count, c.datatype, launch.op_count);
+        let what = || {
+            format!(
+                "Recv #{seq} from rank {src} (count {}, {}, opCount {:x})",
+                c.count, c.datatype, launch.op_count
+            )
+        };
         world.wait(me, WaitFor::Posted { src, dst: me, seq }, &what)?;
         let slot = {
             let mut q = lock(&pair.queue);
@@ -337,11 +370,23 @@ fn recv_all(world: &World, me: usize, launch: &Launch) -> Result<(), Error> {
     Ok(())
 }
 
-fn await_sends(world: &World, me: usize, sent: &[(usize, u64)], launch: &Launch) -> Result<(), Error> {
+fn await_sends(
+    world: &World,
+    me: usize,
+    sent: &[(usize, u64)],
+    launch: &Launch,
+) -> Result<(), Error> {
     for &(dst, seq) in sent {
         let what = || {
-            let c = launch.p2p.iter().filter(|c| c.func == Func::Send && c.root == dst).count();
-            format!("Send #{seq} to rank {dst} ({c} Send(s) to it in this launch, opCount {:x})", launch.op_count)
+            let c = launch
+                .p2p
+                .iter()
+                .filter(|c| c.func == Func::Send && c.root == dst)
+                .count();
+            format!(
+                "Send #{seq} to rank {dst} ({c} Send(s) to it in this launch, opCount {:x})",
+                launch.op_count
+            )
         };
         world.wait(me, WaitFor::Completed { src: me, dst, seq }, &what)?;
         let q = lock(&world.pair(me, dst).queue);
@@ -370,7 +415,7 @@ fn withdraw_sends(world: &World, me: usize, sent: &[(usize, u64)]) {
 mod tests {
     use super::ALONE_BYTES;
     use crate::core::{ErrorKind, RedOp};
-    use crate::engine::local::{launch, launch_each, LaunchOptions};
+    use crate::engine::local::{LaunchOptions, launch, launch_each};
     use std::time::Duration;
 
     fn quick() -> LaunchOptions {
@@ -395,7 +440,10 @@ mod tests {
             .unwrap();
             let total = (1..=n).sum::<usize>() as f32;
             for s in outs {
-                assert!(s.iter().all(|&(a, b)| a == total && b == total), "{n} ranks: {s:?}");
+                assert!(
+                    s.iter().all(|&(a, b)| a == total && b == total),
+                    "{n} ranks: {s:?}"
+                );
             }
         }
     }
@@ -426,10 +474,14 @@ mod tests {
             c.all_reduce(&mut x, RedOp::Sum)
         })
         .unwrap();
-        for r in 0..2 {
-            let e = res[r].as_ref().expect_err("waiting ranks fail");
+        for r in &res[..2] {
+            let e = r.as_ref().expect_err("waiting ranks fail");
             assert_eq!(e.kind, ErrorKind::Deadlock, "{e}");
-            assert!(e.message.contains("rank 2 finished without entering"), "{}", e.message);
+            assert!(
+                e.message.contains("rank 2 finished without entering"),
+                "{}",
+                e.message
+            );
         }
     }
 }

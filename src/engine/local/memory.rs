@@ -29,7 +29,9 @@ unsafe impl Sync for Allocation {}
 impl Allocation {
     fn new(len: usize) -> Allocation {
         let words = len.div_ceil(16).max(1);
-        let storage = (0..words).map(|_| UnsafeCell::new(0u128)).collect::<Box<[_]>>();
+        let storage = (0..words)
+            .map(|_| UnsafeCell::new(0u128))
+            .collect::<Box<[_]>>();
         Allocation { storage, len }
     }
     fn base(&self) -> usize {
@@ -79,7 +81,10 @@ impl Registry {
                 ),
             )),
             None if bytes == 0 => Ok(()),
-            None => Err(Error::new(ErrorKind::OutOfBounds, format!("{what}: {addr:#x} is not inside any allocation"))),
+            None => Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!("{what}: {addr:#x} is not inside any allocation"),
+            )),
         }
     }
 
@@ -99,7 +104,9 @@ impl Registry {
         self.extent(addr, bytes, "read")?;
         let mut out = vec![T::default(); count];
         // SAFETY: as in `write`; `out` has room for exactly `bytes` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr() as *mut u8, bytes) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr() as *mut u8, bytes)
+        };
         Ok(out)
     }
 
@@ -324,17 +331,33 @@ mod tests {
         assert!(r.read::<u8>(0x10, 1).is_err());
         r.free(a).unwrap();
         assert!(r.free(a).is_err());
-        assert!(r.read::<u8>(a, 1).is_err(), "freed memory is no longer addressable");
+        assert!(
+            r.read::<u8>(a, 1).is_err(),
+            "freed memory is no longer addressable"
+        );
     }
 
     #[test]
     fn streaming_copy_copies_every_byte_at_any_alignment() {
         let src: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        for (from, to, len) in [(0, 0, 70_000 - 64), (3, 17, 5000), (1, 0, 4096), (0, 5, 100), (9, 9, 65_000)] {
+        for (from, to, len) in [
+            (0, 0, 70_000 - 64),
+            (3, 17, 5000),
+            (1, 0, 4096),
+            (0, 5, 100),
+            (9, 9, 65_000),
+        ] {
             let mut dst = vec![0u8; len + 64];
             copy_streaming(&mut dst[to..to + len], &src[from..from + len]);
-            assert_eq!(&dst[to..to + len], &src[from..from + len], "from {from} to {to} len {len}");
-            assert!(dst[..to].iter().chain(&dst[to + len..]).all(|b| *b == 0), "nothing written outside");
+            assert_eq!(
+                &dst[to..to + len],
+                &src[from..from + len],
+                "from {from} to {to} len {len}"
+            );
+            assert!(
+                dst[..to].iter().chain(&dst[to + len..]).all(|b| *b == 0),
+                "nothing written outside"
+            );
         }
     }
 }

@@ -14,7 +14,7 @@ pub(crate) mod world;
 use crate::api::Comm;
 use crate::core::{Error, ErrorKind, Result};
 use crate::trace::Tracer;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 use world::World;
@@ -30,8 +30,14 @@ pub struct LaunchOptions {
 
 impl Default for LaunchOptions {
     fn default() -> Self {
-        let secs = std::env::var("RANKWISE_TIMEOUT").ok().and_then(|s| s.parse::<f64>().ok()).filter(|s| *s > 0.0);
-        LaunchOptions { timeout: Duration::from_secs_f64(secs.unwrap_or(300.0)), tracer: Tracer::from_env() }
+        let secs = std::env::var("RANKWISE_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| *s > 0.0);
+        LaunchOptions {
+            timeout: Duration::from_secs_f64(secs.unwrap_or(300.0)),
+            tracer: Tracer::from_env(),
+        }
     }
 }
 
@@ -64,10 +70,13 @@ where
 {
     let results = launch_each(opts, nranks, program)?;
     if results.iter().all(|r| r.is_ok()) {
-        return Ok(results.into_iter().map(|r| r.ok().expect("checked")).collect());
+        return Ok(results.into_iter().filter_map(|r| r.ok()).collect());
     }
     let errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
-    let root_cause = errors.iter().find(|e| e.kind != ErrorKind::RemoteError).unwrap_or(&errors[0]);
+    let root_cause = errors
+        .iter()
+        .find(|e| e.kind != ErrorKind::RemoteError)
+        .unwrap_or(&errors[0]);
     Err(root_cause.clone())
 }
 
@@ -78,13 +87,20 @@ where
     F: Fn(&mut Comm) -> Result<T> + Sync,
 {
     if nranks == 0 {
-        return Err(Error::new(ErrorKind::InvalidUsage, "a communicator needs at least 1 rank, 0 given"));
+        return Err(Error::new(
+            ErrorKind::InvalidUsage,
+            "a communicator needs at least 1 rank, 0 given",
+        ));
     }
     if nranks > u32::MAX as usize / 2 {
-        return Err(Error::new(ErrorKind::InvalidUsage, format!("{nranks} ranks is more than the local engine supports")));
+        return Err(Error::new(
+            ErrorKind::InvalidUsage,
+            format!("{nranks} ranks is more than the local engine supports"),
+        ));
     }
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) ^ ((std::process::id() as u64) << 32);
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ^ ((std::process::id() as u64) << 32);
     let world = Arc::new(World::new(nranks, opts.timeout, id));
     let program = &program;
     std::thread::scope(|scope| {
@@ -95,20 +111,31 @@ where
                 std::thread::Builder::new()
                     .name(format!("rank{rank}"))
                     .spawn_scoped(scope, move || run_rank(world, rank, tracer, program))
-                    .map_err(|e| Error::new(ErrorKind::System, format!("cannot start rank {rank}'s thread: {e}")))
+                    .map_err(|e| {
+                        Error::new(
+                            ErrorKind::System,
+                            format!("cannot start rank {rank}'s thread: {e}"),
+                        )
+                    })
             })
             .collect();
         handles
             .into_iter()
             .map(|h| {
                 let h = h?;
-                Ok(h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "rank thread died"))))
+                Ok(h.join()
+                    .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "rank thread died"))))
             })
             .collect()
     })
 }
 
-fn run_rank<T, F>(world: Arc<World>, rank: usize, tracer: crate::trace::RankTracer, program: &F) -> Result<T>
+fn run_rank<T, F>(
+    world: Arc<World>,
+    rank: usize,
+    tracer: crate::trace::RankTracer,
+    program: &F,
+) -> Result<T>
 where
     F: Fn(&mut Comm) -> Result<T> + Sync,
 {
@@ -125,10 +152,13 @@ where
             Err(Error::new(ErrorKind::Panic, format!("rank {rank} panicked: {msg}")).on_rank(rank))
         }
     };
-    if let Err(e) = &out {
-        if e.kind != ErrorKind::RemoteError {
-            world.fail(Error::new(ErrorKind::RemoteError, format!("rank {rank} failed: {e}")));
-        }
+    if let Err(e) = &out
+        && e.kind != ErrorKind::RemoteError
+    {
+        world.fail(Error::new(
+            ErrorKind::RemoteError,
+            format!("rank {rank} failed: {e}"),
+        ));
     }
     world.finish(rank);
     drop(comm);

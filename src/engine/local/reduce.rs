@@ -3,7 +3,7 @@
 //! intermediate rounded to the element type, so a result is a function of the
 //! inputs alone and identical on every rank that receives it.
 
-use crate::core::{Element, RedOp, F8E4M3, F8E5M2};
+use crate::core::{Element, F8E4M3, F8E5M2, RedOp};
 use half::{bf16, f16};
 
 /// Element arithmetic with NCCL's semantics: integers wrap on Sum/Prod and
@@ -67,7 +67,12 @@ arith_via_f32!(f16, bf16, F8E4M3, F8E5M2);
 /// parameter, not a function pointer), so the compiler inlines and
 /// vectorises it.
 #[inline]
-pub fn reduce_into<'a, T: Arith>(acc: &mut [T], op: RedOp, nranks: usize, input: impl FnMut(usize) -> &'a [T]) {
+pub fn reduce_into<'a, T: Arith>(
+    acc: &mut [T],
+    op: RedOp,
+    nranks: usize,
+    input: impl FnMut(usize) -> &'a [T],
+) {
     let float = T::DTYPE.is_float();
     match op {
         RedOp::Sum => fold_all(acc, nranks, input, T::add),
@@ -89,7 +94,12 @@ pub fn reduce_into<'a, T: Arith>(acc: &mut [T], op: RedOp, nranks: usize, input:
 
 /// `acc = f(…f(f(x_0, x_1), x_2)…)`: the first pass combines two inputs.
 #[inline(always)]
-fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(acc: &mut [T], n: usize, mut input: impl FnMut(usize) -> &'a [T], f: F) {
+fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
+    acc: &mut [T],
+    n: usize,
+    mut input: impl FnMut(usize) -> &'a [T],
+    f: F,
+) {
     let len = acc.len();
     let x0 = &input(0)[..len];
     if n == 1 {
@@ -109,7 +119,12 @@ fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(acc: &mut [T], n: usize, 
 }
 
 #[inline(always)]
-fn pre_mul_sum<'a, T: Arith>(acc: &mut [T], n: usize, mut input: impl FnMut(usize) -> &'a [T], scalar: T) {
+fn pre_mul_sum<'a, T: Arith>(
+    acc: &mut [T],
+    n: usize,
+    mut input: impl FnMut(usize) -> &'a [T],
+    scalar: T,
+) {
     let len = acc.len();
     for (a, x) in acc.iter_mut().zip(&input(0)[..len]) {
         *a = T::mul(*x, scalar);
@@ -128,18 +143,54 @@ macro_rules! with_element_type {
     ($dt:expr, $T:ident => $body:expr) => {{
         use $crate::core::DataType as __D;
         match $dt {
-            __D::Int8 => { type $T = i8; $body }
-            __D::Uint8 => { type $T = u8; $body }
-            __D::Int32 => { type $T = i32; $body }
-            __D::Uint32 => { type $T = u32; $body }
-            __D::Int64 => { type $T = i64; $body }
-            __D::Uint64 => { type $T = u64; $body }
-            __D::Float16 => { type $T = half::f16; $body }
-            __D::Float32 => { type $T = f32; $body }
-            __D::Float64 => { type $T = f64; $body }
-            __D::Bfloat16 => { type $T = half::bf16; $body }
-            __D::Float8e4m3 => { type $T = $crate::core::F8E4M3; $body }
-            __D::Float8e5m2 => { type $T = $crate::core::F8E5M2; $body }
+            __D::Int8 => {
+                type $T = i8;
+                $body
+            }
+            __D::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            __D::Int32 => {
+                type $T = i32;
+                $body
+            }
+            __D::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            __D::Int64 => {
+                type $T = i64;
+                $body
+            }
+            __D::Uint64 => {
+                type $T = u64;
+                $body
+            }
+            __D::Float16 => {
+                type $T = half::f16;
+                $body
+            }
+            __D::Float32 => {
+                type $T = f32;
+                $body
+            }
+            __D::Float64 => {
+                type $T = f64;
+                $body
+            }
+            __D::Bfloat16 => {
+                type $T = half::bf16;
+                $body
+            }
+            __D::Float8e4m3 => {
+                type $T = $crate::core::F8E4M3;
+                $body
+            }
+            __D::Float8e5m2 => {
+                type $T = $crate::core::F8E5M2;
+                $body
+            }
         }
     }};
 }
@@ -158,19 +209,30 @@ mod tests {
     fn integer_semantics() {
         let x = vec![vec![7i32, -7, i32::MAX], vec![2, 2, 1]];
         assert_eq!(run(RedOp::Sum, &x), vec![9, -5, i32::MIN], "sum wraps");
-        assert_eq!(run(RedOp::Avg, &x), vec![4, -2, i32::MIN / 2], "avg = sum / N toward zero");
+        assert_eq!(
+            run(RedOp::Avg, &x),
+            vec![4, -2, i32::MIN / 2],
+            "avg = sum / N toward zero"
+        );
         assert_eq!(run(RedOp::Prod, &x), vec![14, -14, i32::MAX]);
         assert_eq!(run(RedOp::Max, &x), vec![7, 2, i32::MAX]);
         assert_eq!(run(RedOp::Min, &x), vec![2, -7, 1]);
         assert_eq!(run(RedOp::PreMulSum(3.0), &x)[..2], [27, -15]);
-        assert_eq!(run(RedOp::Avg, &[vec![255u8], vec![255u8]]), vec![127], "u8 sum wraps before dividing");
+        assert_eq!(
+            run(RedOp::Avg, &[vec![255u8], vec![255u8]]),
+            vec![127],
+            "u8 sum wraps before dividing"
+        );
     }
 
     #[test]
     fn float_avg_premultiplies() {
         let x = vec![vec![1.0f32], vec![2.0], vec![4.0]];
         let third = (1.0f64 / 3.0) as f32;
-        assert_eq!(run(RedOp::Avg, &x), vec![1.0 * third + 2.0 * third + 4.0 * third]);
+        assert_eq!(
+            run(RedOp::Avg, &x),
+            vec![1.0 * third + 2.0 * third + 4.0 * third]
+        );
         let h = vec![vec![f16::from_f32(1.5)], vec![f16::from_f32(2.0)]];
         assert_eq!(run(RedOp::Sum, &h), vec![f16::from_f32(3.5)]);
         let e = vec![vec![F8E4M3::from_f32(448.0)], vec![F8E4M3::from_f32(448.0)]];

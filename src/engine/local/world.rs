@@ -38,11 +38,19 @@ struct Patience {
 
 impl Patience {
     fn for_ranks(n: usize) -> Patience {
-        let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+        let cores = std::thread::available_parallelism()
+            .map(|c| c.get())
+            .unwrap_or(1);
         if n > cores {
-            Patience { spins: 0, yields: YIELDS_OVERSUBSCRIBED }
+            Patience {
+                spins: 0,
+                yields: YIELDS_OVERSUBSCRIBED,
+            }
         } else {
-            Patience { spins: SPINS, yields: YIELDS }
+            Patience {
+                spins: SPINS,
+                yields: YIELDS,
+            }
         }
     }
     /// One round of waiting: spin, yield, or false when it is time to park.
@@ -240,7 +248,8 @@ impl World {
 
     /// Releases the ranks waiting in collective generation `generation`.
     pub fn release(&self, generation: u64, alone: bool) {
-        self.go.store(((generation + 1) << 1) | u64::from(alone), SeqCst);
+        self.go
+            .store(((generation + 1) << 1) | u64::from(alone), SeqCst);
         self.wake();
     }
 
@@ -289,7 +298,12 @@ impl World {
     /// The reason the communicator failed, as rank `me` reports it.
     pub fn failure(&self, me: usize) -> Error {
         let f = lock(&self.failure).clone();
-        let mut e = f.unwrap_or_else(|| Error::new(ErrorKind::Internal, "communicator failed for an unknown reason"));
+        let mut e = f.unwrap_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                "communicator failed for an unknown reason",
+            )
+        });
         e.rank = Some(me);
         e
     }
@@ -303,7 +317,9 @@ impl World {
         match *on {
             WaitFor::Arrival { generation } => self.released(generation).is_some(),
             WaitFor::Posted { src, dst, seq } => self.pair(src, dst).posted.load(SeqCst) > seq,
-            WaitFor::Completed { src, dst, seq } => self.pair(src, dst).completed.load(SeqCst) > seq,
+            WaitFor::Completed { src, dst, seq } => {
+                self.pair(src, dst).completed.load(SeqCst) > seq
+            }
         }
     }
 
@@ -325,7 +341,10 @@ impl World {
         }
         let deadline = Instant::now() + self.timeout;
         let state = &self.ranks[me];
-        *lock(&state.wait) = Some(Wait { on: on.clone(), what: what() });
+        *lock(&state.wait) = Some(Wait {
+            on: on.clone(),
+            what: what(),
+        });
         state.blocked.store(true, SeqCst);
         self.bump();
         let result = loop {
@@ -446,7 +465,11 @@ impl World {
         };
         for (r, w) in waits {
             let Some(peer) = peer_of(w) else { continue };
-            let needs = if matches!(w.on, WaitFor::Posted { .. }) { "Send" } else { "Recv" };
+            let needs = if matches!(w.on, WaitFor::Posted { .. }) {
+                "Send"
+            } else {
+                "Recv"
+            };
             if finished(peer) {
                 return Error::new(
                     ErrorKind::Unmatched,
@@ -457,18 +480,18 @@ impl World {
                     ),
                 );
             }
-            if let Some(pw) = wait_of(peer) {
-                if peer_of(pw).is_none() {
-                    return Error::new(
-                        ErrorKind::Unmatched,
-                        format!(
-                            "rank {r} waits in {} but rank {peer} waits in {} and will never post the matching {needs}; {}",
-                            w.what,
-                            pw.what,
-                            states.join("; ")
-                        ),
-                    );
-                }
+            if let Some(pw) = wait_of(peer)
+                && peer_of(pw).is_none()
+            {
+                return Error::new(
+                    ErrorKind::Unmatched,
+                    format!(
+                        "rank {r} waits in {} but rank {peer} waits in {} and will never post the matching {needs}; {}",
+                        w.what,
+                        pw.what,
+                        states.join("; ")
+                    ),
+                );
             }
         }
         // a cycle of point-to-point waits: the classic ungrouped ring
@@ -477,7 +500,11 @@ impl World {
             let mut cur = *start;
             while let Some(next) = wait_of(cur).and_then(peer_of) {
                 if let Some(pos) = path.iter().position(|r| *r == next) {
-                    let cycle: Vec<String> = path[pos..].iter().chain([&next]).map(|r| r.to_string()).collect();
+                    let cycle: Vec<String> = path[pos..]
+                        .iter()
+                        .chain([&next])
+                        .map(|r| r.to_string())
+                        .collect();
                     return Error::new(
                         ErrorKind::Deadlock,
                         format!(
@@ -491,13 +518,23 @@ impl World {
                 cur = next;
             }
         }
-        let gone: Vec<String> = (0..self.n).filter(|r| finished(*r)).map(|r| r.to_string()).collect();
+        let gone: Vec<String> = (0..self.n)
+            .filter(|r| finished(*r))
+            .map(|r| r.to_string())
+            .collect();
         let why = if gone.is_empty() {
             "ranks wait in calls that can never match".to_string()
         } else {
-            format!("rank{} {} finished without entering the call the others wait in", if gone.len() > 1 { "s" } else { "" }, gone.join(","))
+            format!(
+                "rank{} {} finished without entering the call the others wait in",
+                if gone.len() > 1 { "s" } else { "" },
+                gone.join(",")
+            )
         };
-        Error::new(ErrorKind::Deadlock, format!("deadlock: {why}; {}", states.join("; ")))
+        Error::new(
+            ErrorKind::Deadlock,
+            format!("deadlock: {why}; {}", states.join("; ")),
+        )
     }
 }
 
@@ -525,11 +562,24 @@ mod tests {
         w.finish(1);
         let (generation, _) = w.arrival.arrive(2);
         let t = Instant::now();
-        let e = w.wait(0, WaitFor::Arrival { generation }, &|| "AllReduce (opCount 0)".into()).unwrap_err();
+        let e = w
+            .wait(0, WaitFor::Arrival { generation }, &|| {
+                "AllReduce (opCount 0)".into()
+            })
+            .unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(1));
         assert_eq!(e.kind, ErrorKind::Deadlock);
-        assert!(e.message.contains("rank 1 finished without entering"), "{}", e.message);
-        assert!(e.message.contains("rank 0: waiting in AllReduce (opCount 0)"), "{}", e.message);
+        assert!(
+            e.message.contains("rank 1 finished without entering"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message
+                .contains("rank 0: waiting in AllReduce (opCount 0)"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -537,9 +587,21 @@ mod tests {
         let w = World::new(2, Duration::from_millis(50), 1);
         // rank 1 is "running" (neither blocked nor finished): no deadlock, so the deadline fires
         let (generation, _) = w.arrival.arrive(2);
-        let e = w.wait(0, WaitFor::Arrival { generation }, &|| "Broadcast (opCount 4)".into()).unwrap_err();
+        let e = w
+            .wait(0, WaitFor::Arrival { generation }, &|| {
+                "Broadcast (opCount 4)".into()
+            })
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Timeout);
-        assert!(e.message.contains("Broadcast (opCount 4) timed out"), "{}", e.message);
-        assert!(e.message.contains("rank 1: running outside rankwise"), "{}", e.message);
+        assert!(
+            e.message.contains("Broadcast (opCount 4) timed out"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("rank 1: running outside rankwise"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -15,6 +15,12 @@ pub fn all_to_all(p: &Phase, me: usize, calls: &[Call]) {
     let n = calls.len();
     for k in 0..n {
         let s = (me + k) % n;
-        super::copy(p, stream, calls[s].sendbuff + me * bytes, c.recvbuff + s * bytes, bytes);
+        super::copy(
+            p,
+            stream,
+            calls[s].sendbuff + me * bytes,
+            c.recvbuff + s * bytes,
+            bytes,
+        );
     }
 }

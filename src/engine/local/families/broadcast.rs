@@ -12,7 +12,7 @@
 
 use super::super::memory::Phase;
 use super::COPY_CHUNK;
-use crate::core::{share, Call};
+use crate::core::{Call, share};
 
 pub fn broadcast(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
@@ -37,5 +37,11 @@ pub fn scatter(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
     let stream = super::streaming(calls.len() * bytes);
-    super::copy(p, stream, calls[c.root].sendbuff + me * bytes, c.recvbuff, bytes);
+    super::copy(
+        p,
+        stream,
+        calls[c.root].sendbuff + me * bytes,
+        c.recvbuff,
+        bytes,
+    );
 }

@@ -23,7 +23,13 @@ pub fn all_gather(p: &Phase, me: usize, calls: &[Call]) {
         let len = COPY_CHUNK.min(bytes - at);
         for k in 0..n {
             let d = (me + k) % n;
-            super::copy(p, stream, c.sendbuff + at, calls[d].recvbuff + me * bytes + at, len);
+            super::copy(
+                p,
+                stream,
+                c.sendbuff + at,
+                calls[d].recvbuff + me * bytes + at,
+                len,
+            );
         }
         at += len;
     }
@@ -33,5 +39,11 @@ pub fn gather(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
     let stream = super::streaming(calls.len() * bytes);
-    super::copy(p, stream, c.sendbuff, calls[c.root].recvbuff + me * bytes, bytes);
+    super::copy(
+        p,
+        stream,
+        c.sendbuff,
+        calls[c.root].recvbuff + me * bytes,
+        bytes,
+    );
 }

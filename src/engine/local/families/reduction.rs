@@ -15,8 +15,8 @@
 //! of r's own send) is safe for the same reason.
 
 use super::super::memory::Phase;
-use super::super::reduce::{reduce_into, Arith};
-use crate::core::{share, Call, RedOp};
+use super::super::reduce::{Arith, reduce_into};
+use crate::core::{Call, RedOp, share};
 use crate::with_element_type;
 
 /// Accumulator elements: 16 KiB of f64, 8 KiB of f32; L1 holds it while the
