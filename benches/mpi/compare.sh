@@ -18,7 +18,9 @@ cargo build --release --quiet
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 MAX=${MAX:-67108864}
-for n in "${@:-2 4}"; do
+ns=("$@")
+[ ${#ns[@]} -eq 0 ] && ns=(2 4)
+for n in "${ns[@]}"; do
   for op in allreduce allgather reduce_scatter alltoall broadcast; do
     case $op in
       allreduce) rw=all_reduce ;; allgather) rw=all_gather ;; reduce_scatter) rw=reduce_scatter ;;
@@ -28,4 +30,4 @@ for n in "${@:-2 4}"; do
     target/release/rankwise bench "$rw" --ranks "$n" -b 8 -e "$MAX" -n "$ITERS" -w "$WARMUP" --json > "$out/rankwise-$op-$n.json"
   done
 done
-python3 benches/mpi/ratio.py "$out" "${@:-2 4}"
+python3 benches/mpi/ratio.py "$out" "${ns[@]}"

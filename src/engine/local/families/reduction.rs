@@ -47,9 +47,8 @@ fn reduce_range<T: Arith>(
     op: RedOp,
     n: usize,
     input: impl Fn(usize) -> usize,
-    outputs: &[usize],
+    outputs: &[Out],
     range: std::ops::Range<usize>,
-    stream: bool,
 ) {
     let size = std::mem::size_of::<T>();
     with_acc::<T, ()>(range.len(), |buf| {
@@ -59,16 +58,26 @@ fn reduce_range<T: Arith>(
             let len = chunk.min(range.end - at);
             let acc = &mut buf[..len];
             reduce_into(acc, op, n, |s| p.view::<T>(input(s) + at * size, len));
-            for &out in outputs {
+            for &Out { addr, stream } in outputs {
                 if stream {
-                    p.copy_stream(acc.as_ptr() as usize, out + at * size, len * size);
+                    p.copy_stream(acc.as_ptr() as usize, addr + at * size, len * size);
                 } else {
-                    p.write(out + at * size, acc);
+                    p.write(addr + at * size, acc);
                 }
             }
             at += len;
         }
     });
+}
+
+/// Where a result goes, and whether with streaming stores: only when the
+/// call is large and the output is not an input of the same elements (in
+/// place, the lines were just read and sit in cache: a plain store needs no
+/// extra read, and a streaming one would have to evict them first).
+#[derive(Clone, Copy, Default)]
+struct Out {
+    addr: usize,
+    stream: bool,
 }
 
 /// Rank `me`'s share of `count` elements, in whole cache lines.
@@ -88,26 +97,36 @@ pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
     let stream = super::streaming(n * c.count * c.datatype.size());
     let input = |s: usize| calls[s].sendbuff;
     // write this rank's own output last: the others' lines are colder
-    let order = |k: usize| calls[(me + 1 + k) % n].recvbuff;
+    let order = |k: usize| {
+        let d = &calls[(me + 1 + k) % n];
+        Out {
+            addr: d.recvbuff,
+            stream: stream && d.recvbuff != d.sendbuff,
+        }
+    };
     if n <= MAX_STACK_OUTPUTS {
-        let mut outs = [0usize; MAX_STACK_OUTPUTS];
+        let mut outs = [Out::default(); MAX_STACK_OUTPUTS];
         for (k, o) in outs.iter_mut().take(n).enumerate() {
             *o = order(k);
         }
-        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs[..n], range, stream));
+        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs[..n], range));
     } else {
-        let outs: Vec<usize> = (0..n).map(order).collect();
-        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs, range, stream));
+        let outs: Vec<Out> = (0..n).map(order).collect();
+        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs, range));
     }
 }
 
 pub fn reduce(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let n = calls.len();
-    let outputs = [calls[c.root].recvbuff];
+    let root = &calls[c.root];
+    let stream = super::streaming(c.count * c.datatype.size()) && root.recvbuff != root.sendbuff;
+    let outputs = [Out {
+        addr: root.recvbuff,
+        stream,
+    }];
     let range = my_share(c.count, c.datatype.size(), n, me);
-    let stream = super::streaming(c.count * c.datatype.size());
-    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff, &outputs, range, stream));
+    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff, &outputs, range));
 }
 
 pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
@@ -115,7 +134,11 @@ pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
     let n = calls.len();
     let block = me * c.count * c.datatype.size();
     // the output starts at element 0; inputs are offset to block `me`
-    let outputs = [c.recvbuff];
-    let stream = super::streaming(n * c.count * c.datatype.size());
-    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff + block, &outputs, 0..c.count, stream));
+    let stream =
+        super::streaming(n * c.count * c.datatype.size()) && c.recvbuff != c.sendbuff + block;
+    let outputs = [Out {
+        addr: c.recvbuff,
+        stream,
+    }];
+    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff + block, &outputs, 0..c.count));
 }
