@@ -28,6 +28,7 @@ fn opts(
         iters: 1,
         warmup: 0,
         check: 2,
+        pin: false,
     }
 }
 

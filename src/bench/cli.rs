@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// Show each row's time as a fraction of its copy bound
     #[arg(long)]
     pub roofline: bool,
+    /// Leave rank threads where the scheduler puts them (by default rank r
+    /// runs on core r when there are enough cores, as mpirun binds ranks)
+    #[arg(long)]
+    pub no_pin: bool,
 }
 
 /// `8`, `64K`, `128M`, `1G` (also `64KiB`, `64KB`, `1g`): powers of 1024.
@@ -172,6 +176,7 @@ impl BenchArgs {
             iters: self.iters,
             warmup: self.warmup,
             check: self.check,
+            pin: !self.no_pin,
         })
     }
 }

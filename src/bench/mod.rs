@@ -40,6 +40,8 @@ pub struct Options {
     pub warmup: usize,
     /// checked calls per row and placement; 0 disables checking (and says so)
     pub check: usize,
+    /// pin rank r to core r when ranks <= cores
+    pub pin: bool,
 }
 
 impl Options {

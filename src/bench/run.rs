@@ -123,7 +123,7 @@ pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Resu
         p.as_mut().map(|p| p.copy_all()).unwrap_or(copy_bw)
     };
     let reprobe: &(dyn Fn() -> f64 + Sync) = &reprobe;
-    let launch = LaunchOptions::default();
+    let launch = LaunchOptions::default().with_pinned_threads(opts.pin);
     let mut per_rank = local::launch_with(launch, opts.nranks, |c| {
         let mut rows = Vec::with_capacity(plans.len());
         // one pair of buffers per datatype, sized for its largest row

@@ -26,8 +26,13 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
         m.stream_1 / GB,
         m.stream_all / GB
     );
+    let pinned = if opts.pin && opts.nranks <= m.cores {
+        "rank r pinned to core r"
+    } else {
+        "threads not pinned"
+    };
     s += &format!(
-        "# sweep: {} to {} bytes x{} | -n {} timed, -w {} warmup, -c {} checked calls per row and placement\n",
+        "# sweep: {} to {} bytes x{} | -n {} timed, -w {} warmup, -c {} checked calls per row and placement | {pinned}\n",
         opts.min_bytes, opts.max_bytes, opts.factor, opts.iters, opts.warmup, opts.check
     );
     s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";

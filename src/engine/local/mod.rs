@@ -26,6 +26,11 @@ pub struct LaunchOptions {
     /// 300 s, or `RANKWISE_TIMEOUT` seconds).
     pub timeout: Duration,
     pub tracer: Tracer,
+    /// Pin rank r's thread to core r when there are at least as many cores
+    /// as ranks (what `mpirun` does by default; the benchmark uses it so a
+    /// run does not depend on where the scheduler first puts the threads).
+    /// Off by default: a library should not move its caller's threads.
+    pub pin_threads: bool,
 }
 
 impl Default for LaunchOptions {
@@ -37,6 +42,7 @@ impl Default for LaunchOptions {
         LaunchOptions {
             timeout: Duration::from_secs_f64(secs.unwrap_or(300.0)),
             tracer: Tracer::from_env(),
+            pin_threads: false,
         }
     }
 }
@@ -48,6 +54,10 @@ impl LaunchOptions {
     }
     pub fn with_tracer(mut self, t: Tracer) -> Self {
         self.tracer = t;
+        self
+    }
+    pub fn with_pinned_threads(mut self, pin: bool) -> Self {
+        self.pin_threads = pin;
         self
     }
 }
@@ -103,6 +113,18 @@ where
         ^ ((std::process::id() as u64) << 32);
     let world = Arc::new(World::new(nranks, opts.timeout, id));
     let program = &program;
+    let cores = if opts.pin_threads {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let pin = |rank: usize| {
+        if nranks <= cores.len() {
+            // best effort: a refused request leaves the thread where it is
+            core_affinity::set_for_current(cores[rank]);
+        }
+    };
+    let pin = &pin;
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..nranks)
             .map(|rank| {
@@ -110,7 +132,10 @@ where
                 let tracer = opts.tracer.for_rank(rank);
                 std::thread::Builder::new()
                     .name(format!("rank{rank}"))
-                    .spawn_scoped(scope, move || run_rank(world, rank, tracer, program))
+                    .spawn_scoped(scope, move || {
+                        pin(rank);
+                        run_rank(world, rank, tracer, program)
+                    })
                     .map_err(|e| {
                         Error::new(
                             ErrorKind::System,
