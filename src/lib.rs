@@ -18,6 +18,7 @@
 //! ```
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod core;
 pub mod engine;

@@ -25,6 +25,8 @@ enum Command {
     Run(cli::run::Args),
     /// Explain one call's contract: sizes, in-place equation, roles, roots, C call
     Explain(cli::explain::Args),
+    /// nccl-tests' sweep and table: time, algbw, busbw and #wrong per size
+    Bench(rankwise::bench::BenchArgs),
     /// Diagnose hangs and contract mismatches from NCCL's own logs
     Logs {
         #[command(subcommand)]
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         Command::Summarize(a) => cli::summarize::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Explain(a) => cli::explain::run(a),
+        Command::Bench(args) => rankwise::bench::main(args),
         Command::Logs { cmd } => rankwise::logs::cli::run(cmd),
     }
 }

@@ -133,7 +133,7 @@ impl Registry {
         bytes
     }
 
-    /// Fills `bytes` bytes with `byte`.
+    /// Fills `bytes` bytes with `byte` (poisoning undefined outputs).
     pub fn fill(&self, addr: usize, bytes: usize, byte: u8) -> Result<()> {
         self.extent(addr, bytes, "fill")?;
         // SAFETY: as in `write`.
@@ -171,6 +171,25 @@ impl Phase {
         }
     }
 
+    /// Like [`Phase::copy`], with non-temporal stores when `bytes` is large
+    /// enough to pay for them: for outputs that will not be read back soon
+    /// (a large collective's), it skips reading each destination line before
+    /// overwriting it and leaves the cache to the inputs. The stores are
+    /// weakly ordered until [`Phase::fence`], which the data phase calls
+    /// before its completion is signalled.
+    pub fn copy_stream(&self, src: usize, dst: usize, bytes: usize) {
+        if src != dst && bytes > 0 {
+            // SAFETY: as in `copy`.
+            unsafe { stream_copy(src as *const u8, dst as *mut u8, bytes, false) }
+        }
+    }
+
+    /// Orders every streaming store made so far before any later store (the
+    /// rendezvous that tells other ranks the data is there).
+    pub fn fence(&self) {
+        store_fence();
+    }
+
     /// A read-only view of `len` elements. The caller drops it before writing
     /// any byte it covers.
     pub fn view<T: Element>(&self, addr: usize, len: usize) -> &[T] {
@@ -187,6 +206,119 @@ impl Phase {
     /// Writes elements to `dst`, which no other thread reads or writes now.
     pub fn write<T: Element>(&self, dst: usize, src: &[T]) {
         self.copy(src.as_ptr() as usize, dst, std::mem::size_of_val(src));
+    }
+}
+
+/// Copies with non-temporal stores (a safe wrapper over the kernel the data
+/// phase uses; the benchmark measures the machine's copy bandwidth with it).
+pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_streaming: lengths differ");
+    // SAFETY: two distinct live slices (a `&mut` cannot alias a `&`) of
+    // equal length.
+    unsafe { stream_copy(src.as_ptr(), dst.as_mut_ptr(), src.len(), true) }
+}
+
+/// `sfence` on x86-64 (non-temporal stores are not ordered by the usual
+/// x86 rules); nothing elsewhere, where no streaming stores are made.
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    }
+}
+
+/// Below this many bytes a plain copy is as fast and keeps the data cached.
+const STREAM_MIN: usize = 4096;
+
+/// Copies `bytes` bytes from `src` to `dst` with 64-byte non-temporal
+/// stores where the CPU has them (AVX-512F, AVX or SSE2 on x86-64) and plain
+/// copies for the unaligned head and the tail. With `fence`, a store fence
+/// at the end orders the stores; without, the caller fences once after many
+/// copies (a fence waits for the stores to drain, so one per piece of a
+/// large copy would stall it).
+///
+/// # Safety
+/// `src` is valid for reading and `dst` for writing `bytes` bytes, and the
+/// two regions do not overlap.
+unsafe fn stream_copy(src: *const u8, dst: *mut u8, bytes: usize, fence: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if bytes >= STREAM_MIN {
+        let head = dst.align_offset(64).min(bytes);
+        let body = (bytes - head) & !63;
+        // SAFETY: head + body + tail = bytes, each piece inside both regions.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let (s, d) = (src.add(head), dst.add(head));
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                x86::stream_avx512(s, d, body);
+            } else if std::arch::is_x86_feature_detected!("avx") {
+                x86::stream_avx(s, d, body);
+            } else {
+                x86::stream_sse2(s, d, body);
+            }
+            std::ptr::copy_nonoverlapping(s.add(body), d.add(body), bytes - head - body);
+        }
+        if fence {
+            store_fence();
+        }
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// `d` is 64-byte aligned, `n` a multiple of 64, both regions valid and
+    /// disjoint, and the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn stream_avx512(s: *const u8, d: *mut u8, n: usize) {
+        let mut i = 0;
+        while i < n {
+            // SAFETY: the caller's contract; `d + i` is 64-byte aligned.
+            unsafe {
+                let v = _mm512_loadu_si512(s.add(i) as *const _);
+                _mm512_stream_si512(d.add(i) as *mut _, v);
+            }
+            i += 64;
+        }
+    }
+
+    /// # Safety
+    /// As [`stream_avx512`], with AVX instead of AVX-512F.
+    #[target_feature(enable = "avx")]
+    pub unsafe fn stream_avx(s: *const u8, d: *mut u8, n: usize) {
+        let mut i = 0;
+        while i < n {
+            // SAFETY: the caller's contract; `d + i` is 32-byte aligned.
+            unsafe {
+                let a = _mm256_loadu_si256(s.add(i) as *const __m256i);
+                let b = _mm256_loadu_si256(s.add(i + 32) as *const __m256i);
+                _mm256_stream_si256(d.add(i) as *mut __m256i, a);
+                _mm256_stream_si256(d.add(i + 32) as *mut __m256i, b);
+            }
+            i += 64;
+        }
+    }
+
+    /// # Safety
+    /// As [`stream_avx512`]; SSE2 is part of x86-64.
+    pub unsafe fn stream_sse2(s: *const u8, d: *mut u8, n: usize) {
+        let mut i = 0;
+        while i < n {
+            // SAFETY: the caller's contract; `d + i` is 16-byte aligned.
+            unsafe {
+                for k in 0..4 {
+                    let v = _mm_loadu_si128(s.add(i + 16 * k) as *const __m128i);
+                    _mm_stream_si128(d.add(i + 16 * k) as *mut __m128i, v);
+                }
+            }
+            i += 64;
+        }
     }
 }
 
@@ -213,5 +345,29 @@ mod tests {
             r.read::<u8>(a, 1).is_err(),
             "freed memory is no longer addressable"
         );
+    }
+
+    #[test]
+    fn streaming_copy_copies_every_byte_at_any_alignment() {
+        let src: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        for (from, to, len) in [
+            (0, 0, 70_000 - 64),
+            (3, 17, 5000),
+            (1, 0, 4096),
+            (0, 5, 100),
+            (9, 9, 65_000),
+        ] {
+            let mut dst = vec![0u8; len + 64];
+            copy_streaming(&mut dst[to..to + len], &src[from..from + len]);
+            assert_eq!(
+                &dst[to..to + len],
+                &src[from..from + len],
+                "from {from} to {to} len {len}"
+            );
+            assert!(
+                dst[..to].iter().chain(&dst[to + len..]).all(|b| *b == 0),
+                "nothing written outside"
+            );
+        }
     }
 }

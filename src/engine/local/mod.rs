@@ -36,6 +36,11 @@ pub struct LaunchOptions {
     /// Cross-rank agreement before data moves; on unless turned off with the
     /// unsafe [`LaunchOptions::without_agreement_checks`].
     check_agreement: bool,
+    /// Pin rank r's thread to core r when there are at least as many cores
+    /// as ranks (what `mpirun` does by default; the benchmark uses it so a
+    /// run does not depend on where the scheduler first puts the threads).
+    /// Off by default: a library should not move its caller's threads.
+    pub pin_threads: bool,
 }
 
 impl Default for LaunchOptions {
@@ -50,6 +55,7 @@ impl Default for LaunchOptions {
             tracer: Tracer::from_env(),
             poison,
             check_agreement: true,
+            pin_threads: false,
         }
     }
 }
@@ -71,6 +77,10 @@ impl LaunchOptions {
     /// buffers. Without it, every rank must make exactly matching calls.
     pub unsafe fn without_agreement_checks(mut self) -> Self {
         self.check_agreement = false;
+        self
+    }
+    pub fn with_pinned_threads(mut self, pin: bool) -> Self {
+        self.pin_threads = pin;
         self
     }
     pub fn with_poison(mut self, on: bool) -> Self {
@@ -97,7 +107,7 @@ where
 {
     let results = launch_each(opts, nranks, program)?;
     if results.iter().all(|r| r.is_ok()) {
-        return Ok(results.into_iter().map(|r| r.expect("checked")).collect());
+        return Ok(results.into_iter().filter_map(|r| r.ok()).collect());
     }
     let errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
     let root_cause = errors
@@ -135,6 +145,18 @@ where
         world::Threads::new(nranks, opts.poison, opts.check_agreement),
     );
     let program = &program;
+    let cores = if opts.pin_threads {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let pin = |rank: usize| {
+        if nranks <= cores.len() {
+            // best effort: a refused request leaves the thread where it is
+            core_affinity::set_for_current(cores[rank]);
+        }
+    };
+    let pin = &pin;
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..nranks)
             .map(|rank| {
@@ -142,7 +164,10 @@ where
                 let tracer = opts.tracer.for_rank(rank);
                 std::thread::Builder::new()
                     .name(format!("rank{rank}"))
-                    .spawn_scoped(scope, move || run_rank(world, rank, tracer, program))
+                    .spawn_scoped(scope, move || {
+                        pin(rank);
+                        run_rank(world, rank, tracer, program)
+                    })
                     .map_err(|e| {
                         Error::new(
                             ErrorKind::System,

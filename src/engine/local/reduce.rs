@@ -59,72 +59,80 @@ macro_rules! arith_via_f32 {
 }
 arith_via_f32!(f16, bf16, F8E4M3, F8E5M2);
 
-/// The op as the kernel runs it.
-#[derive(Clone, Copy)]
-enum Kernel<T> {
-    Fold(fn(T, T) -> T),
-    /// multiply every input by the scalar, then sum
-    PreMulSum(T),
-    /// sum, then divide by N (integer Avg)
-    SumDiv,
-}
-
-fn kernel<T: Arith>(op: RedOp, nranks: usize) -> Kernel<T> {
-    let float = T::DTYPE.is_float();
-    match op {
-        RedOp::Sum => Kernel::Fold(T::add),
-        RedOp::Prod => Kernel::Fold(T::mul),
-        RedOp::Max => Kernel::Fold(T::max),
-        RedOp::Min => Kernel::Fold(T::min),
-        RedOp::Avg if float => Kernel::PreMulSum(T::from_f64(1.0 / nranks as f64)),
-        RedOp::Avg => Kernel::SumDiv,
-        RedOp::PreMulSum(s) => Kernel::PreMulSum(T::from_f64(s)),
-    }
-}
-
 /// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
 /// `acc` must have the inputs' length. `nranks` is the communicator size
 /// (Avg divides by it).
+///
+/// Each op gets its own monomorphic loop (the element function is a generic
+/// parameter, not a function pointer), so the compiler inlines and
+/// vectorises it.
 #[inline]
 pub fn reduce_into<'a, T: Arith>(
     acc: &mut [T],
     op: RedOp,
     nranks: usize,
-    mut input: impl FnMut(usize) -> &'a [T],
+    input: impl FnMut(usize) -> &'a [T],
 ) {
-    match kernel::<T>(op, nranks) {
-        Kernel::Fold(f) => {
-            acc.copy_from_slice(input(0));
-            for s in 1..nranks {
-                fold(acc, input(s), f);
-            }
-        }
-        Kernel::SumDiv => {
-            acc.copy_from_slice(input(0));
-            for s in 1..nranks {
-                fold(acc, input(s), T::add);
-            }
+    let float = T::DTYPE.is_float();
+    match op {
+        RedOp::Sum => fold_all(acc, nranks, input, T::add),
+        RedOp::Prod => fold_all(acc, nranks, input, T::mul),
+        RedOp::Max => fold_all(acc, nranks, input, T::max),
+        RedOp::Min => fold_all(acc, nranks, input, T::min),
+        // floats: multiply every input by 1/N rounded to the type, then sum
+        RedOp::Avg if float => pre_mul_sum(acc, nranks, input, T::from_f64(1.0 / nranks as f64)),
+        // integers: sum, then divide by N
+        RedOp::Avg => {
+            fold_all(acc, nranks, input, T::add);
             for a in acc.iter_mut() {
                 *a = T::div_n(*a, nranks);
             }
         }
-        Kernel::PreMulSum(scalar) => {
-            for (a, x) in acc.iter_mut().zip(input(0)) {
-                *a = T::mul(*x, scalar);
-            }
-            for s in 1..nranks {
-                for (a, x) in acc.iter_mut().zip(input(s)) {
-                    *a = T::add(*a, T::mul(*x, scalar));
-                }
-            }
+        RedOp::PreMulSum(s) => pre_mul_sum(acc, nranks, input, T::from_f64(s)),
+    }
+}
+
+/// `acc = f(…f(f(x_0, x_1), x_2)…)`: the first pass combines two inputs.
+#[inline(always)]
+fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
+    acc: &mut [T],
+    n: usize,
+    mut input: impl FnMut(usize) -> &'a [T],
+    f: F,
+) {
+    let len = acc.len();
+    let x0 = &input(0)[..len];
+    if n == 1 {
+        acc.copy_from_slice(x0);
+        return;
+    }
+    let x1 = &input(1)[..len];
+    for ((a, x), y) in acc.iter_mut().zip(x0).zip(x1) {
+        *a = f(*x, *y);
+    }
+    for s in 2..n {
+        let x = &input(s)[..len];
+        for (a, b) in acc.iter_mut().zip(x) {
+            *a = f(*a, *b);
         }
     }
 }
 
 #[inline(always)]
-fn fold<T: Copy>(acc: &mut [T], x: &[T], f: fn(T, T) -> T) {
-    for (a, b) in acc.iter_mut().zip(x) {
-        *a = f(*a, *b);
+fn pre_mul_sum<'a, T: Arith>(
+    acc: &mut [T],
+    n: usize,
+    mut input: impl FnMut(usize) -> &'a [T],
+    scalar: T,
+) {
+    let len = acc.len();
+    for (a, x) in acc.iter_mut().zip(&input(0)[..len]) {
+        *a = T::mul(*x, scalar);
+    }
+    for s in 1..n {
+        for (a, x) in acc.iter_mut().zip(&input(s)[..len]) {
+            *a = T::add(*a, T::mul(*x, scalar));
+        }
     }
 }
 

@@ -17,9 +17,72 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-const SPINS: u32 = 2000;
+/// Busy-wait rounds before yielding, when every rank has a core of its own:
+/// a few microseconds (a `pause` takes tens of nanoseconds), enough for a
+/// peer that is about to arrive. More only costs when the peer is not
+/// running (the machine is busy with other work): then every microsecond
+/// spent spinning is one the peer waits for its core.
+const SPINS: u32 = 128;
+/// `yield_now` rounds before parking, with a core per rank.
 const YIELDS: u32 = 50;
+/// When ranks outnumber cores, a spinning rank only delays the rank it waits
+/// for (which needs its core): such waits yield at once, and keep yielding
+/// longer before they park (a park and its wake-up cost a few microseconds).
+const YIELDS_OVERSUBSCRIBED: u32 = 2000;
 const PARK: Duration = Duration::from_millis(2);
+
+/// How a wait spends its time before it parks.
+#[derive(Debug, Clone, Copy)]
+struct Patience {
+    spins: u32,
+    yields: u32,
+}
+
+impl Patience {
+    fn for_ranks(n: usize) -> Patience {
+        let cores = std::thread::available_parallelism()
+            .map(|c| c.get())
+            .unwrap_or(1);
+        if n > cores {
+            Patience {
+                spins: 0,
+                yields: YIELDS_OVERSUBSCRIBED,
+            }
+        } else {
+            Patience {
+                spins: SPINS,
+                yields: YIELDS,
+            }
+        }
+    }
+    /// One round of waiting: spin, yield, or false when it is time to park.
+    #[inline]
+    fn idle(&self, round: u32) -> bool {
+        if round < self.spins {
+            std::hint::spin_loop();
+            true
+        } else if round < self.spins + self.yields {
+            std::thread::yield_now();
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// A value alone on its cache lines (128 bytes: adjacent-line prefetch
+/// pairs lines), so ranks writing neighbouring values do not invalidate
+/// each other's copies (false sharing).
+#[derive(Default)]
+#[repr(align(128))]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// Locks a mutex, ignoring poisoning: the engine's protected data stays
 /// consistent across a panic (panics are caught and turned into errors).
@@ -65,7 +128,8 @@ pub struct RankState {
 /// the parking place, shared by all communicators they use, so a wait in one
 /// communicator sees a rank blocked in another.
 pub struct Threads {
-    pub ranks: Vec<RankState>,
+    pub ranks: Vec<Padded<RankState>>,
+    patience: Patience,
     epoch: AtomicU64,
     sleepers: AtomicUsize,
     park_lock: Mutex<()>,
@@ -88,7 +152,8 @@ impl Threads {
             check_agreement,
             poison,
             failing: Mutex::new(()),
-            ranks: (0..n).map(|_| RankState::default()).collect(),
+            ranks: (0..n).map(|_| Padded::default()).collect(),
+            patience: Patience::for_ranks(n),
             epoch: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -96,6 +161,13 @@ impl Threads {
             worlds: Mutex::default(),
             dups: Mutex::default(),
         })
+    }
+
+    /// Wakes parked waiters, if any (see [`World::wake`]).
+    pub fn wake(&self) {
+        if self.sleepers.load(SeqCst) > 0 {
+            self.bump();
+        }
     }
 
     /// Records a state change and wakes parked waiters.
@@ -228,10 +300,18 @@ pub struct World {
     pub comm_id: u64,
     pub timeout: Duration,
     pub threads: Arc<Threads>,
-    pub arrival: Barrier,
-    pub done: Barrier,
+    pub arrival: Padded<Barrier>,
+    pub done: Padded<Barrier>,
     pub pairs: Vec<Pair>,
-    pub posted: Vec<Mutex<super::exec::Posted>>,
+    pub posted: Vec<Padded<Mutex<super::exec::Posted>>>,
+    /// single-call launches, posted without a lock
+    pub one: Vec<Padded<super::exec::OnePost>>,
+    /// `(g + 1) << 1 | alone`: the coordinator of collective generation `g`
+    /// released the other ranks, having done the whole launch (`alone`) or
+    /// for them to move their shares
+    go: Padded<AtomicU64>,
+    /// the coordinator's agreement verdict for the released generation
+    pub verdict: Mutex<Option<Error>>,
     /// per rank: the last launch it entered on this communicator, packed as
     /// `(func index << 56 | opCount) + 1`, 0 for none
     pub entered: Vec<AtomicU64>,
@@ -246,16 +326,41 @@ impl World {
             comm_id,
             timeout,
             threads: threads.clone(),
-            arrival: Barrier::default(),
-            done: Barrier::default(),
+            arrival: Padded::default(),
+            done: Padded::default(),
             pairs: (0..n * n).map(|_| Pair::default()).collect(),
-            posted: (0..n).map(|_| Mutex::default()).collect(),
+            posted: (0..n).map(|_| Padded::default()).collect(),
+            one: (0..n).map(|_| Padded::default()).collect(),
+            go: Padded::default(),
+            verdict: Mutex::new(None),
             entered: (0..n).map(|_| AtomicU64::new(0)).collect(),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
         });
         lock(&threads.worlds).push(Arc::downgrade(&w));
         w
+    }
+
+    /// Releases the ranks waiting in collective generation `generation`.
+    pub fn release(&self, generation: u64, alone: bool) {
+        self.go
+            .store(((generation + 1) << 1) | u64::from(alone), SeqCst);
+        self.wake();
+    }
+
+    /// Some(alone) once generation `generation` is released.
+    pub fn released(&self, generation: u64) -> Option<bool> {
+        let w = self.go.load(SeqCst);
+        (w >> 1 > generation).then_some(w & 1 == 1)
+    }
+
+    /// Wakes parked waiters after a change that only unblocks them (a
+    /// rendezvous completing). Cheaper than [`World::bump`] when nobody is
+    /// parked: the deadlock check needs no epoch change here, since the rank
+    /// completing a rendezvous is never one it counts as blocked, and every
+    /// rank that leaves a blocked wait bumps the epoch itself.
+    pub fn wake(&self) {
+        self.threads.wake();
     }
 
     /// Records that rank `me` entered launch `op_count` starting with `func`.
@@ -318,7 +423,7 @@ impl World {
 
     fn ready(&self, on: &WaitFor) -> bool {
         match *on {
-            WaitFor::Arrival { generation } => self.arrival.passed(generation),
+            WaitFor::Arrival { generation } => self.released(generation).is_some(),
             WaitFor::Posted { src, dst, seq } => self.pair(src, dst).posted.load(SeqCst) > seq,
             WaitFor::Completed { src, dst, seq } => {
                 self.pair(src, dst).completed.load(SeqCst) > seq
@@ -334,18 +439,18 @@ impl World {
         on: WaitFor,
         what: &dyn Fn() -> String,
     ) -> Result<(), Error> {
-        for i in 0..SPINS + YIELDS {
+        let mut round = 0;
+        loop {
             if self.ready(&on) {
                 return Ok(());
             }
             if self.has_failed() {
                 return Err(self.failure(me));
             }
-            if i < SPINS {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+            if !self.threads.patience.idle(round) {
+                break;
             }
+            round += 1;
         }
         let deadline = Instant::now() + self.timeout;
         let state = &self.threads.ranks[me];
@@ -387,11 +492,7 @@ impl World {
     pub fn wait_certain(&self, ready: impl Fn() -> bool) {
         let mut i = 0u32;
         while !ready() {
-            if i < SPINS {
-                std::hint::spin_loop();
-            } else if i < SPINS + YIELDS {
-                std::thread::yield_now();
-            } else {
+            if !self.threads.patience.idle(i) {
                 self.threads.park_unless(&ready);
             }
             i = i.saturating_add(1);
@@ -402,7 +503,7 @@ impl World {
     pub fn complete(&self) {
         let (generation, last) = self.done.arrive(self.n);
         if last {
-            self.bump();
+            self.wake();
         } else {
             self.wait_certain(|| self.done.passed(generation));
         }

@@ -1,25 +1,49 @@
 //! AllGather and Gather: pure copies into source-rank-major blocks.
 //!
-//! AllGather: rank r pulls every rank's input into its own output; it alone
-//! writes its output. In place, r's input is block r of its own output: the
-//! copy is skipped (same address) and no rank writes block r of another
-//! rank's output, so the inputs others read stay intact.
+//! AllGather: rank r pushes its own input into block r of every rank's
+//! output, piece by piece, so each input is read from memory once. Block r of
+//! any output is written by rank r alone. In place, rank d's input is block d
+//! of its own output: only rank d reads it, and the one writer of that block
+//! is rank d itself, whose copy is skipped (same address). So no input is
+//! written while it is read.
 //! Gather: rank r pushes its input into block r of the root's output; blocks
 //! are disjoint, and the root's in-place block is skipped.
 
 use super::super::memory::Phase;
+use super::COPY_CHUNK;
 use crate::core::Call;
 
-pub fn all_gather(p: &Phase, me: usize, calls: &[&Call]) {
-    let c = calls[me];
+pub fn all_gather(p: &Phase, me: usize, calls: &[Call]) {
+    let c = &calls[me];
+    let n = calls.len();
     let bytes = c.count * c.datatype.size();
-    for (s, src) in calls.iter().enumerate() {
-        p.copy(src.sendbuff, c.recvbuff + s * bytes, bytes);
+    let stream = super::streaming(n * n * bytes);
+    let mut at = 0;
+    while at < bytes {
+        let len = COPY_CHUNK.min(bytes - at);
+        for k in 0..n {
+            let d = (me + k) % n;
+            super::copy(
+                p,
+                stream,
+                c.sendbuff + at,
+                calls[d].recvbuff + me * bytes + at,
+                len,
+            );
+        }
+        at += len;
     }
 }
 
-pub fn gather(p: &Phase, me: usize, calls: &[&Call]) {
-    let c = calls[me];
+pub fn gather(p: &Phase, me: usize, calls: &[Call]) {
+    let c = &calls[me];
     let bytes = c.count * c.datatype.size();
-    p.copy(c.sendbuff, calls[c.root].recvbuff + me * bytes, bytes);
+    let stream = super::streaming(calls.len() * bytes);
+    super::copy(
+        p,
+        stream,
+        c.sendbuff,
+        calls[c.root].recvbuff + me * bytes,
+        bytes,
+    );
 }

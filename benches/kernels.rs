@@ -1,0 +1,48 @@
+//! Reduction kernels per datatype and op, next to memcpy, in GB/s of memory
+//! traffic (bytes read + bytes written per second): one reduction of two
+//! 1 MiB inputs into a 1 MiB accumulator reads 2 MiB and writes 1 MiB; a
+//! memcpy of 1 MiB reads 1 MiB and writes 1 MiB. The buffers fit in L2, so
+//! this measures the kernels' arithmetic, not the memory system.
+//!
+//!     cargo bench --bench kernels
+
+use divan::Bencher;
+use divan::counter::BytesCount;
+use half::{bf16, f16};
+use rankwise::RedOp;
+use rankwise::core::{F8E4M3, F8E5M2};
+use rankwise::engine::local::reduce::{Arith, reduce_into};
+
+const BYTES: usize = 1 << 20;
+
+fn main() {
+    divan::main();
+}
+
+#[divan::bench(
+    types = [i8, u8, i32, u32, i64, u64, f16, bf16, f32, f64, F8E4M3, F8E5M2],
+    args = ["sum", "prod", "max", "min", "avg"],
+    sample_count = 30,
+)]
+fn reduce_two<T: Arith>(b: Bencher, op: &str) {
+    let n = BYTES / std::mem::size_of::<T>();
+    let x: Vec<Vec<T>> = (0..2)
+        .map(|r| (0..n).map(|i| T::from_f64(((i + r) % 7) as f64)).collect())
+        .collect();
+    let mut acc = vec![T::default(); n];
+    let op = RedOp::parse(op).expect("a built-in op");
+    b.counter(BytesCount::new(3 * BYTES)).bench_local(|| {
+        reduce_into(&mut acc, op, 2, |s| &x[s]);
+        divan::black_box(&acc);
+    });
+}
+
+#[divan::bench(sample_count = 30)]
+fn memcpy(b: Bencher) {
+    let src = vec![1u8; BYTES];
+    let mut dst = vec![0u8; BYTES];
+    b.counter(BytesCount::new(2 * BYTES)).bench_local(|| {
+        dst.copy_from_slice(divan::black_box(&src));
+        divan::black_box(&dst);
+    });
+}

@@ -1,0 +1,350 @@
+//! The `rankwise bench` command line: nccl-tests' flags, parsed into
+//! [`Options`], and the command's output and exit code.
+
+use super::{Options, Report, machine::Machine, plot, run, table};
+use crate::core::{DataType, Func, RedOp};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum Engine {
+    /// ranks are threads of this process
+    Local,
+}
+
+/// Flags follow nccl-tests (`-b -e -f -d -o -r -n -w -c`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Collective: all_reduce, reduce, broadcast, all_gather, reduce_scatter,
+    /// all_to_all, gather, scatter (any spelling: AllReduce, ncclAllReduce),
+    /// a comma-separated list, or `all`
+    #[arg(value_name = "OP")]
+    pub collective: String,
+    /// Number of ranks [default: the number of cores]
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Smallest size in bytes (nccl-tests' size: suffixes K, M, G = 2^10, 2^20, 2^30)
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    pub min_bytes: usize,
+    /// Largest size in bytes
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub max_bytes: usize,
+    /// Factor between sizes
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2.0)]
+    pub factor: f64,
+    /// Datatype (float, half, bfloat16, int32, f8e4m3, …) or `all`
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub dtype: String,
+    /// Reduction op (sum, prod, max, min, avg) or `all`
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    pub redop: String,
+    /// Root of rooted collectives, or `all`
+    #[arg(short = 'r', long = "root", default_value = "0")]
+    pub root: String,
+    /// Timed calls per row and placement
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Untimed calls before timing
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: usize,
+    /// Checked calls per row and placement (0 disables checking, loudly)
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: usize,
+    /// Engine to run on
+    #[arg(long, value_enum, default_value = "local")]
+    pub engine: Engine,
+    /// Print one JSON document instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Write busbw against size, with the copy bound, as an SVG file
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Show each row's time as a fraction of its copy bound
+    #[arg(long)]
+    pub roofline: bool,
+    /// Leave rank threads where the scheduler puts them (by default rank r
+    /// runs on core r when there are enough cores, as mpirun binds ranks)
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+/// `8`, `64K`, `128M`, `1G` (also `64KiB`, `64KB`, `1g`): powers of 1024.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (num, mult) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 1u64 << 10),
+        Some('m') => (&body[..body.len() - 1], 1 << 20),
+        Some('g') => (&body[..body.len() - 1], 1 << 30),
+        _ => (body, 1),
+    };
+    let v: u64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size: use a number of bytes with an optional K, M or G suffix (e.g. 8, 64K, 128M, 1G)"))?;
+    v.checked_mul(mult)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+fn parse_funcs(s: &str) -> Result<Vec<Func>, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(Func::COLLECTIVES.to_vec());
+    }
+    s.split(',')
+        .map(|p| match Func::parse(p.trim()) {
+            Some(f) if !f.is_p2p() => Ok(f),
+            _ => Err(format!(
+                "unknown collective `{p}`: expected one of {} or all",
+                Func::COLLECTIVES.map(|f| f.cli_name()).join(", ")
+            )),
+        })
+        .collect()
+}
+
+impl BenchArgs {
+    /// The options these flags describe, or what is wrong with them.
+    pub fn options(&self) -> Result<Options, String> {
+        let nranks = self.ranks.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+        if nranks == 0 {
+            return Err("--ranks must be at least 1".into());
+        }
+        let funcs = parse_funcs(&self.collective)?;
+        let dtypes = if self.dtype.eq_ignore_ascii_case("all") {
+            DataType::ALL.to_vec()
+        } else {
+            vec![DataType::parse(&self.dtype).ok_or_else(|| format!("unknown datatype `{}`: expected float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64, f8e4m3, f8e5m2 or all", self.dtype))?]
+        };
+        let ops = if self.redop.eq_ignore_ascii_case("all") {
+            RedOp::BUILTIN.to_vec()
+        } else {
+            vec![RedOp::parse(&self.redop).ok_or_else(|| {
+                format!(
+                    "unknown reduction op `{}`: expected sum, prod, max, min, avg or all",
+                    self.redop
+                )
+            })?]
+        };
+        let root = if self.root.eq_ignore_ascii_case("all") {
+            None
+        } else {
+            let r: usize = self
+                .root
+                .parse()
+                .map_err(|_| format!("-r takes a rank or all, not `{}`", self.root))?;
+            if r >= nranks {
+                return Err(format!(
+                    "root {r} is out of range: valid roots are 0..={}",
+                    nranks - 1
+                ));
+            }
+            Some(r)
+        };
+        if self.min_bytes > self.max_bytes {
+            return Err(format!(
+                "-b {} is larger than -e {}",
+                self.min_bytes, self.max_bytes
+            ));
+        }
+        if self.factor.partial_cmp(&1.0) != Some(std::cmp::Ordering::Greater)
+            && self.min_bytes != self.max_bytes
+        {
+            return Err(format!(
+                "-f must be greater than 1 to step from -b to -e, not {}",
+                self.factor
+            ));
+        }
+        if self.iters == 0 {
+            return Err("-n must be at least 1".into());
+        }
+        Ok(Options {
+            funcs,
+            nranks,
+            min_bytes: self.min_bytes,
+            max_bytes: self.max_bytes,
+            factor: self.factor,
+            dtypes,
+            ops,
+            root,
+            iters: self.iters,
+            warmup: self.warmup,
+            check: self.check,
+            pin: !self.no_pin,
+        })
+    }
+}
+
+/// Runs the command: exit 0 when every checked element was right, 1 when
+/// any was wrong, 2 when the run could not be done.
+pub fn main(args: BenchArgs) -> ExitCode {
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rankwise bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let machine = Machine::probe(3);
+    let out = std::io::stdout();
+    let table = !args.json;
+    if table {
+        let _ = write!(
+            out.lock(),
+            "{}",
+            table::header(&opts, &machine, args.roofline)
+        );
+        for f in &opts.funcs {
+            for dt in &opts.dtypes {
+                let skipped = run::skipped(&opts, *f, *dt);
+                if !skipped.is_empty() {
+                    let _ = writeln!(
+                        out.lock(),
+                        "# {f} {dt}: sizes below one element per rank left out: {skipped:?}"
+                    );
+                }
+            }
+        }
+    }
+    let plans = run::plan(&opts);
+    let bar = if std::io::stderr().is_terminal() {
+        let b =
+            ProgressBar::with_draw_target(Some(plans.len() as u64), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} rows {elapsed} {msg}")
+        {
+            b.set_style(style);
+        }
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let last = std::sync::Mutex::new(None);
+    let on_row = |r: &super::Row| {
+        if table {
+            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+            let mut text = String::new();
+            if *last != Some(r.func) {
+                text += &table::columns(r.func, args.roofline);
+                *last = Some(r.func);
+            }
+            text += &table::row(r, args.roofline);
+            bar.suspend(|| {
+                let mut o = std::io::stdout().lock();
+                let _ = writeln!(o, "{}", text.trim_end_matches('\n'));
+                let _ = o.flush();
+            });
+        }
+        bar.set_message(format!("{} {}B", r.func, r.size));
+        bar.inc(1);
+    };
+    let rows = match run::run(&opts, machine.copy_all(), &on_row) {
+        Ok(rows) => rows,
+        Err(e) => {
+            bar.finish_and_clear();
+            eprintln!("rankwise bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    bar.finish_and_clear();
+    let report = Report::new(opts, machine, rows);
+    if table {
+        let _ = write!(out.lock(), "{}", table::footer(&report));
+    } else {
+        match serde_json::to_string_pretty(&report) {
+            Ok(j) => {
+                let _ = writeln!(out.lock(), "{j}");
+            }
+            Err(e) => {
+                eprintln!("rankwise bench: cannot write JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(path) = &args.plot
+        && let Err(e) = std::fs::write(path, plot::svg(&report))
+    {
+        eprintln!("rankwise bench: cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    if report.all_right() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "rankwise bench: {} wrong elements",
+            report.out_of_bounds.unwrap_or(0)
+        );
+        ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    #[test]
+    fn sizes_take_suffixes() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("128M"), Ok(128 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert!(parse_size("12Q").is_err());
+    }
+
+    #[test]
+    fn flags_follow_nccl_tests() {
+        let c = Cmd::try_parse_from([
+            "x",
+            "allreduce",
+            "--ranks",
+            "4",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-d",
+            "all",
+            "-o",
+            "all",
+            "-r",
+            "all",
+        ])
+        .unwrap();
+        let o = c.args.options().unwrap();
+        assert_eq!(o.funcs, vec![Func::AllReduce]);
+        assert_eq!(o.dtypes.len(), 12);
+        assert_eq!(o.ops.len(), 5);
+        assert_eq!(o.root, None);
+        assert_eq!(
+            o.sizes(),
+            vec![8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288]
+        );
+        let bad = Cmd::try_parse_from(["x", "broadcast", "--ranks", "4", "-r", "4"]).unwrap();
+        assert_eq!(
+            bad.args.options().unwrap_err(),
+            "root 4 is out of range: valid roots are 0..=3"
+        );
+        assert!(
+            Cmd::try_parse_from(["x", "send"])
+                .unwrap()
+                .args
+                .options()
+                .is_err()
+        );
+    }
+}

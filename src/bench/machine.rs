@@ -1,0 +1,133 @@
+//! What the machine can do: cores, and the memory-copy bandwidth with one
+//! thread and with every thread, the denominator of the copy bound.
+//!
+//! Bandwidth is bytes copied per second (a copy of B bytes reads B and writes
+//! B). Two copy kernels are measured, the C library's `memcpy` and the
+//! engine's streaming copy (non-temporal stores, `memory::copy_streaming`),
+//! and the bound uses the faster: the bound is what the machine can do, not
+//! what one routine does.
+
+use crate::engine::local::memory::copy_streaming;
+use std::time::Instant;
+
+/// Buffer per thread: far larger than any core's private cache.
+pub const PROBE_BYTES: usize = 64 << 20;
+
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Machine {
+    /// `std::thread::available_parallelism`
+    pub cores: usize,
+    /// bytes copied per second by `memcpy`, one thread
+    pub memcpy_1: f64,
+    /// … with `cores` threads at once, all together
+    pub memcpy_all: f64,
+    /// bytes copied per second by the streaming copy, one thread
+    pub stream_1: f64,
+    /// … with `cores` threads at once
+    pub stream_all: f64,
+}
+
+impl Machine {
+    /// Copy bandwidth with one thread: the faster kernel.
+    pub fn copy_1(&self) -> f64 {
+        self.memcpy_1.max(self.stream_1)
+    }
+    /// Copy bandwidth with every thread: the bound's denominator.
+    pub fn copy_all(&self) -> f64 {
+        self.memcpy_all.max(self.stream_all)
+    }
+
+    /// Measures: each figure is the best of `reps` copies of
+    /// [`PROBE_BYTES`] per thread (threads start together).
+    pub fn probe(reps: usize) -> Machine {
+        let mut p = Probe::new();
+        let memcpy_1 = rate(&mut p.bufs[..1], reps, memcpy);
+        let stream_1 = rate(&mut p.bufs[..1], reps, stream);
+        let memcpy_all = rate(&mut p.bufs, reps, memcpy);
+        let stream_all = rate(&mut p.bufs, reps, stream);
+        Machine {
+            cores: p.bufs.len(),
+            memcpy_1,
+            memcpy_all,
+            stream_1,
+            stream_all,
+        }
+    }
+}
+
+fn memcpy(d: &mut [u8], s: &[u8]) {
+    d.copy_from_slice(s)
+}
+
+fn stream(d: &mut [u8], s: &[u8]) {
+    copy_streaming(d, s)
+}
+
+/// Buffers for measuring the copy bandwidth again during a run: on a shared
+/// machine it drifts, so each large row is compared with a bound measured
+/// right before and after it (`run`).
+pub struct Probe {
+    bufs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe::new()
+    }
+}
+
+impl Probe {
+    /// [`PROBE_BYTES`] twice per core, every page touched.
+    pub fn new() -> Probe {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..cores)
+            .map(|t| (vec![t as u8 + 1; PROBE_BYTES], vec![0u8; PROBE_BYTES]))
+            .collect();
+        for (s, d) in &mut bufs {
+            d.copy_from_slice(s);
+        }
+        Probe { bufs }
+    }
+    /// Copy bandwidth with every thread now: the faster kernel, one round each.
+    pub fn copy_all(&mut self) -> f64 {
+        rate(&mut self.bufs, 1, memcpy).max(rate(&mut self.bufs, 1, stream))
+    }
+}
+
+/// Best bytes per second over `reps` rounds, each round one copy per buffer
+/// pair on its own thread.
+fn rate(
+    bufs: &mut [(Vec<u8>, Vec<u8>)],
+    reps: usize,
+    copy: impl Fn(&mut [u8], &[u8]) + Sync,
+) -> f64 {
+    let mut best = f64::INFINITY;
+    let bytes: usize = bufs.iter().map(|(s, _)| s.len()).sum();
+    for _ in 0..reps.max(1) {
+        let barrier = std::sync::Barrier::new(bufs.len());
+        let copy = &copy;
+        let barrier = &barrier;
+        let secs = std::thread::scope(|sc| {
+            let handles: Vec<_> = bufs
+                .iter_mut()
+                .map(|(s, d)| {
+                    sc.spawn(move || {
+                        barrier.wait();
+                        let t = Instant::now();
+                        copy(d, s);
+                        std::hint::black_box(&d[0]);
+                        t.elapsed().as_secs_f64()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(f64::INFINITY))
+                .fold(0.0, f64::max)
+        });
+        best = best.min(secs);
+    }
+    bytes as f64 / best
+}

@@ -1,0 +1,371 @@
+//! The sweep on the local engine: one launch of `nranks` rank threads runs
+//! every row, through the raw face, exactly as nccl-tests drives NCCL.
+//!
+//! Per row and placement (out-of-place, then in-place): `warmup` untimed
+//! calls, `iters` timed calls (each rank times each call; a call's time is
+//! the slowest rank's, and the row reports the median over calls), then
+//! `check` checked calls: fresh verifiable inputs ([`super::data`]), outputs
+//! and a guard zone past them poisoned, one call, then every output element
+//! of every rank compared with its closed-form value, the guard zone and (out
+//! of place) the inputs checked untouched. The out-of-place timed calls are
+//! the first checked call's: their last result is what is compared.
+
+use super::bound::copy_bound_secs;
+use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
+use super::{Measure, Options, Row};
+use crate::api::Comm;
+use crate::core::{DataType, Element, Func, RedOp, Result};
+use crate::engine::local::{self, LaunchOptions};
+use crate::with_element_type;
+use std::time::Instant;
+
+/// Elements checked past the end of every output.
+pub const GUARD_ELEMS: usize = 64;
+
+/// One line of the table before it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    pub func: Func,
+    pub dtype: DataType,
+    pub op: Option<RedOp>,
+    pub root: Option<usize>,
+    /// the per-rank count of CONTRACTS.md §1
+    pub q: usize,
+}
+
+impl Plan {
+    /// nccl-tests' `size`: the bytes algbw divides by (§6).
+    pub fn size(&self, nranks: usize) -> usize {
+        self.func.alg_bytes(nranks, self.q, self.dtype.size())
+    }
+}
+
+/// The rows `opts` asks for, in nccl-tests' order (datatype, op, root, size);
+/// sizes too small for one element per rank are left out (see [`skipped`]).
+pub fn plan(opts: &Options) -> Vec<Plan> {
+    let n = opts.nranks;
+    let mut plans = Vec::new();
+    for &func in &opts.funcs {
+        for &dtype in &opts.dtypes {
+            let ops: Vec<Option<RedOp>> = if func.reduces() {
+                opts.ops.iter().copied().map(Some).collect()
+            } else {
+                vec![None]
+            };
+            let roots: Vec<Option<usize>> = if func.is_rooted() {
+                match opts.root {
+                    Some(r) => vec![Some(r)],
+                    None => (0..n).map(Some).collect(),
+                }
+            } else {
+                vec![None]
+            };
+            for &op in &ops {
+                for &root in &roots {
+                    let mut last_q = None;
+                    for bytes in opts.sizes() {
+                        let total = bytes / dtype.size();
+                        let q = if func.alg_bytes(n, 1, 1) == n {
+                            total / n
+                        } else {
+                            total
+                        };
+                        if q == 0 || last_q == Some(q) {
+                            continue;
+                        }
+                        last_q = Some(q);
+                        plans.push(Plan {
+                            func,
+                            dtype,
+                            op,
+                            root,
+                            q,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    plans
+}
+
+/// Sizes of the sweep that give fewer than one element per rank for `func`.
+pub fn skipped(opts: &Options, func: Func, dtype: DataType) -> Vec<usize> {
+    let n = opts.nranks;
+    opts.sizes()
+        .into_iter()
+        .filter(|b| {
+            let total = b / dtype.size();
+            (if func.alg_bytes(n, 1, 1) == n {
+                total / n
+            } else {
+                total
+            }) == 0
+        })
+        .collect()
+}
+
+/// Rows whose per-rank data is at least this large are bounded by memory
+/// bandwidth: they get a copy bound measured next to them.
+pub const REPROBE_BYTES: usize = 4 << 20;
+
+/// Runs every planned row; `on_row` sees each finished row (called on rank 0).
+/// `copy_bw` is the machine's copy bandwidth (all threads) for the copy
+/// bound; rows of [`REPROBE_BYTES`] or more measure it again just before and
+/// after they are timed (rank 0, while the other ranks wait) and use the
+/// higher figure, since on a shared machine it drifts.
+pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Result<Vec<Row>> {
+    let plans = plan(opts);
+    let large = plans.iter().any(|p| p.q * p.dtype.size() >= REPROBE_BYTES);
+    let probe = std::sync::Mutex::new(large.then(super::machine::Probe::new));
+    let reprobe = || -> f64 {
+        let mut p = probe.lock().unwrap_or_else(|e| e.into_inner());
+        p.as_mut().map(|p| p.copy_all()).unwrap_or(copy_bw)
+    };
+    let reprobe: &(dyn Fn() -> f64 + Sync) = &reprobe;
+    let launch = LaunchOptions::default().with_pinned_threads(opts.pin);
+    let mut per_rank = local::launch_with(launch, opts.nranks, |c| {
+        let mut rows = Vec::with_capacity(plans.len());
+        // one pair of buffers per datatype, sized for its largest row
+        for dtype in opts.dtypes.iter().copied() {
+            let mine: Vec<&Plan> = plans.iter().filter(|p| p.dtype == dtype).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let elems = mine.iter().map(|p| opts.nranks * p.q).max().unwrap_or(0) + GUARD_ELEMS;
+            let a = c.alloc_elems(elems, dtype);
+            let b = c.alloc_elems(elems, dtype);
+            for p in mine {
+                let row = with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw, reprobe)?);
+                if c.rank() == 0 {
+                    on_row(&row);
+                }
+                rows.push(row);
+            }
+            c.free(a)?;
+            c.free(b)?;
+        }
+        Ok(rows)
+    })?;
+    Ok(per_rank.swap_remove(0))
+}
+
+/// Where one placement's buffers are, in elements from the allocation base.
+struct Bufs {
+    send: usize,
+    recv: usize,
+    /// the allocation the output lies in, and the element the guard starts at
+    out_base: usize,
+    guard_at: usize,
+}
+
+fn bufs(p: &Plan, pat: &Pattern, rank: usize, a: usize, b: usize, in_place: bool) -> Bufs {
+    let es = p.dtype.size();
+    let (q, n) = (p.q, pat.nranks);
+    if !in_place {
+        return Bufs {
+            send: a,
+            recv: b,
+            out_base: b,
+            guard_at: pat.recv_len(q),
+        };
+    }
+    // nccl-tests' in-place forms, on every rank (CONTRACTS.md §2)
+    let (send_off, recv_off, region) = match p.func {
+        Func::AllGather | Func::Gather => (rank * q, 0, n * q),
+        Func::ReduceScatter | Func::Scatter => (0, rank * q, n * q),
+        _ => (0, 0, q),
+    };
+    Bufs {
+        send: a + send_off * es,
+        recv: a + recv_off * es,
+        out_base: a,
+        guard_at: region,
+    }
+}
+
+fn call(c: &mut Comm, p: &Plan, bf: &Bufs) -> Result<()> {
+    let (s, r, q, dt) = (bf.send, bf.recv, p.q, p.dtype);
+    let op = p.op.unwrap_or(RedOp::Sum);
+    let root = p.root.unwrap_or(0) as i32;
+    match p.func {
+        Func::AllReduce => c.nccl_all_reduce(s, r, q, dt, op),
+        Func::Reduce => c.nccl_reduce(s, r, q, dt, op, root),
+        Func::ReduceScatter => c.nccl_reduce_scatter(s, r, q, dt, op),
+        Func::AllGather => c.nccl_all_gather(s, r, q, dt),
+        Func::Broadcast => c.nccl_broadcast(s, r, q, dt, root),
+        Func::AlltoAll => c.nccl_all_to_all(s, r, q, dt),
+        Func::Gather => c.nccl_gather(s, r, q, dt, root),
+        Func::Scatter => c.nccl_scatter(s, r, q, dt, root),
+        Func::Send | Func::Recv => unreachable!("the benchmark runs collectives only"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_row<T: Element>(
+    c: &mut Comm,
+    opts: &Options,
+    p: &Plan,
+    a: usize,
+    b: usize,
+    copy_bw: f64,
+    reprobe: &(dyn Fn() -> f64 + Sync),
+) -> Result<Row> {
+    let n = opts.nranks;
+    let oop = measure::<T>(c, opts, p, a, b, false, copy_bw, reprobe)?;
+    let ip = if p.func == Func::AlltoAll {
+        None
+    } else {
+        Some(measure::<T>(c, opts, p, a, b, true, copy_bw, reprobe)?)
+    };
+    Ok(Row {
+        func: p.func,
+        size: p.size(n),
+        count: p.size(n) / p.dtype.size(),
+        dtype: p.dtype,
+        op: p.op,
+        root: p.root,
+        oop,
+        ip,
+    })
+}
+
+/// Times and checks one placement of one row; rank 0's figures are the row's.
+#[allow(clippy::too_many_arguments)]
+fn measure<T: Element>(
+    c: &mut Comm,
+    opts: &Options,
+    p: &Plan,
+    a: usize,
+    b: usize,
+    in_place: bool,
+    copy_bw: f64,
+    reprobe: &(dyn Fn() -> f64 + Sync),
+) -> Result<Measure> {
+    let (rank, n) = (c.rank(), opts.nranks);
+    let es = p.dtype.size();
+    let mut conv = Converter::<T>::new(n);
+    let op = p.op.unwrap_or(RedOp::Sum);
+    let pattern = |seed: u64| Pattern::new(p.func, p.dtype, op, n, p.root.unwrap_or(0), seed);
+    let bf = bufs(p, &pattern(0), rank, a, b, in_place);
+
+    // out of place, the timed calls compute the first checked result
+    let mut inputs = Vec::new();
+    if !in_place {
+        inputs = prepare(c, p, &pattern(0), &mut conv, &bf, rank)?;
+    }
+    for _ in 0..opts.warmup {
+        call(c, p, &bf)?;
+    }
+    // the copy bandwidth next to this row, while the other ranks wait
+    let large = p.q * es >= REPROBE_BYTES;
+    let mut copy_bw = copy_bw;
+    if large && rank == 0 {
+        copy_bw = reprobe();
+    }
+    // start together
+    c.all_reduce(&mut [0u8], RedOp::Sum)?;
+    let mut times = Vec::with_capacity(opts.iters);
+    for _ in 0..opts.iters {
+        let t = Instant::now();
+        call(c, p, &bf)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    if large {
+        c.all_reduce(&mut [0u8], RedOp::Sum)?;
+        if rank == 0 {
+            copy_bw = copy_bw.max(reprobe());
+        }
+        c.all_reduce(&mut [0u8], RedOp::Sum)?;
+    }
+    let mut wrong = 0u64;
+    for k in 0..opts.check {
+        let pat = pattern(k as u64);
+        if in_place || k > 0 {
+            inputs = prepare(c, p, &pat, &mut conv, &bf, rank)?;
+            call(c, p, &bf)?;
+        }
+        wrong += check(c, p, &pat, &mut conv, &bf, rank, &inputs, in_place)?;
+    }
+    // a call's time is its slowest rank's; #wrong sums every rank's
+    c.all_reduce(&mut times, RedOp::Max)?;
+    let mut w = [wrong];
+    c.all_reduce(&mut w, RedOp::Sum)?;
+    let median = median(&mut times.clone());
+    let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+    let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let size = p.size(n) as f64;
+    let algbw = size / median / 1e9;
+    let bound = copy_bound_secs(p.func, n, p.q, es, in_place, copy_bw);
+    Ok(Measure {
+        time_us: median * 1e6,
+        mean_us: mean * 1e6,
+        min_us: min * 1e6,
+        algbw,
+        busbw: algbw * p.func.bus_factor(n),
+        wrong: (opts.check > 0).then_some(w[0]),
+        bound_us: bound * 1e6,
+        copy_bw_gbs: copy_bw / 1e9,
+    })
+}
+
+/// Middle value (mean of the two middle ones for an even count).
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// Poisons the output and its guard, then writes this rank's inputs; returns them.
+fn prepare<T: Element>(
+    c: &mut Comm,
+    p: &Plan,
+    pat: &Pattern,
+    conv: &mut Converter<T>,
+    bf: &Bufs,
+    rank: usize,
+) -> Result<Vec<T>> {
+    let es = p.dtype.size();
+    c.fill(bf.out_base, (bf.guard_at + GUARD_ELEMS) * es, POISON)?;
+    let inputs = pat.inputs(conv, rank, p.q);
+    c.write(bf.send, &inputs)?;
+    Ok(inputs)
+}
+
+/// Wrong elements on this rank: output mismatches, guard elements written,
+/// and (out of place) input elements changed.
+#[allow(clippy::too_many_arguments)]
+fn check<T: Element>(
+    c: &mut Comm,
+    p: &Plan,
+    pat: &Pattern,
+    conv: &mut Converter<T>,
+    bf: &Bufs,
+    rank: usize,
+    inputs: &[T],
+    in_place: bool,
+) -> Result<u64> {
+    let es = p.dtype.size();
+    let mut wrong = 0;
+    if pat.has_output(rank) {
+        let len = pat.recv_len(p.q);
+        let got = c.read::<T>(bf.recv, len)?;
+        let expected: Vec<T> = (0..len)
+            .map(|j| conv.expect(pat.expected(rank, p.q, j)))
+            .collect();
+        wrong += count_wrong(&got, &expected);
+        let guard = c.read::<u8>(bf.out_base + bf.guard_at * es, GUARD_ELEMS * es)?;
+        wrong += guard.chunks(es).filter(|e| count_clobbered(e) > 0).count() as u64;
+    }
+    if !in_place {
+        wrong += count_wrong(&c.read::<T>(bf.send, inputs.len())?, inputs);
+    }
+    Ok(wrong)
+}
