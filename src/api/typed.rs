@@ -323,6 +323,67 @@ impl Comm {
         Ok(&mut buf[me * q..(me + 1) * q])
     }
 
+    /// Gather and Scatter: every rank has a q-element `part` (Gather's input,
+    /// Scatter's output); only the root has the `size() * q` `full` buffer
+    /// (Gather's output, Scatter's input).
+    fn rooted_full<T: Element>(
+        &mut self,
+        func: Func,
+        root: usize,
+        part: &[T],
+        full: Option<&[T]>,
+    ) -> Result<()> {
+        self.refuse_in_group(func)?;
+        self.root_arg(func, root)?;
+        let (n, q, me) = (self.size(), part.len(), self.rank());
+        let (full_name, verb) = if func == Func::Gather {
+            ("output", "receives")
+        } else {
+            ("input", "sends")
+        };
+        let p = region(part);
+        // Gather: part -> full; Scatter: full -> part
+        let ends = |f: usize| {
+            if func == Func::Gather {
+                (p.0, f)
+            } else {
+                (f, p.0)
+            }
+        };
+        match full {
+            Some(f) if me == root => {
+                if f.len() != n * q {
+                    return Err(self.bad_len(
+                        func,
+                        full_name,
+                        f.len(),
+                        format!("{n} ranks × {q} = {}", n * q),
+                    ));
+                }
+                let f = region(f);
+                let (send, recv) = ends(f.0);
+                self.typed::<T>(func, send, recv, q, RedOp::Sum, root, vec![p, f])
+            }
+            None if me != root => {
+                let (send, recv) = ends(0);
+                self.typed::<T>(func, send, recv, q, RedOp::Sum, root, vec![p])
+            }
+            Some(_) => Err(Error::new(
+                ErrorKind::InvalidUsage,
+                format!("{func}: rank {me} is not the root ({root}) and {verb} nothing: pass None"),
+            )
+            .on_rank(me)),
+            None => Err(Error::new(
+                ErrorKind::NullPointer,
+                format!(
+                    "{func}: rank {root} is the root and must pass an {full_name} of {} elements",
+                    n * q
+                ),
+            )
+            .on_rank(me)),
+        }
+    }
+
     /// Gather to `dst`: the root passes `Some(output)` of `size() * input.len()`
     /// elements; other ranks pass `None`.
     pub fn gather<T: Element>(
@@ -331,51 +392,7 @@ impl Comm {
         output: Option<&mut [T]>,
         dst: usize,
     ) -> Result<()> {
-        self.refuse_in_group(Func::Gather)?;
-        self.root_arg(Func::Gather, dst)?;
-        let n = self.size();
-        let s = region(input);
-        match output {
-            Some(out) if self.rank() == dst => {
-                if out.len() != n * input.len() {
-                    return Err(self.bad_len(
-                        Func::Gather,
-                        "output",
-                        out.len(),
-                        format!("{n} ranks × {} = {}", input.len(), n * input.len()),
-                    ));
-                }
-                let r = region(out);
-                self.typed::<T>(
-                    Func::Gather,
-                    s.0,
-                    r.0,
-                    input.len(),
-                    RedOp::Sum,
-                    dst,
-                    vec![s, r],
-                )
-            }
-            None if self.rank() != dst => {
-                self.typed::<T>(Func::Gather, s.0, 0, input.len(), RedOp::Sum, dst, vec![s])
-            }
-            Some(_) => Err(Error::new(
-                ErrorKind::InvalidUsage,
-                format!(
-                    "Gather: rank {} is not the root ({dst}) and receives nothing: pass None",
-                    self.rank()
-                ),
-            )
-            .on_rank(self.rank())),
-            None => Err(Error::new(
-                ErrorKind::NullPointer,
-                format!(
-                    "Gather: rank {dst} is the root and must pass an output of {} elements",
-                    n * input.len()
-                ),
-            )
-            .on_rank(self.rank())),
-        }
+        self.rooted_full(Func::Gather, dst, input, output.as_deref())
     }
 
     /// Scatter from `src`: the root passes `Some(input)` of `size() * output.len()`
@@ -386,105 +403,56 @@ impl Comm {
         output: &mut [T],
         src: usize,
     ) -> Result<()> {
-        self.refuse_in_group(Func::Scatter)?;
-        self.root_arg(Func::Scatter, src)?;
+        self.rooted_full(Func::Scatter, src, output, input)
+    }
+
+    /// The in-place forms of Gather and Scatter: the root's `buf` has
+    /// `size() * q` elements and its own part is block `root` (Gather:
+    /// `sendbuff == recvbuff + root*q`; Scatter: `recvbuff == sendbuff +
+    /// root*q`); other ranks' `buf` is their q-element part.
+    fn rooted_in_place<T: Element>(
+        &mut self,
+        func: Func,
+        root: usize,
+        buf: &mut [T],
+    ) -> Result<()> {
+        self.refuse_in_group(func)?;
+        self.root_arg(func, root)?;
         let n = self.size();
-        let r = region(output);
-        match input {
-            Some(inp) if self.rank() == src => {
-                if inp.len() != n * output.len() {
-                    return Err(self.bad_len(
-                        Func::Scatter,
-                        "input",
-                        inp.len(),
-                        format!("{n} ranks × {} = {}", output.len(), n * output.len()),
-                    ));
-                }
-                let s = region(inp);
-                self.typed::<T>(
-                    Func::Scatter,
-                    s.0,
-                    r.0,
-                    output.len(),
-                    RedOp::Sum,
-                    src,
-                    vec![s, r],
-                )
-            }
-            None if self.rank() != src => self.typed::<T>(
-                Func::Scatter,
-                0,
-                r.0,
-                output.len(),
-                RedOp::Sum,
-                src,
-                vec![r],
-            ),
-            Some(_) => Err(Error::new(
-                ErrorKind::InvalidUsage,
-                format!(
-                    "Scatter: rank {} is not the root ({src}) and sends nothing: pass None",
-                    self.rank()
-                ),
-            )
-            .on_rank(self.rank())),
-            None => Err(Error::new(
-                ErrorKind::NullPointer,
-                format!(
-                    "Scatter: rank {src} is the root and must pass an input of {} elements",
-                    n * output.len()
-                ),
-            )
-            .on_rank(self.rank())),
+        let r = region(buf);
+        let gather = func == Func::Gather;
+        if self.rank() != root {
+            let (send, recv) = if gather { (r.0, 0) } else { (0, r.0) };
+            return self.typed::<T>(func, send, recv, buf.len(), RedOp::Sum, root, vec![r]);
         }
+        if !buf.len().is_multiple_of(n) {
+            return Err(self.bad_len(
+                func,
+                "root buffer",
+                buf.len(),
+                format!("a multiple of {n} ranks"),
+            ));
+        }
+        let q = buf.len() / n;
+        let block = if q == 0 {
+            0
+        } else {
+            r.0 + root * q * std::mem::size_of::<T>()
+        };
+        let (send, recv) = if gather { (block, r.0) } else { (r.0, block) };
+        self.typed::<T>(func, send, recv, q, RedOp::Sum, root, vec![r])
     }
 
     /// In-place Gather: the root's `buf` has `size() * q` elements with its own
     /// input in block `root`; other ranks' `buf` is their q-element input.
     pub fn gather_in_place<T: Element>(&mut self, buf: &mut [T], dst: usize) -> Result<()> {
-        self.refuse_in_group(Func::Gather)?;
-        self.root_arg(Func::Gather, dst)?;
-        let n = self.size();
-        let r = region(buf);
-        if self.rank() == dst {
-            if !buf.len().is_multiple_of(n) {
-                return Err(self.bad_len(
-                    Func::Gather,
-                    "root buffer",
-                    buf.len(),
-                    format!("a multiple of {n} ranks"),
-                ));
-            }
-            let q = buf.len() / n;
-            let send = r.0 + dst * q * std::mem::size_of::<T>();
-            self.typed::<T>(Func::Gather, send, r.0, q, RedOp::Sum, dst, vec![r])
-        } else {
-            self.typed::<T>(Func::Gather, r.0, 0, buf.len(), RedOp::Sum, dst, vec![r])
-        }
+        self.rooted_in_place(Func::Gather, dst, buf)
     }
 
     /// In-place Scatter: the root's `buf` has `size() * q` elements and keeps
     /// block `root` as its own output; other ranks' `buf` receives q elements.
     pub fn scatter_in_place<T: Element>(&mut self, buf: &mut [T], src: usize) -> Result<()> {
-        self.refuse_in_group(Func::Scatter)?;
-        self.root_arg(Func::Scatter, src)?;
-        let n = self.size();
-        let r = region(buf);
-        if self.rank() == src {
-            if !buf.len().is_multiple_of(n) {
-                return Err(self.bad_len(
-                    Func::Scatter,
-                    "root buffer",
-                    buf.len(),
-                    format!("a multiple of {n} ranks"),
-                ));
-            }
-            let q = buf.len() / n;
-            let recv = r.0 + src * q * std::mem::size_of::<T>();
-            self.typed::<T>(Func::Scatter, r.0, recv, q, RedOp::Sum, src, vec![r])
-        } else {
-            self.typed::<T>(Func::Scatter, 0, r.0, buf.len(), RedOp::Sum, src, vec![r])
-        }
+        self.rooted_in_place(Func::Scatter, src, buf)
     }
 
     /// Blocking Send of `data` to `dst`.
