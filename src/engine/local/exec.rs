@@ -149,9 +149,15 @@ fn describe(launch: &Launch) -> String {
 /// A launch this small is done entirely by the last rank to arrive: one
 /// rendezvous instead of two, and no rank waits for another's share (bytes
 /// of the largest per-rank buffer, times N, summed over the fused calls).
-pub const ALONE_BYTES: usize = 8 << 10;
+/// Small, because the coordinator changes from launch to launch and every
+/// output line it writes was last written by another core: beyond a few
+/// lines those transfers cost more than the second rendezvous saves.
+pub const ALONE_BYTES: usize = 1 << 10;
+/// With more ranks than cores a rendezvous costs context switches, which
+/// outweigh far more line transfers.
+pub const ALONE_BYTES_OVERSUBSCRIBED: usize = 32 << 10;
 
-fn alone(all: &[Posted]) -> bool {
+fn alone(all: &[Posted], oversubscribed: bool) -> bool {
     let n = all.len();
     let total: usize = all[0]
         .calls
@@ -162,7 +168,12 @@ fn alone(all: &[Posted]) -> bool {
             l.send_elems.max(l.recv_elems) * c.datatype.size() * n
         })
         .sum();
-    total <= ALONE_BYTES
+    total
+        <= if oversubscribed {
+            ALONE_BYTES_OVERSUBSCRIBED
+        } else {
+            ALONE_BYTES
+        }
 }
 
 /// One launch's collectives on rank `me`.
@@ -199,7 +210,7 @@ fn collectives(
         // the coordinator
         read_posts(world, scratch);
         let verdict = agree::collectives(&scratch.all);
-        let done = verdict.is_ok() && alone(&scratch.all);
+        let done = verdict.is_ok() && alone(&scratch.all, world.oversubscribed());
         if !done {
             *lock(&world.verdict) = verdict.clone().err();
             world.release(generation, false);

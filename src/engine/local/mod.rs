@@ -111,13 +111,17 @@ where
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ^ ((std::process::id() as u64) << 32);
-    let world = Arc::new(World::new(nranks, opts.timeout, id));
     let program = &program;
     let cores = if opts.pin_threads {
         core_affinity::get_core_ids().unwrap_or_default()
     } else {
         Vec::new()
     };
+    let mut world = World::new(nranks, opts.timeout, id);
+    if nranks <= cores.len() {
+        world.set_pinned();
+    }
+    let world = Arc::new(world);
     let pin = |rank: usize| {
         if nranks <= cores.len() {
             // best effort: a refused request leaves the thread where it is

@@ -34,9 +34,25 @@ const PARK: Duration = Duration::from_millis(2);
 struct Patience {
     spins: u32,
     yields: u32,
+    /// more ranks than cores
+    oversubscribed: bool,
 }
 
+/// Busy-wait rounds before yielding when every rank has a core of its own
+/// (pinned): about a millisecond. No peer needs this core, and yielding it
+/// would hand it to whatever else the machine runs for a whole time slice,
+/// so the rank keeps its core like an MPI process polling.
+const SPINS_PINNED: u32 = 20_000;
+
 impl Patience {
+    fn pinned() -> Patience {
+        Patience {
+            spins: SPINS_PINNED,
+            yields: YIELDS,
+            oversubscribed: false,
+        }
+    }
+
     fn for_ranks(n: usize) -> Patience {
         let cores = std::thread::available_parallelism()
             .map(|c| c.get())
@@ -45,11 +61,13 @@ impl Patience {
             Patience {
                 spins: 0,
                 yields: YIELDS_OVERSUBSCRIBED,
+                oversubscribed: true,
             }
         } else {
             Patience {
                 spins: SPINS,
                 yields: YIELDS,
+                oversubscribed: false,
             }
         }
     }
@@ -240,6 +258,16 @@ impl World {
             go: Padded::default(),
             verdict: Mutex::new(None),
         }
+    }
+
+    /// More ranks than cores.
+    pub fn oversubscribed(&self) -> bool {
+        self.patience.oversubscribed
+    }
+
+    /// Each rank runs on a core of its own: waits spin instead of yielding.
+    pub fn set_pinned(&mut self) {
+        self.patience = Patience::pinned();
     }
 
     pub fn pair(&self, src: usize, dst: usize) -> &Pair {
