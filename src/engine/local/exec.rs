@@ -424,7 +424,7 @@ fn withdraw_sends(world: &World, me: usize, sent: &[(usize, u64)]) {
 
 #[cfg(test)]
 mod tests {
-    use super::ALONE_BYTES;
+    use super::{ALONE_BYTES, ALONE_BYTES_OVERSUBSCRIBED};
     use crate::core::{ErrorKind, RedOp};
     use crate::engine::local::{LaunchOptions, launch, launch_each};
     use std::time::Duration;
@@ -436,7 +436,8 @@ mod tests {
     #[test]
     fn small_and_large_launches_alternate_correctly() {
         // the coordinator works alone below ALONE_BYTES and with everyone above
-        let big = ALONE_BYTES; // elements of f32: 4x the threshold in bytes
+        // elements of f32: 4x either threshold in bytes
+        let big = ALONE_BYTES.max(ALONE_BYTES_OVERSUBSCRIBED);
         for n in [2, 3, 5] {
             let outs = launch(n, |c| {
                 let r = c.rank() as f32;
@@ -461,7 +462,7 @@ mod tests {
 
     #[test]
     fn a_mismatch_fails_every_rank_small_or_large() {
-        for len in [4usize, ALONE_BYTES] {
+        for len in [4usize, ALONE_BYTES_OVERSUBSCRIBED] {
             let res = launch_each(quick(), 3, |c| {
                 let mut x = vec![1i32; if c.rank() == 1 { len + 1 } else { len }];
                 c.all_reduce(&mut x, RedOp::Sum)
