@@ -1,5 +1,7 @@
-"""Ratio table for compare.sh: MPI median time / rankwise median time
-(out-of-place), per collective, rank count and size."""
+"""Ratio table for compare.sh: MPI median time / rankwise median time, per
+collective, rank count and size. rankwise's out-of-place time, except for
+Bcast: MPI_Bcast has one buffer, which is NCCL's in-place Broadcast (the
+out-of-place form also writes the root's separate output)."""
 import json, sys, os
 
 out, ns = sys.argv[1], [int(x) for a in sys.argv[2:] for x in a.split()]
@@ -22,7 +24,8 @@ for n in ns:
                 _, size, us = line.split()
                 mpi[int(size)] = float(us)
         with open(os.path.join(out, f"rankwise-{op}-{n}.json")) as f:
-            rw = {r["size"]: r["oop"]["time_us"] for r in json.load(f)["rows"]}
+            place = "ip" if op == "broadcast" else "oop"
+            rw = {r["size"]: r[place]["time_us"] for r in json.load(f)["rows"]}
         for s in mpi.keys() & rw.keys():
             table[(op, s)] = (mpi[s], rw[s])
             sizes.add(s)

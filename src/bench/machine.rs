@@ -41,10 +41,10 @@ impl Machine {
     /// [`PROBE_BYTES`] per thread (threads start together).
     pub fn probe(reps: usize) -> Machine {
         let mut p = Probe::new();
-        let memcpy_1 = rate(&mut p.bufs[..1], reps, memcpy);
-        let stream_1 = rate(&mut p.bufs[..1], reps, stream);
-        let memcpy_all = rate(&mut p.bufs, reps, memcpy);
-        let stream_all = rate(&mut p.bufs, reps, stream);
+        let memcpy_1 = rate(&mut p.bufs[..1], &p.cores, reps, memcpy);
+        let stream_1 = rate(&mut p.bufs[..1], &p.cores, reps, stream);
+        let memcpy_all = rate(&mut p.bufs, &p.cores, reps, memcpy);
+        let stream_all = rate(&mut p.bufs, &p.cores, reps, stream);
         Machine {
             cores: p.bufs.len(),
             memcpy_1,
@@ -68,6 +68,8 @@ fn stream(d: &mut [u8], s: &[u8]) {
 /// right before and after it (`run`).
 pub struct Probe {
     bufs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// the process's cores, read when the probe is made (on an unpinned thread)
+    cores: Vec<core_affinity::CoreId>,
 }
 
 impl Default for Probe {
@@ -88,11 +90,17 @@ impl Probe {
         for (s, d) in &mut bufs {
             d.copy_from_slice(s);
         }
-        Probe { bufs }
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        Probe { bufs, cores }
     }
     /// Copy bandwidth with every thread now: the faster kernel, one round each.
     pub fn copy_all(&mut self) -> f64 {
-        rate(&mut self.bufs, 1, memcpy).max(rate(&mut self.bufs, 1, stream))
+        rate(&mut self.bufs, &self.cores, 1, memcpy).max(rate(
+            &mut self.bufs,
+            &self.cores,
+            1,
+            stream,
+        ))
     }
 }
 
@@ -100,11 +108,15 @@ impl Probe {
 /// pair on its own thread.
 fn rate(
     bufs: &mut [(Vec<u8>, Vec<u8>)],
+    cores: &[core_affinity::CoreId],
     reps: usize,
     copy: impl Fn(&mut [u8], &[u8]) + Sync,
 ) -> f64 {
     let mut best = f64::INFINITY;
     let bytes: usize = bufs.iter().map(|(s, _)| s.len()).sum();
+    // thread t on core t: threads inherit their creator's affinity, and the
+    // creator may be a rank pinned to one core (so `cores` is read where the
+    // probe is made, not here)
     for _ in 0..reps.max(1) {
         let barrier = std::sync::Barrier::new(bufs.len());
         let copy = &copy;
@@ -112,8 +124,12 @@ fn rate(
         let secs = std::thread::scope(|sc| {
             let handles: Vec<_> = bufs
                 .iter_mut()
-                .map(|(s, d)| {
+                .enumerate()
+                .map(|(t, (s, d))| {
                     sc.spawn(move || {
+                        if let Some(core) = cores.get(t) {
+                            core_affinity::set_for_current(*core);
+                        }
                         barrier.wait();
                         let t = Instant::now();
                         copy(d, s);

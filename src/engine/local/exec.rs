@@ -150,9 +150,15 @@ fn describe(launch: &Launch) -> String {
 /// A launch this small is done entirely by the last rank to arrive: one
 /// rendezvous instead of two, and no rank waits for another's share (bytes
 /// of the largest per-rank buffer, times N, summed over the fused calls).
-pub const ALONE_BYTES: usize = 8 << 10;
+/// Small, because the coordinator changes from launch to launch and every
+/// output line it writes was last written by another core: beyond a few
+/// lines those transfers cost more than the second rendezvous saves.
+pub const ALONE_BYTES: usize = 1 << 10;
+/// With more ranks than cores a rendezvous costs context switches, which
+/// outweigh far more line transfers.
+pub const ALONE_BYTES_OVERSUBSCRIBED: usize = 32 << 10;
 
-fn alone(all: &[Posted]) -> bool {
+fn alone(all: &[Posted], oversubscribed: bool) -> bool {
     let n = all.len();
     let total: usize = all[0]
         .calls
@@ -163,7 +169,12 @@ fn alone(all: &[Posted]) -> bool {
             l.send_elems.max(l.recv_elems) * c.datatype.size() * n
         })
         .sum();
-    total <= ALONE_BYTES
+    total
+        <= if oversubscribed {
+            ALONE_BYTES_OVERSUBSCRIBED
+        } else {
+            ALONE_BYTES
+        }
 }
 
 /// One launch's collectives on rank `me`.
@@ -204,7 +215,7 @@ fn collectives(
         } else {
             Ok(())
         };
-        let done = verdict.is_ok() && alone(&scratch.all);
+        let done = verdict.is_ok() && alone(&scratch.all, world.oversubscribed());
         if !done {
             *lock(&world.verdict) = verdict.clone().err();
             world.release(generation, false);
@@ -419,7 +430,7 @@ fn withdraw_sends(world: &Arc<World>, me: usize, sent: &[(usize, u64)]) {
 
 #[cfg(test)]
 mod tests {
-    use super::ALONE_BYTES;
+    use super::{ALONE_BYTES, ALONE_BYTES_OVERSUBSCRIBED};
     use crate::core::{ErrorKind, RedOp};
     use crate::engine::local::{LaunchOptions, launch, launch_each};
     use std::time::Duration;
@@ -431,7 +442,8 @@ mod tests {
     #[test]
     fn small_and_large_launches_alternate_correctly() {
         // the coordinator works alone below ALONE_BYTES and with everyone above
-        let big = ALONE_BYTES; // elements of f32: 4x the threshold in bytes
+        // elements of f32: 4x either threshold in bytes
+        let big = ALONE_BYTES.max(ALONE_BYTES_OVERSUBSCRIBED);
         for n in [2, 3, 5] {
             let outs = launch(n, |c| {
                 let r = c.rank() as f32;
@@ -456,7 +468,7 @@ mod tests {
 
     #[test]
     fn a_mismatch_fails_every_rank_small_or_large() {
-        for len in [4usize, ALONE_BYTES] {
+        for len in [4usize, ALONE_BYTES_OVERSUBSCRIBED] {
             let res = launch_each(quick(), 3, |c| {
                 let mut x = vec![1i32; if c.rank() == 1 { len + 1 } else { len }];
                 c.all_reduce(&mut x, RedOp::Sum)

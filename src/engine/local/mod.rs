@@ -138,18 +138,23 @@ where
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ^ ((std::process::id() as u64) << 32);
-    let world = World::new(
-        nranks,
-        opts.timeout,
-        id,
-        world::Threads::new(nranks, opts.poison, opts.check_agreement),
-    );
     let program = &program;
     let cores = if opts.pin_threads {
         core_affinity::get_core_ids().unwrap_or_default()
     } else {
         Vec::new()
     };
+    let world = World::new(
+        nranks,
+        opts.timeout,
+        id,
+        world::Threads::new(
+            nranks,
+            opts.poison,
+            opts.check_agreement,
+            nranks <= cores.len(),
+        ),
+    );
     let pin = |rank: usize| {
         if nranks <= cores.len() {
             // best effort: a refused request leaves the thread where it is

@@ -36,9 +36,25 @@ const PARK: Duration = Duration::from_millis(2);
 struct Patience {
     spins: u32,
     yields: u32,
+    /// more ranks than cores
+    oversubscribed: bool,
 }
 
+/// Busy-wait rounds before yielding when every rank has a core of its own
+/// (pinned): about a millisecond. No peer needs this core, and yielding it
+/// would hand it to whatever else the machine runs for a whole time slice,
+/// so the rank keeps its core like an MPI process polling.
+const SPINS_PINNED: u32 = 20_000;
+
 impl Patience {
+    fn pinned() -> Patience {
+        Patience {
+            spins: SPINS_PINNED,
+            yields: YIELDS,
+            oversubscribed: false,
+        }
+    }
+
     fn for_ranks(n: usize) -> Patience {
         let cores = std::thread::available_parallelism()
             .map(|c| c.get())
@@ -47,14 +63,17 @@ impl Patience {
             Patience {
                 spins: 0,
                 yields: YIELDS_OVERSUBSCRIBED,
+                oversubscribed: true,
             }
         } else {
             Patience {
                 spins: SPINS,
                 yields: YIELDS,
+                oversubscribed: false,
             }
         }
     }
+
     /// One round of waiting: spin, yield, or false when it is time to park.
     #[inline]
     fn idle(&self, round: u32) -> bool {
@@ -147,13 +166,19 @@ pub struct Threads {
 }
 
 impl Threads {
-    pub fn new(n: usize, poison: bool, check_agreement: bool) -> Arc<Threads> {
+    /// `pinned`: each rank runs on a core of its own, so waits spin instead
+    /// of yielding.
+    pub fn new(n: usize, poison: bool, check_agreement: bool, pinned: bool) -> Arc<Threads> {
         Arc::new(Threads {
             check_agreement,
             poison,
             failing: Mutex::new(()),
             ranks: (0..n).map(|_| Padded::default()).collect(),
-            patience: Patience::for_ranks(n),
+            patience: if pinned {
+                Patience::pinned()
+            } else {
+                Patience::for_ranks(n)
+            },
             epoch: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -339,6 +364,11 @@ impl World {
         });
         lock(&threads.worlds).push(Arc::downgrade(&w));
         w
+    }
+
+    /// More ranks than cores.
+    pub fn oversubscribed(&self) -> bool {
+        self.threads.patience.oversubscribed
     }
 
     /// Releases the ranks waiting in collective generation `generation`.
@@ -682,7 +712,12 @@ mod tests {
 
     #[test]
     fn a_finished_rank_turns_a_wait_into_a_diagnosis() {
-        let w = World::new(2, Duration::from_secs(60), 1, Threads::new(2, false, true));
+        let w = World::new(
+            2,
+            Duration::from_secs(60),
+            1,
+            Threads::new(2, false, true, false),
+        );
         w.threads.finish(1);
         let (generation, _) = w.arrival.arrive(2);
         let t = Instant::now();
@@ -712,7 +747,7 @@ mod tests {
             2,
             Duration::from_millis(50),
             1,
-            Threads::new(2, false, true),
+            Threads::new(2, false, true, false),
         );
         // rank 1 is "running" (neither blocked nor finished): no deadlock, so the deadline fires
         let (generation, _) = w.arrival.arrive(2);
