@@ -24,6 +24,6 @@ pub mod engine;
 pub mod logs;
 pub mod trace;
 
-pub use api::{Comm, P2POp, NULL};
+pub use api::{Comm, NULL, P2POp};
 pub use core::{DataType, Element, Error, ErrorKind, Func, RedOp, Result, ResultCode};
 pub use engine::local;

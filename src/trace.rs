@@ -4,8 +4,8 @@
 //! `%p` pid, `%r` rank) behave like their NCCL_ counterparts. Tests capture
 //! lines in memory with [`Tracer::memory`].
 
-use crate::core::trace::{coll_line, init_line, warn_line, LinePrefix};
 use crate::core::RawCall;
+use crate::core::trace::{LinePrefix, coll_line, init_line, warn_line};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -52,28 +52,51 @@ impl Default for Tracer {
 
 impl Tracer {
     pub fn off() -> Tracer {
-        Tracer { level: Level::Off, init: false, coll: false, sink: Sink::Stderr }
+        Tracer {
+            level: Level::Off,
+            init: false,
+            coll: false,
+            sink: Sink::Stderr,
+        }
     }
 
     /// Configuration from `RANKWISE_DEBUG`, `RANKWISE_DEBUG_SUBSYS`, `RANKWISE_DEBUG_FILE`.
     pub fn from_env() -> Tracer {
-        let level = match std::env::var("RANKWISE_DEBUG").unwrap_or_default().to_ascii_uppercase().as_str() {
+        let level = match std::env::var("RANKWISE_DEBUG")
+            .unwrap_or_default()
+            .to_ascii_uppercase()
+            .as_str()
+        {
             "INFO" | "TRACE" => Level::Info,
             "WARN" | "VERSION" => Level::Warn,
             _ => Level::Off,
         };
-        let (init, coll) = parse_subsys(&std::env::var("RANKWISE_DEBUG_SUBSYS").unwrap_or_default());
+        let (init, coll) =
+            parse_subsys(&std::env::var("RANKWISE_DEBUG_SUBSYS").unwrap_or_default());
         let sink = match std::env::var("RANKWISE_DEBUG_FILE") {
             Ok(p) if !p.is_empty() => Sink::File(p),
             _ => Sink::Stderr,
         };
-        Tracer { level, init, coll, sink }
+        Tracer {
+            level,
+            init,
+            coll,
+            sink,
+        }
     }
 
     /// Every INFO and WARN line into a shared buffer.
     pub fn memory() -> (Tracer, TraceBuffer) {
         let buf = TraceBuffer::default();
-        (Tracer { level: Level::Info, init: true, coll: true, sink: Sink::Memory(buf.clone()) }, buf)
+        (
+            Tracer {
+                level: Level::Info,
+                init: true,
+                coll: true,
+                sink: Sink::Memory(buf.clone()),
+            },
+            buf,
+        )
     }
 
     pub fn is_on(&self) -> bool {
@@ -91,13 +114,21 @@ impl Tracer {
                 Sink::File(pattern) => match open_shared(&expand(pattern, rank)) {
                     Ok(f) => Out::File(f),
                     Err(e) => {
-                        eprintln!("rankwise: cannot open RANKWISE_DEBUG_FILE {pattern}: {e}; tracing to stderr");
+                        eprintln!(
+                            "rankwise: cannot open RANKWISE_DEBUG_FILE {pattern}: {e}; tracing to stderr"
+                        );
                         Out::Stderr
                     }
                 },
             }
         };
-        RankTracer { cfg: self.clone(), out, host: host().to_string(), pid: std::process::id(), rank }
+        RankTracer {
+            cfg: self.clone(),
+            out,
+            host: host().to_string(),
+            pid: std::process::id(),
+            rank,
+        }
     }
 }
 
@@ -119,7 +150,11 @@ fn parse_subsys(s: &str) -> (bool, bool) {
             _ => {}
         }
     }
-    if exclude { (!init, !coll) } else { (init, coll) }
+    if exclude {
+        (!init, !coll)
+    } else {
+        (init, coll)
+    }
 }
 
 fn expand(pattern: &str, rank: usize) -> String {
@@ -132,11 +167,16 @@ fn expand(pattern: &str, rank: usize) -> String {
 /// One handle per path, so ranks tracing into the same file share it.
 fn open_shared(path: &str) -> std::io::Result<Arc<Mutex<File>>> {
     static FILES: OnceLock<Mutex<HashMap<String, Arc<Mutex<File>>>>> = OnceLock::new();
-    let mut files = FILES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut files = FILES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if let Some(f) = files.get(path) {
         return Ok(f.clone());
     }
-    let f = Arc::new(Mutex::new(File::options().create(true).append(true).open(path)?));
+    let f = Arc::new(Mutex::new(
+        File::options().create(true).append(true).open(path)?,
+    ));
     files.insert(path.to_string(), f.clone());
     Ok(f)
 }
@@ -184,7 +224,12 @@ impl RankTracer {
         }
     }
     fn prefix(&self) -> LinePrefix<'_> {
-        LinePrefix { host: &self.host, pid: self.pid, tid: tid(), dev: self.rank }
+        LinePrefix {
+            host: &self.host,
+            pid: self.pid,
+            tid: tid(),
+            dev: self.rank,
+        }
     }
     pub fn coll_enabled(&self) -> bool {
         self.cfg.level >= Level::Info && self.cfg.coll

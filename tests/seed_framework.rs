@@ -92,7 +92,9 @@ fn reduce_scatter_12_to_3() {
     .unwrap();
     for (r, out) in outs.iter().enumerate() {
         // expected = rank_slice * world + 100 * world * (world - 1) / 2
-        let want: Vec<i64> = (r * 3..r * 3 + 3).map(|i| i as i64 * N as i64 + 100 * (N * (N - 1) / 2) as i64).collect();
+        let want: Vec<i64> = (r * 3..r * 3 + 3)
+            .map(|i| i as i64 * N as i64 + 100 * (N * (N - 1) / 2) as i64)
+            .collect();
         assert_eq!(out, &want);
     }
 }
@@ -105,27 +107,38 @@ fn encode(src: usize, dst: usize, off: usize) -> i64 {
 fn all_to_all_equal_and_uneven() {
     let outs = local::launch(N, |c| {
         let me = c.rank();
-        let input: Vec<i64> = (0..N).flat_map(|d| (0..2).map(move |o| encode(me, d, o))).collect();
+        let input: Vec<i64> = (0..N)
+            .flat_map(|d| (0..2).map(move |o| encode(me, d, o)))
+            .collect();
         let mut out = vec![0; 2 * N];
         c.all_to_all_single(&mut out, &input, None, None)?;
         let in_splits: Vec<usize> = (0..N).map(|d| me + d + 1).collect();
         let out_splits: Vec<usize> = (0..N).map(|s| s + me + 1).collect();
-        let input: Vec<i64> = (0..N).flat_map(|d| (0..me + d + 1).map(move |o| encode(me, d, o))).collect();
+        let input: Vec<i64> = (0..N)
+            .flat_map(|d| (0..me + d + 1).map(move |o| encode(me, d, o)))
+            .collect();
         let mut uneven = vec![0; out_splits.iter().sum()];
         c.all_to_all_single(&mut uneven, &input, Some(&out_splits), Some(&in_splits))?;
         Ok((out, uneven))
     })
     .unwrap();
     for (d, (equal, uneven)) in outs.iter().enumerate() {
-        let want: Vec<i64> = (0..N).flat_map(|s| (0..2).map(move |o| encode(s, d, o))).collect();
+        let want: Vec<i64> = (0..N)
+            .flat_map(|s| (0..2).map(move |o| encode(s, d, o)))
+            .collect();
         assert_eq!(equal, &want);
-        let want: Vec<i64> = (0..N).flat_map(|s| (0..s + d + 1).map(move |o| encode(s, d, o))).collect();
+        let want: Vec<i64> = (0..N)
+            .flat_map(|s| (0..s + d + 1).map(move |o| encode(s, d, o)))
+            .collect();
         assert_eq!(uneven, &want);
     }
     // the chapter prints rank 2's uneven output
     assert_eq!(
         outs[2].1,
-        vec![200, 201, 202, 10200, 10201, 10202, 10203, 20200, 20201, 20202, 20203, 20204, 30200, 30201, 30202, 30203, 30204, 30205]
+        vec![
+            200, 201, 202, 10200, 10201, 10202, 10203, 20200, 20201, 20202, 20203, 20204, 30200,
+            30201, 30202, 30203, 30204, 30205
+        ]
     );
 }
 
@@ -154,7 +167,12 @@ fn invalid_root_is_rejected_on_every_rank() {
         assert_eq!(e.kind, ErrorKind::InvalidRoot);
         assert_eq!(e.code(), ResultCode::InvalidArgument);
         assert_eq!(e.rank, Some(r));
-        assert!(e.message.contains("root 4 is out of range: valid roots are 0..=3"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("root 4 is out of range: valid roots are 0..=3"),
+            "{}",
+            e.message
+        );
     }
 }
 
@@ -201,7 +219,10 @@ fn trace_shows_the_seed_log_facts() {
     assert!(colls[2].contains("Broadcast:"));
     assert_eq!(field(colls[2], "opCount"), "1");
     // 2. equal-split AlltoAllv: N Send/Recv pairs under one opCount, peer order
-    let eq: Vec<&&&String> = colls.iter().filter(|l| field(l, "opCount") == "2").collect();
+    let eq: Vec<&&&String> = colls
+        .iter()
+        .filter(|l| field(l, "opCount") == "2")
+        .collect();
     assert_eq!(eq.len(), 2 * N);
     for (p, pair) in eq.chunks(2).enumerate() {
         assert!(pair[0].contains("Send:") && pair[1].contains("Recv:"));
@@ -209,12 +230,26 @@ fn trace_shows_the_seed_log_facts() {
         assert_eq!(field(pair[0], "count"), "2");
     }
     // 3. uneven: per-peer counts equal rank 0's input splits [1,2,3,4]
-    let uneven: Vec<&&&String> = colls.iter().filter(|l| field(l, "opCount") == "3").collect();
-    let sends: Vec<String> = uneven.iter().filter(|l| l.contains("Send:")).map(|l| field(l, "count")).collect();
+    let uneven: Vec<&&&String> = colls
+        .iter()
+        .filter(|l| field(l, "opCount") == "3")
+        .collect();
+    let sends: Vec<String> = uneven
+        .iter()
+        .filter(|l| l.contains("Send:"))
+        .map(|l| field(l, "count"))
+        .collect();
     assert_eq!(sends, vec!["1", "2", "3", "4"]);
     // 4. the invalid root is rejected at the argument check on every rank
     for r in 0..N {
-        let warn = lines.iter().filter(|l| l.contains(&format!(" [{r}] NCCL WARN Broadcast: root 4 is out of range"))).count();
+        let warn = lines
+            .iter()
+            .filter(|l| {
+                l.contains(&format!(
+                    " [{r}] NCCL WARN Broadcast: root 4 is out of range"
+                ))
+            })
+            .count();
         assert_eq!(warn, 1, "rank {r}");
     }
 }

@@ -1,7 +1,7 @@
 //! The seed chapter's native cases (raw face, explicit pointers) on 4 ranks,
 //! with the chapter's exact expected vectors.
 
-use rankwise::{local, DataType, RedOp, NULL};
+use rankwise::{DataType, NULL, RedOp, local};
 
 const N: usize = 4;
 
@@ -69,7 +69,12 @@ fn reduce_scatter_in_place_uses_the_reverse_offset() {
         Ok((oop, c.read::<i32>(shard, 3)?))
     })
     .unwrap();
-    let seed = [[600, 604, 608], [612, 616, 620], [624, 628, 632], [636, 640, 644]];
+    let seed = [
+        [600, 604, 608],
+        [612, 616, 620],
+        [624, 628, 632],
+        [636, 640, 644],
+    ];
     for (r, (oop, ip)) in outs.into_iter().enumerate() {
         assert_eq!(oop, seed[r]);
         assert_eq!(ip, seed[r]);
@@ -102,10 +107,18 @@ fn reduce_root_3_with_null_recvbuff_elsewhere() {
         let r = c.rank() as i32;
         let send = c.alloc_elems(2, DataType::Int32);
         c.write(send, &[r + 1, (r + 1) * 10])?;
-        let recv = if c.rank() == 3 { c.alloc_elems(2, DataType::Int32) } else { NULL };
+        let recv = if c.rank() == 3 {
+            c.alloc_elems(2, DataType::Int32)
+        } else {
+            NULL
+        };
         c.nccl_reduce(send, recv, 2, DataType::Int32, RedOp::Sum, 3)?;
         // only the root has an output to read
-        if c.rank() == 3 { Ok(Some(c.read::<i32>(recv, 2)?)) } else { Ok(None) }
+        if c.rank() == 3 {
+            Ok(Some(c.read::<i32>(recv, 2)?))
+        } else {
+            Ok(None)
+        }
     })
     .unwrap();
     assert_eq!(outs, vec![None, None, None, Some(vec![10, 100])]);

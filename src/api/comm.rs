@@ -1,7 +1,9 @@
 //! The communicator handle one rank holds, and the path every call takes.
 
-use crate::core::{check_buffers, check_call, AddressSpace, Call, Error, ErrorKind, Func, RawCall, Result};
-use crate::engine::local::exec::{execute, Launch, Scratch};
+use crate::core::{
+    AddressSpace, Call, Error, ErrorKind, Func, RawCall, Result, check_buffers, check_call,
+};
+use crate::engine::local::exec::{Launch, Scratch, execute};
 use crate::engine::local::memory::Registry;
 use crate::engine::local::world::World;
 use crate::trace::RankTracer;
@@ -36,7 +38,8 @@ impl Comm {
             tracer,
             world,
         };
-        comm.tracer.init(comm.handle(), comm.world.n, comm.world.comm_id);
+        comm.tracer
+            .init(comm.handle(), comm.world.n, comm.world.comm_id);
         comm
     }
 
@@ -76,7 +79,13 @@ impl Comm {
                 *s = None;
                 Ok(())
             }
-            _ => Err(Error::new(ErrorKind::InvalidOp, format!("ncclRedOpDestroy: op {code} is not a live PreMulSum op of this communicator")).on_rank(self.rank)),
+            _ => Err(Error::new(
+                ErrorKind::InvalidOp,
+                format!(
+                    "ncclRedOpDestroy: op {code} is not a live PreMulSum op of this communicator"
+                ),
+            )
+            .on_rank(self.rank)),
         }
     }
     fn premul_scalar(&self, code: i32) -> Option<f64> {
@@ -100,7 +109,10 @@ impl Comm {
             let why = self.world.failure(self.rank);
             return Err(self.reject(Error::new(
                 ErrorKind::CommFailed,
-                format!("{}: this communicator failed earlier ({why}); create a new one", raw.func),
+                format!(
+                    "{}: this communicator failed earlier ({why}); create a new one",
+                    raw.func
+                ),
             )));
         }
         let call = match check_call(&raw, self.world.n, &|c| self.premul_scalar(c)) {
@@ -110,13 +122,18 @@ impl Comm {
         if let Err(e) = check_buffers(&call, self.world.n, self.rank, space) {
             return Err(self.reject(e));
         }
-        self.tracer.coll(&raw, self.op_count, self.handle(), self.world.n);
+        self.tracer
+            .coll(&raw, self.op_count, self.handle(), self.world.n);
         if call.count == 0 && !call.func.is_p2p() {
             // NCCL discards empty collectives after logging them
             return Ok(());
         }
         self.queue(call);
-        if self.in_group() { Ok(()) } else { self.flush() }
+        if self.in_group() {
+            Ok(())
+        } else {
+            self.flush()
+        }
     }
 
     fn queue(&mut self, call: Call) {
@@ -171,7 +188,13 @@ impl Comm {
             self.queued.p2p.clear();
             return Err(e);
         }
-        let to_self = |f: Func| self.queued.p2p.iter().filter(|c| c.func == f && c.root == self.rank).count();
+        let to_self = |f: Func| {
+            self.queued
+                .p2p
+                .iter()
+                .filter(|c| c.func == f && c.root == self.rank)
+                .count()
+        };
         let (sends, recvs) = (to_self(Func::Send), to_self(Func::Recv));
         if sends != recvs {
             self.queued.colls.clear();
@@ -199,7 +222,8 @@ impl Drop for Comm {
     fn drop(&mut self) {
         // an open group with queued work would be lost silently: say so
         if self.depth > 0 && !(self.queued.colls.is_empty() && self.queued.p2p.is_empty()) {
-            self.tracer.warn("communicator dropped with an open group: its queued calls never launched");
+            self.tracer
+                .warn("communicator dropped with an open group: its queued calls never launched");
         }
     }
 }

@@ -13,5 +13,5 @@ mod raw;
 mod typed;
 
 pub use comm::Comm;
-pub use raw::{DtypeArg, OpArg, NULL};
+pub use raw::{DtypeArg, NULL, OpArg};
 pub use typed::P2POp;

@@ -59,20 +59,43 @@ impl Comm {
     }
     /// Copies host elements to `ptr` (≈ `cudaMemcpy` host to device), bounds-checked.
     pub fn write<T: Element>(&mut self, ptr: usize, data: &[T]) -> Result<()> {
-        self.registry.write(ptr, data).map_err(|e| e.on_rank(self.rank()))
+        self.registry
+            .write(ptr, data)
+            .map_err(|e| e.on_rank(self.rank()))
     }
     /// Copies `count` elements from `ptr` to the host, bounds-checked.
     pub fn read<T: Element>(&self, ptr: usize, count: usize) -> Result<Vec<T>> {
-        self.registry.read(ptr, count).map_err(|e| e.on_rank(self.rank()))
+        self.registry
+            .read(ptr, count)
+            .map_err(|e| e.on_rank(self.rank()))
     }
     /// Fills `bytes` bytes at `ptr` with `byte`.
     pub fn fill(&mut self, ptr: usize, bytes: usize, byte: u8) -> Result<()> {
-        self.registry.fill(ptr, bytes, byte).map_err(|e| e.on_rank(self.rank()))
+        self.registry
+            .fill(ptr, bytes, byte)
+            .map_err(|e| e.on_rank(self.rank()))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn raw_call(&mut self, func: Func, sendbuff: usize, recvbuff: usize, count: usize, datatype: i32, op: i32, root: i32) -> Result<()> {
-        let raw = RawCall { func, sendbuff, recvbuff, count, datatype, op, root };
+    fn raw_call(
+        &mut self,
+        func: Func,
+        sendbuff: usize,
+        recvbuff: usize,
+        count: usize,
+        datatype: i32,
+        op: i32,
+        root: i32,
+    ) -> Result<()> {
+        let raw = RawCall {
+            func,
+            sendbuff,
+            recvbuff,
+            count,
+            datatype,
+            op,
+            root,
+        };
         let registry = std::mem::take(&mut self.registry);
         let r = self.submit(raw, &registry);
         self.registry = registry;
@@ -80,49 +103,180 @@ impl Comm {
     }
 
     /// `ncclAllReduce`
-    pub fn nccl_all_reduce(&mut self, sendbuff: usize, recvbuff: usize, count: usize, datatype: impl DtypeArg, op: impl OpArg) -> Result<()> {
+    pub fn nccl_all_reduce(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+        op: impl OpArg,
+    ) -> Result<()> {
         let op = op.resolve(self);
-        self.raw_call(Func::AllReduce, sendbuff, recvbuff, count, datatype.code(), op, 0)
+        self.raw_call(
+            Func::AllReduce,
+            sendbuff,
+            recvbuff,
+            count,
+            datatype.code(),
+            op,
+            0,
+        )
     }
     /// `ncclReduce`: `recvbuff` may be NULL except on the root.
     #[allow(clippy::too_many_arguments)]
-    pub fn nccl_reduce(&mut self, sendbuff: usize, recvbuff: usize, count: usize, datatype: impl DtypeArg, op: impl OpArg, root: i32) -> Result<()> {
+    pub fn nccl_reduce(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+        op: impl OpArg,
+        root: i32,
+    ) -> Result<()> {
         let op = op.resolve(self);
-        self.raw_call(Func::Reduce, sendbuff, recvbuff, count, datatype.code(), op, root)
+        self.raw_call(
+            Func::Reduce,
+            sendbuff,
+            recvbuff,
+            count,
+            datatype.code(),
+            op,
+            root,
+        )
     }
     /// `ncclBroadcast`: `sendbuff` is ignored except on the root.
-    pub fn nccl_broadcast(&mut self, sendbuff: usize, recvbuff: usize, count: usize, datatype: impl DtypeArg, root: i32) -> Result<()> {
-        self.raw_call(Func::Broadcast, sendbuff, recvbuff, count, datatype.code(), 0, root)
+    pub fn nccl_broadcast(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+        root: i32,
+    ) -> Result<()> {
+        self.raw_call(
+            Func::Broadcast,
+            sendbuff,
+            recvbuff,
+            count,
+            datatype.code(),
+            0,
+            root,
+        )
     }
     /// `ncclAllGather`: `sendcount` elements in, `nranks * sendcount` out.
     /// In place when `sendbuff == recvbuff + rank*sendcount`.
-    pub fn nccl_all_gather(&mut self, sendbuff: usize, recvbuff: usize, sendcount: usize, datatype: impl DtypeArg) -> Result<()> {
-        self.raw_call(Func::AllGather, sendbuff, recvbuff, sendcount, datatype.code(), 0, 0)
+    pub fn nccl_all_gather(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        sendcount: usize,
+        datatype: impl DtypeArg,
+    ) -> Result<()> {
+        self.raw_call(
+            Func::AllGather,
+            sendbuff,
+            recvbuff,
+            sendcount,
+            datatype.code(),
+            0,
+            0,
+        )
     }
     /// `ncclReduceScatter`: `nranks * recvcount` in, `recvcount` out.
     /// In place when `recvbuff == sendbuff + rank*recvcount`.
-    pub fn nccl_reduce_scatter(&mut self, sendbuff: usize, recvbuff: usize, recvcount: usize, datatype: impl DtypeArg, op: impl OpArg) -> Result<()> {
+    pub fn nccl_reduce_scatter(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        recvcount: usize,
+        datatype: impl DtypeArg,
+        op: impl OpArg,
+    ) -> Result<()> {
         let op = op.resolve(self);
-        self.raw_call(Func::ReduceScatter, sendbuff, recvbuff, recvcount, datatype.code(), op, 0)
+        self.raw_call(
+            Func::ReduceScatter,
+            sendbuff,
+            recvbuff,
+            recvcount,
+            datatype.code(),
+            op,
+            0,
+        )
     }
     /// `ncclAlltoAll`: `count` elements to and from every peer; no in-place form.
-    pub fn nccl_all_to_all(&mut self, sendbuff: usize, recvbuff: usize, count: usize, datatype: impl DtypeArg) -> Result<()> {
-        self.raw_call(Func::AlltoAll, sendbuff, recvbuff, count, datatype.code(), 0, 0)
+    pub fn nccl_all_to_all(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+    ) -> Result<()> {
+        self.raw_call(
+            Func::AlltoAll,
+            sendbuff,
+            recvbuff,
+            count,
+            datatype.code(),
+            0,
+            0,
+        )
     }
     /// `ncclGather`: `recvbuff` (nranks*count) is used on the root only.
-    pub fn nccl_gather(&mut self, sendbuff: usize, recvbuff: usize, count: usize, datatype: impl DtypeArg, root: i32) -> Result<()> {
-        self.raw_call(Func::Gather, sendbuff, recvbuff, count, datatype.code(), 0, root)
+    pub fn nccl_gather(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+        root: i32,
+    ) -> Result<()> {
+        self.raw_call(
+            Func::Gather,
+            sendbuff,
+            recvbuff,
+            count,
+            datatype.code(),
+            0,
+            root,
+        )
     }
     /// `ncclScatter`: `sendbuff` (nranks*count) is used on the root only.
-    pub fn nccl_scatter(&mut self, sendbuff: usize, recvbuff: usize, count: usize, datatype: impl DtypeArg, root: i32) -> Result<()> {
-        self.raw_call(Func::Scatter, sendbuff, recvbuff, count, datatype.code(), 0, root)
+    pub fn nccl_scatter(
+        &mut self,
+        sendbuff: usize,
+        recvbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+        root: i32,
+    ) -> Result<()> {
+        self.raw_call(
+            Func::Scatter,
+            sendbuff,
+            recvbuff,
+            count,
+            datatype.code(),
+            0,
+            root,
+        )
     }
     /// `ncclSend`: blocks until the peer's matching `ncclRecv` unless inside a group.
-    pub fn nccl_send(&mut self, sendbuff: usize, count: usize, datatype: impl DtypeArg, peer: i32) -> Result<()> {
+    pub fn nccl_send(
+        &mut self,
+        sendbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+        peer: i32,
+    ) -> Result<()> {
         self.raw_call(Func::Send, sendbuff, 0, count, datatype.code(), 0, peer)
     }
     /// `ncclRecv`
-    pub fn nccl_recv(&mut self, recvbuff: usize, count: usize, datatype: impl DtypeArg, peer: i32) -> Result<()> {
+    pub fn nccl_recv(
+        &mut self,
+        recvbuff: usize,
+        count: usize,
+        datatype: impl DtypeArg,
+        peer: i32,
+    ) -> Result<()> {
         self.raw_call(Func::Recv, 0, recvbuff, count, datatype.code(), 0, peer)
     }
     /// `ncclGroupStart`
@@ -134,4 +288,3 @@ impl Comm {
         self.group_end()
     }
 }
-

@@ -14,7 +14,10 @@ struct Slices(Vec<(usize, usize)>);
 
 impl AddressSpace for Slices {
     fn allocation_of(&self, addr: usize) -> Option<(usize, usize)> {
-        self.0.iter().copied().find(|(b, l)| addr >= *b && addr < b + (*l).max(1))
+        self.0
+            .iter()
+            .copied()
+            .find(|(b, l)| addr >= *b && addr < b + (*l).max(1))
     }
 }
 
@@ -32,7 +35,10 @@ impl Comm {
     fn bad_len(&self, func: Func, what: &str, got: usize, want: String) -> Error {
         Error::new(
             ErrorKind::BadLength,
-            format!("{}: {what} has {got} elements, expected {want}", func.name()),
+            format!(
+                "{}: {what} has {got} elements, expected {want}",
+                func.name()
+            ),
         )
         .on_rank(self.rank())
     }
@@ -50,12 +56,29 @@ impl Comm {
 
     /// Submits a typed call whose buffers are exactly `regions`.
     #[allow(clippy::too_many_arguments)]
-    fn typed<T: Element>(&mut self, func: Func, send: usize, recv: usize, count: usize, op: RedOp, root: usize, regions: Vec<(usize, usize)>) -> Result<()> {
+    fn typed<T: Element>(
+        &mut self,
+        func: Func,
+        send: usize,
+        recv: usize,
+        count: usize,
+        op: RedOp,
+        root: usize,
+        regions: Vec<(usize, usize)>,
+    ) -> Result<()> {
         let op = match op {
             RedOp::PreMulSum(s) => self.create_pre_mul_sum(s),
             o => o.builtin_code().expect("built-in op has a code"),
         };
-        let raw = RawCall { func, sendbuff: send, recvbuff: recv, count, datatype: T::DTYPE.code(), op, root: root as i32 };
+        let raw = RawCall {
+            func,
+            sendbuff: send,
+            recvbuff: recv,
+            count,
+            datatype: T::DTYPE.code(),
+            op,
+            root: root as i32,
+        };
         self.submit(raw, &Slices(regions))
     }
 
@@ -63,7 +86,15 @@ impl Comm {
         // checked here too so a bad root is reported before any length check
         if root >= self.size() {
             return crate::core::check_call(
-                &RawCall { func, sendbuff: 0, recvbuff: 0, count: 0, datatype: 0, op: 0, root: i32::try_from(root).unwrap_or(i32::MAX) },
+                &RawCall {
+                    func,
+                    sendbuff: 0,
+                    recvbuff: 0,
+                    count: 0,
+                    datatype: 0,
+                    op: 0,
+                    root: i32::try_from(root).unwrap_or(i32::MAX),
+                },
                 self.size(),
                 &|_| None,
             )
@@ -81,10 +112,20 @@ impl Comm {
     }
 
     /// Out-of-place AllReduce: `output[j] = ⊕_s input_s[j]`.
-    pub fn all_reduce_into<T: Element>(&mut self, input: &[T], output: &mut [T], op: RedOp) -> Result<()> {
+    pub fn all_reduce_into<T: Element>(
+        &mut self,
+        input: &[T],
+        output: &mut [T],
+        op: RedOp,
+    ) -> Result<()> {
         self.refuse_in_group(Func::AllReduce)?;
         if output.len() != input.len() {
-            return Err(self.bad_len(Func::AllReduce, "output", output.len(), format!("{} (the input's length)", input.len())));
+            return Err(self.bad_len(
+                Func::AllReduce,
+                "output",
+                output.len(),
+                format!("{} (the input's length)", input.len()),
+            ));
         }
         let (s, r) = (region(input), region(output));
         self.typed::<T>(Func::AllReduce, s.0, r.0, input.len(), op, 0, vec![s, r])
@@ -92,7 +133,12 @@ impl Comm {
 
     /// Reduce to `dst`: the root gets `Some(result)`, every other rank `None`
     /// (a non-root has no output to read; it passes NULL, as NCCL allows).
-    pub fn reduce<T: Element>(&mut self, input: &[T], dst: usize, op: RedOp) -> Result<Option<Vec<T>>> {
+    pub fn reduce<T: Element>(
+        &mut self,
+        input: &[T],
+        dst: usize,
+        op: RedOp,
+    ) -> Result<Option<Vec<T>>> {
         self.refuse_in_group(Func::Reduce)?;
         self.root_arg(Func::Reduce, dst)?;
         let s = region(input);
@@ -111,7 +157,12 @@ impl Comm {
     /// In-place Reduce (torch `reduce`): consumes `buf`; the root gets it back
     /// holding the result, other ranks get `None` since their buffer's
     /// contents are undefined afterwards.
-    pub fn reduce_in_place<T: Element>(&mut self, mut buf: Vec<T>, dst: usize, op: RedOp) -> Result<Option<Vec<T>>> {
+    pub fn reduce_in_place<T: Element>(
+        &mut self,
+        mut buf: Vec<T>,
+        dst: usize,
+        op: RedOp,
+    ) -> Result<Option<Vec<T>>> {
         self.refuse_in_group(Func::Reduce)?;
         let r = region(&buf);
         let n = buf.len();
@@ -124,19 +175,44 @@ impl Comm {
     pub fn broadcast<T: Element>(&mut self, buf: &mut [T], src: usize) -> Result<()> {
         self.refuse_in_group(Func::Broadcast)?;
         let r = region(buf);
-        self.typed::<T>(Func::Broadcast, r.0, r.0, buf.len(), RedOp::Sum, src, vec![r])
+        self.typed::<T>(
+            Func::Broadcast,
+            r.0,
+            r.0,
+            buf.len(),
+            RedOp::Sum,
+            src,
+            vec![r],
+        )
     }
 
     /// AllGather into one flat buffer of `size() * input.len()` elements,
     /// source-rank-major (torch `all_gather_into_tensor`).
-    pub fn all_gather_into_tensor<T: Element>(&mut self, output: &mut [T], input: &[T]) -> Result<()> {
+    pub fn all_gather_into_tensor<T: Element>(
+        &mut self,
+        output: &mut [T],
+        input: &[T],
+    ) -> Result<()> {
         self.refuse_in_group(Func::AllGather)?;
         let n = self.size();
         if output.len() != n * input.len() {
-            return Err(self.bad_len(Func::AllGather, "output", output.len(), format!("{n} ranks × {} = {}", input.len(), n * input.len())));
+            return Err(self.bad_len(
+                Func::AllGather,
+                "output",
+                output.len(),
+                format!("{n} ranks × {} = {}", input.len(), n * input.len()),
+            ));
         }
         let (s, r) = (region(input), region(output));
-        self.typed::<T>(Func::AllGather, s.0, r.0, input.len(), RedOp::Sum, 0, vec![s, r])
+        self.typed::<T>(
+            Func::AllGather,
+            s.0,
+            r.0,
+            input.len(),
+            RedOp::Sum,
+            0,
+            vec![s, r],
+        )
     }
 
     /// AllGather to a list: element `s` is rank s's input (torch `all_gather`).
@@ -144,7 +220,11 @@ impl Comm {
         let q = input.len();
         let mut flat = vec![T::default(); self.size() * q];
         self.all_gather_into_tensor(&mut flat, input)?;
-        Ok(if q == 0 { vec![Vec::new(); self.size()] } else { flat.chunks(q).map(|c| c.to_vec()).collect() })
+        Ok(if q == 0 {
+            vec![Vec::new(); self.size()]
+        } else {
+            flat.chunks(q).map(|c| c.to_vec()).collect()
+        })
     }
 
     /// In-place AllGather: `buf` holds `size() * q` elements and this rank's
@@ -153,7 +233,12 @@ impl Comm {
         self.refuse_in_group(Func::AllGather)?;
         let n = self.size();
         if !buf.len().is_multiple_of(n) {
-            return Err(self.bad_len(Func::AllGather, "buffer", buf.len(), format!("a multiple of {n} ranks")));
+            return Err(self.bad_len(
+                Func::AllGather,
+                "buffer",
+                buf.len(),
+                format!("a multiple of {n} ranks"),
+            ));
         }
         let q = buf.len() / n;
         let r = region(buf);
@@ -163,23 +248,50 @@ impl Comm {
 
     /// ReduceScatter (torch `reduce_scatter_tensor`): `input` has `size() * q`
     /// elements, `output` q; rank r gets block r of the reduction.
-    pub fn reduce_scatter_tensor<T: Element>(&mut self, output: &mut [T], input: &[T], op: RedOp) -> Result<()> {
+    pub fn reduce_scatter_tensor<T: Element>(
+        &mut self,
+        output: &mut [T],
+        input: &[T],
+        op: RedOp,
+    ) -> Result<()> {
         self.refuse_in_group(Func::ReduceScatter)?;
         let n = self.size();
         if input.len() != n * output.len() {
-            return Err(self.bad_len(Func::ReduceScatter, "input", input.len(), format!("{n} ranks × {} = {}", output.len(), n * output.len())));
+            return Err(self.bad_len(
+                Func::ReduceScatter,
+                "input",
+                input.len(),
+                format!("{n} ranks × {} = {}", output.len(), n * output.len()),
+            ));
         }
         let (s, r) = (region(input), region(output));
-        self.typed::<T>(Func::ReduceScatter, s.0, r.0, output.len(), op, 0, vec![s, r])
+        self.typed::<T>(
+            Func::ReduceScatter,
+            s.0,
+            r.0,
+            output.len(),
+            op,
+            0,
+            vec![s, r],
+        )
     }
 
     /// In-place ReduceScatter: `buf` holds `size() * q` elements; the result
     /// lands in block `rank` (`recvbuff == sendbuff + rank*q`), returned.
-    pub fn reduce_scatter_in_place<'b, T: Element>(&mut self, buf: &'b mut [T], op: RedOp) -> Result<&'b mut [T]> {
+    pub fn reduce_scatter_in_place<'b, T: Element>(
+        &mut self,
+        buf: &'b mut [T],
+        op: RedOp,
+    ) -> Result<&'b mut [T]> {
         self.refuse_in_group(Func::ReduceScatter)?;
         let n = self.size();
         if !buf.len().is_multiple_of(n) {
-            return Err(self.bad_len(Func::ReduceScatter, "buffer", buf.len(), format!("a multiple of {n} ranks")));
+            return Err(self.bad_len(
+                Func::ReduceScatter,
+                "buffer",
+                buf.len(),
+                format!("a multiple of {n} ranks"),
+            ));
         }
         let q = buf.len() / n;
         let r = region(buf);
@@ -191,7 +303,12 @@ impl Comm {
 
     /// Gather to `dst`: the root passes `Some(output)` of `size() * input.len()`
     /// elements; other ranks pass `None`.
-    pub fn gather<T: Element>(&mut self, input: &[T], output: Option<&mut [T]>, dst: usize) -> Result<()> {
+    pub fn gather<T: Element>(
+        &mut self,
+        input: &[T],
+        output: Option<&mut [T]>,
+        dst: usize,
+    ) -> Result<()> {
         self.refuse_in_group(Func::Gather)?;
         self.root_arg(Func::Gather, dst)?;
         let n = self.size();
@@ -199,20 +316,54 @@ impl Comm {
         match output {
             Some(out) if self.rank() == dst => {
                 if out.len() != n * input.len() {
-                    return Err(self.bad_len(Func::Gather, "output", out.len(), format!("{n} ranks × {} = {}", input.len(), n * input.len())));
+                    return Err(self.bad_len(
+                        Func::Gather,
+                        "output",
+                        out.len(),
+                        format!("{n} ranks × {} = {}", input.len(), n * input.len()),
+                    ));
                 }
                 let r = region(out);
-                self.typed::<T>(Func::Gather, s.0, r.0, input.len(), RedOp::Sum, dst, vec![s, r])
+                self.typed::<T>(
+                    Func::Gather,
+                    s.0,
+                    r.0,
+                    input.len(),
+                    RedOp::Sum,
+                    dst,
+                    vec![s, r],
+                )
             }
-            None if self.rank() != dst => self.typed::<T>(Func::Gather, s.0, 0, input.len(), RedOp::Sum, dst, vec![s]),
-            Some(_) => Err(Error::new(ErrorKind::InvalidUsage, format!("Gather: rank {} is not the root ({dst}) and receives nothing: pass None", self.rank())).on_rank(self.rank())),
-            None => Err(Error::new(ErrorKind::NullPointer, format!("Gather: rank {dst} is the root and must pass an output of {} elements", n * input.len())).on_rank(self.rank())),
+            None if self.rank() != dst => {
+                self.typed::<T>(Func::Gather, s.0, 0, input.len(), RedOp::Sum, dst, vec![s])
+            }
+            Some(_) => Err(Error::new(
+                ErrorKind::InvalidUsage,
+                format!(
+                    "Gather: rank {} is not the root ({dst}) and receives nothing: pass None",
+                    self.rank()
+                ),
+            )
+            .on_rank(self.rank())),
+            None => Err(Error::new(
+                ErrorKind::NullPointer,
+                format!(
+                    "Gather: rank {dst} is the root and must pass an output of {} elements",
+                    n * input.len()
+                ),
+            )
+            .on_rank(self.rank())),
         }
     }
 
     /// Scatter from `src`: the root passes `Some(input)` of `size() * output.len()`
     /// elements; other ranks pass `None`.
-    pub fn scatter<T: Element>(&mut self, input: Option<&[T]>, output: &mut [T], src: usize) -> Result<()> {
+    pub fn scatter<T: Element>(
+        &mut self,
+        input: Option<&[T]>,
+        output: &mut [T],
+        src: usize,
+    ) -> Result<()> {
         self.refuse_in_group(Func::Scatter)?;
         self.root_arg(Func::Scatter, src)?;
         let n = self.size();
@@ -220,14 +371,49 @@ impl Comm {
         match input {
             Some(inp) if self.rank() == src => {
                 if inp.len() != n * output.len() {
-                    return Err(self.bad_len(Func::Scatter, "input", inp.len(), format!("{n} ranks × {} = {}", output.len(), n * output.len())));
+                    return Err(self.bad_len(
+                        Func::Scatter,
+                        "input",
+                        inp.len(),
+                        format!("{n} ranks × {} = {}", output.len(), n * output.len()),
+                    ));
                 }
                 let s = region(inp);
-                self.typed::<T>(Func::Scatter, s.0, r.0, output.len(), RedOp::Sum, src, vec![s, r])
+                self.typed::<T>(
+                    Func::Scatter,
+                    s.0,
+                    r.0,
+                    output.len(),
+                    RedOp::Sum,
+                    src,
+                    vec![s, r],
+                )
             }
-            None if self.rank() != src => self.typed::<T>(Func::Scatter, 0, r.0, output.len(), RedOp::Sum, src, vec![r]),
-            Some(_) => Err(Error::new(ErrorKind::InvalidUsage, format!("Scatter: rank {} is not the root ({src}) and sends nothing: pass None", self.rank())).on_rank(self.rank())),
-            None => Err(Error::new(ErrorKind::NullPointer, format!("Scatter: rank {src} is the root and must pass an input of {} elements", n * output.len())).on_rank(self.rank())),
+            None if self.rank() != src => self.typed::<T>(
+                Func::Scatter,
+                0,
+                r.0,
+                output.len(),
+                RedOp::Sum,
+                src,
+                vec![r],
+            ),
+            Some(_) => Err(Error::new(
+                ErrorKind::InvalidUsage,
+                format!(
+                    "Scatter: rank {} is not the root ({src}) and sends nothing: pass None",
+                    self.rank()
+                ),
+            )
+            .on_rank(self.rank())),
+            None => Err(Error::new(
+                ErrorKind::NullPointer,
+                format!(
+                    "Scatter: rank {src} is the root and must pass an input of {} elements",
+                    n * output.len()
+                ),
+            )
+            .on_rank(self.rank())),
         }
     }
 
@@ -240,7 +426,12 @@ impl Comm {
         let r = region(buf);
         if self.rank() == dst {
             if !buf.len().is_multiple_of(n) {
-                return Err(self.bad_len(Func::Gather, "root buffer", buf.len(), format!("a multiple of {n} ranks")));
+                return Err(self.bad_len(
+                    Func::Gather,
+                    "root buffer",
+                    buf.len(),
+                    format!("a multiple of {n} ranks"),
+                ));
             }
             let q = buf.len() / n;
             let send = r.0 + dst * q * std::mem::size_of::<T>();
@@ -259,7 +450,12 @@ impl Comm {
         let r = region(buf);
         if self.rank() == src {
             if !buf.len().is_multiple_of(n) {
-                return Err(self.bad_len(Func::Scatter, "root buffer", buf.len(), format!("a multiple of {n} ranks")));
+                return Err(self.bad_len(
+                    Func::Scatter,
+                    "root buffer",
+                    buf.len(),
+                    format!("a multiple of {n} ranks"),
+                ));
             }
             let q = buf.len() / n;
             let recv = r.0 + src * q * std::mem::size_of::<T>();
@@ -309,46 +505,100 @@ impl Comm {
     /// `input_split_sizes[d]` elements go to rank d and `output_split_sizes[s]`
     /// come from rank s, as one group of Send/Recv pairs in peer order (zero
     /// counts are not sent). Each pair's two splits must agree across ranks.
-    pub fn all_to_all_single<T: Element>(&mut self, output: &mut [T], input: &[T], output_split_sizes: Option<&[usize]>, input_split_sizes: Option<&[usize]>) -> Result<()> {
+    pub fn all_to_all_single<T: Element>(
+        &mut self,
+        output: &mut [T],
+        input: &[T],
+        output_split_sizes: Option<&[usize]>,
+        input_split_sizes: Option<&[usize]>,
+    ) -> Result<()> {
         self.refuse_in_group(Func::AlltoAll)?;
         let n = self.size();
-        let check = |c: &Comm, what: &str, len: usize, splits: Option<&[usize]>| -> Result<Vec<usize>> {
-            match splits {
+        let check =
+            |c: &Comm, what: &str, len: usize, splits: Option<&[usize]>| -> Result<Vec<usize>> {
+                match splits {
                 None if len.is_multiple_of(n) => Ok(vec![len / n; n]),
-                None => Err(c.bad_len(Func::AlltoAll, what, len, format!("a multiple of {n} ranks when no split sizes are given"))),
-                Some(s) if s.len() != n => Err(Error::new(ErrorKind::BadLength, format!("AlltoAll: {what} split sizes have {} entries, expected one per rank ({n})", s.len())).on_rank(c.rank())),
-                Some(s) if s.iter().sum::<usize>() != len => Err(c.bad_len(Func::AlltoAll, what, len, format!("the sum of its split sizes {:?} = {}", s, s.iter().sum::<usize>()))),
+                None => Err(c.bad_len(
+                    Func::AlltoAll,
+                    what,
+                    len,
+                    format!("a multiple of {n} ranks when no split sizes are given"),
+                )),
+                Some(s) if s.len() != n => Err(Error::new(
+                    ErrorKind::BadLength,
+                    format!(
+                        "AlltoAll: {what} split sizes have {} entries, expected one per rank ({n})",
+                        s.len()
+                    ),
+                )
+                .on_rank(c.rank())),
+                Some(s) if s.iter().sum::<usize>() != len => Err(c.bad_len(
+                    Func::AlltoAll,
+                    what,
+                    len,
+                    format!(
+                        "the sum of its split sizes {:?} = {}",
+                        s,
+                        s.iter().sum::<usize>()
+                    ),
+                )),
                 Some(s) => Ok(s.to_vec()),
             }
-        };
+            };
         let in_splits = check(self, "input", input.len(), input_split_sizes)?;
         let out_splits = check(self, "output", output.len(), output_split_sizes)?;
         let (s, r) = (region(input), region(output));
         if input_split_sizes.is_none() && output_split_sizes.is_none() {
-            return self.typed::<T>(Func::AlltoAll, s.0, r.0, input.len() / n, RedOp::Sum, 0, vec![s, r]);
+            return self.typed::<T>(
+                Func::AlltoAll,
+                s.0,
+                r.0,
+                input.len() / n,
+                RedOp::Sum,
+                0,
+                vec![s, r],
+            );
         }
         let size = std::mem::size_of::<T>();
         let offsets = |splits: &[usize]| -> Vec<usize> {
-            splits.iter().scan(0, |acc, x| {
-                let at = *acc;
-                *acc += x;
-                Some(at)
-            }).collect()
+            splits
+                .iter()
+                .scan(0, |acc, x| {
+                    let at = *acc;
+                    *acc += x;
+                    Some(at)
+                })
+                .collect()
         };
         let (in_off, out_off) = (offsets(&in_splits), offsets(&out_splits));
         self.group(|c| {
             for peer in 0..n {
                 if in_splits[peer] != 0 {
                     let at = s.0 + in_off[peer] * size;
-                    c.typed::<T>(Func::Send, at, 0, in_splits[peer], RedOp::Sum, peer, vec![s])?;
+                    c.typed::<T>(
+                        Func::Send,
+                        at,
+                        0,
+                        in_splits[peer],
+                        RedOp::Sum,
+                        peer,
+                        vec![s],
+                    )?;
                 }
                 if out_splits[peer] != 0 {
                     let at = r.0 + out_off[peer] * size;
-                    c.typed::<T>(Func::Recv, 0, at, out_splits[peer], RedOp::Sum, peer, vec![r])?;
+                    c.typed::<T>(
+                        Func::Recv,
+                        0,
+                        at,
+                        out_splits[peer],
+                        RedOp::Sum,
+                        peer,
+                        vec![r],
+                    )?;
                 }
             }
             Ok(())
         })
     }
 }
-
