@@ -64,12 +64,7 @@ pub fn plan(opts: &Options) -> Vec<Plan> {
                 for &root in &roots {
                     let mut last_q = None;
                     for bytes in opts.sizes() {
-                        let total = bytes / dtype.size();
-                        let q = if func.alg_bytes(n, 1, 1) == n {
-                            total / n
-                        } else {
-                            total
-                        };
+                        let q = per_rank_count(func, n, dtype, bytes);
                         if q == 0 || last_q == Some(q) {
                             continue;
                         }
@@ -89,19 +84,23 @@ pub fn plan(opts: &Options) -> Vec<Plan> {
     plans
 }
 
+/// The per-rank count for nccl-tests' `size` in bytes (§6: the size is
+/// N × the count for the gathered and scattered collectives).
+fn per_rank_count(func: Func, n: usize, dtype: DataType, bytes: usize) -> usize {
+    let total = bytes / dtype.size();
+    if func.alg_bytes(n, 1, 1) == n && n > 1 {
+        total / n
+    } else {
+        total
+    }
+}
+
 /// Sizes of the sweep that give fewer than one element per rank for `func`.
 pub fn skipped(opts: &Options, func: Func, dtype: DataType) -> Vec<usize> {
     let n = opts.nranks;
     opts.sizes()
         .into_iter()
-        .filter(|b| {
-            let total = b / dtype.size();
-            (if func.alg_bytes(n, 1, 1) == n {
-                total / n
-            } else {
-                total
-            }) == 0
-        })
+        .filter(|b| per_rank_count(func, n, dtype, *b) == 0)
         .collect()
 }
 
