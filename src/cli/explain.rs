@@ -4,7 +4,7 @@
 //! `check_buffers`, bandwidth from `Func::alg_bytes`/`bus_factor`.
 //! Impossible calls (root out of range, in-place AlltoAll) are explained.
 
-use super::{fail, parse_collective, parse_dtype, parse_redop};
+use super::fail;
 use crate::core::{
     AddressSpace, DataType, Func, Layout, RawCall, RedOp, Role, check_buffers, check_call,
     in_place, layout,
@@ -15,30 +15,11 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all, gather or scatter
-    #[arg(value_parser = parse_collective, value_name = "OP")]
-    pub collective: Func,
-    /// Number of ranks in the communicator
-    #[arg(long, short = 'n')]
-    pub ranks: usize,
-    /// The API count
-    #[arg(long, short = 'c')]
-    pub count: usize,
-    /// Datatype
-    #[arg(long, short = 'd', value_parser = parse_dtype, default_value = "int32")]
-    pub dtype: DataType,
-    /// Root of reduce, broadcast, gather, scatter [default: 0]
-    #[arg(long, short = 'r', allow_hyphen_values = true)]
-    pub root: Option<i64>,
+    #[command(flatten)]
+    pub call: super::CallArgs,
     /// The rank whose pointers and C call to show [default: 0]
     #[arg(long)]
     pub rank: Option<usize>,
-    /// Explain the in-place form
-    #[arg(long)]
-    pub in_place: bool,
-    /// Reduction for the C call of reducing ops [default: sum]
-    #[arg(long = "op", short = 'o', value_parser = parse_redop)]
-    pub redop: Option<RedOp>,
 }
 
 /// Ranks shown in per-rank listings: all up to 16, else the first three,
@@ -89,8 +70,8 @@ pub fn run(args: Args) -> ExitCode {
 
 /// The explanation as text, or why the arguments are not a call at all.
 pub fn explain(args: &Args) -> Result<String, String> {
-    let func = args.collective;
-    let (n, q, dt) = (args.ranks, args.count, args.dtype);
+    let func = args.call.collective;
+    let (n, q, dt) = (args.call.ranks, args.call.count, args.call.dtype);
     super::check_size(n, q, dt, None)?;
     let me = args.rank.unwrap_or(0);
     if me >= n {
@@ -99,8 +80,8 @@ pub fn explain(args: &Args) -> Result<String, String> {
             n - 1
         ));
     }
-    let op = args.redop.unwrap_or(RedOp::Sum);
-    let root_arg = args.root.unwrap_or(0);
+    let op = args.call.redop.unwrap_or(RedOp::Sum);
+    let root_arg = args.call.root.unwrap_or(0);
     let root_i32 = i32::try_from(root_arg)
         .map_err(|_| format!("--root {root_arg} does not fit the C API's int"))?;
     let mut o = String::new();
@@ -115,18 +96,18 @@ pub fn explain(args: &Args) -> Result<String, String> {
     if func.is_rooted() {
         head.push_str(&format!(", root {root_arg}"));
     }
-    if args.in_place {
+    if args.call.in_place {
         head.push_str(", in place");
     }
     let _ = writeln!(o, "{head}\n");
-    if args.root.is_some() && !func.is_rooted() {
+    if args.call.root.is_some() && !func.is_rooted() {
         let _ = writeln!(
             o,
             "note: {} takes no root; --root is not part of this call\n",
             func.name()
         );
     }
-    if args.redop.is_some() && !func.reduces() {
+    if args.call.redop.is_some() && !func.reduces() {
         let _ = writeln!(
             o,
             "note: {} reduces nothing; --op is not part of this call\n",
@@ -160,7 +141,7 @@ pub fn explain(args: &Args) -> Result<String, String> {
         let _ = writeln!(
             o,
             "\nC call (rank {me})\n  {}",
-            c_call(func, n, me, root_arg, q, dt, op, args.in_place)
+            c_call(func, n, me, root_arg, q, dt, op, args.call.in_place)
         );
         return Ok(o);
     }
@@ -247,7 +228,7 @@ pub fn explain(args: &Args) -> Result<String, String> {
     let _ = write!(
         o,
         "{}",
-        in_place_section(func, n, me, root, q, dt, args.in_place)
+        in_place_section(func, n, me, root, q, dt, args.call.in_place)
     );
     let _ = writeln!(o);
 
@@ -321,7 +302,7 @@ pub fn explain(args: &Args) -> Result<String, String> {
     let _ = writeln!(
         o,
         "C call (rank {me})\n  {}\n",
-        c_call(func, n, me, root_arg, q, dt, op, args.in_place)
+        c_call(func, n, me, root_arg, q, dt, op, args.call.in_place)
     );
 
     let bytes = func.alg_bytes(n, q, dt.size());
@@ -597,21 +578,23 @@ mod tests {
 
     fn args(func: Func, n: usize, q: usize) -> Args {
         Args {
-            collective: func,
-            ranks: n,
-            count: q,
-            dtype: DataType::Int32,
-            root: None,
+            call: crate::cli::CallArgs {
+                collective: func,
+                ranks: n,
+                count: q,
+                dtype: DataType::Int32,
+                root: None,
+                in_place: false,
+                redop: None,
+            },
             rank: None,
-            in_place: false,
-            redop: None,
         }
     }
 
     #[test]
     fn all_gather_sizes_and_offset() {
         let mut a = args(Func::AllGather, 4, 3);
-        a.in_place = true;
+        a.call.in_place = true;
         a.rank = Some(2);
         let t = explain(&a).unwrap();
         assert!(
@@ -632,7 +615,7 @@ mod tests {
     #[test]
     fn impossible_calls_are_explained() {
         let mut a = args(Func::Broadcast, 4, 3);
-        a.root = Some(4);
+        a.call.root = Some(4);
         let t = explain(&a).unwrap();
         assert!(t.contains("REJECTED"), "{t}");
         assert!(
@@ -640,7 +623,7 @@ mod tests {
             "{t}"
         );
         let mut a = args(Func::AlltoAll, 4, 3);
-        a.in_place = true;
+        a.call.in_place = true;
         let t = explain(&a).unwrap();
         assert!(t.contains("AlltoAll has no in-place form"), "{t}");
         assert!(t.contains("ncclInvalidArgument"), "{t}");

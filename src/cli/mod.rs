@@ -109,3 +109,29 @@ pub fn check_size(
         .map(|_| ())
         .ok_or_else(|| format!("--count {count} is too large: {ranks} × {count} elements of {dt} overflow the address space"))
 }
+
+/// The call both `run` and `explain` take: the op and its arguments.
+#[derive(clap::Args, Debug)]
+pub struct CallArgs {
+    /// all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all, gather or scatter
+    #[arg(value_parser = parse_collective, value_name = "OP")]
+    pub collective: Func,
+    /// Number of ranks in the communicator
+    #[arg(long, short = 'n')]
+    pub ranks: usize,
+    /// The API count (its meaning per op: `rankwise explain`)
+    #[arg(long, short = 'c')]
+    pub count: usize,
+    /// Datatype (int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2)
+    #[arg(long, short = 'd', value_parser = parse_dtype, default_value = "int32")]
+    pub dtype: DataType,
+    /// Reduction (sum, prod, max, min, avg) of reducing ops [default: sum]
+    #[arg(long = "op", short = 'o', value_parser = parse_redop)]
+    pub redop: Option<RedOp>,
+    /// Root of reduce, broadcast, gather, scatter [default: 0]; out-of-range roots show the rejection
+    #[arg(long, short = 'r', allow_hyphen_values = true)]
+    pub root: Option<i64>,
+    /// Use the op's in-place pointer equation
+    #[arg(long)]
+    pub in_place: bool,
+}

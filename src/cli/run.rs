@@ -4,8 +4,8 @@
 //! undefined or unused are shown as null and never read. A call the engine
 //! rejects prints its error with the `ncclResult_t` name and exits 2.
 
-use super::{FAILED, MAX_LOCAL_RANKS, REJECTED, fail, parse_collective, parse_dtype, parse_redop};
-use crate::core::{DataType, ErrorKind, Func, RedOp, Role, layout};
+use super::{FAILED, MAX_LOCAL_RANKS, REJECTED, fail};
+use crate::core::{DataType, ErrorKind, RedOp, Role, layout};
 use crate::local::{self, LaunchOptions};
 use crate::verify::cases::native::{self, Inputs, Spec};
 use crate::verify::cases::{Actual, Outcome};
@@ -17,27 +17,8 @@ use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all, gather or scatter
-    #[arg(value_parser = parse_collective, value_name = "OP")]
-    pub collective: Func,
-    /// Number of local ranks
-    #[arg(long, short = 'n')]
-    pub ranks: usize,
-    /// The API count (its meaning per op: `rankwise explain`)
-    #[arg(long, short = 'c')]
-    pub count: usize,
-    /// Datatype (int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2)
-    #[arg(long, short = 'd', value_parser = parse_dtype, default_value = "int32")]
-    pub dtype: DataType,
-    /// Reduction (sum, prod, max, min, avg) for all_reduce, reduce, reduce_scatter [default: sum]
-    #[arg(long = "op", short = 'o', value_parser = parse_redop)]
-    pub redop: Option<RedOp>,
-    /// Root of reduce, broadcast, gather, scatter [default: 0]; out-of-range roots show the rejection
-    #[arg(long, short = 'r', allow_hyphen_values = true)]
-    pub root: Option<i64>,
-    /// Use the op's in-place pointer equation
-    #[arg(long)]
-    pub in_place: bool,
+    #[command(flatten)]
+    pub call: super::CallArgs,
     /// encoded (source*10000 + block*100 + offset), iota, random, or a JSON file {"inputs": [[...] per rank]}
     #[arg(long, default_value = "encoded")]
     pub inputs: String,
@@ -63,21 +44,21 @@ pub fn run(args: Args) -> ExitCode {
 type Prepared = (Spec, Vec<Vec<f64>>, Option<String>);
 
 fn prepare(args: &Args) -> Result<Prepared, String> {
-    let func = args.collective;
-    let (n, q, dt) = (args.ranks, args.count, args.dtype);
+    let func = args.call.collective;
+    let (n, q, dt) = (args.call.ranks, args.call.count, args.call.dtype);
     super::check_size(n, q, dt, Some(MAX_LOCAL_RANKS))?;
     if n * q > MAX_ELEMENTS {
         return Err(format!(
             "--ranks {n} × --count {q} is more than run shows ({MAX_ELEMENTS} elements); use a smaller count"
         ));
     }
-    if args.redop.is_some() && !func.reduces() {
+    if args.call.redop.is_some() && !func.reduces() {
         return Err(format!("{} takes no reduction op (--op)", func.cli_name()));
     }
-    if args.root.is_some() && !func.is_rooted() {
+    if args.call.root.is_some() && !func.is_rooted() {
         return Err(format!("{} takes no root (--root)", func.cli_name()));
     }
-    let root = args.root.unwrap_or(0);
+    let root = args.call.root.unwrap_or(0);
     if i32::try_from(root).is_err() {
         return Err(format!("--root {root} does not fit the C API's int"));
     }
@@ -85,9 +66,9 @@ fn prepare(args: &Args) -> Result<Prepared, String> {
         func,
         dtype: dt,
         count: q,
-        op: args.redop.unwrap_or(RedOp::Sum),
+        op: args.call.redop.unwrap_or(RedOp::Sum),
         root,
-        in_place: args.in_place,
+        in_place: args.call.in_place,
         null_when_allowed: true,
         inputs: Inputs::Matrix,
     };
@@ -240,7 +221,7 @@ fn number(dt: DataType, x: f64) -> Value {
 }
 
 fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<f64>>, note: Option<String>) -> ExitCode {
-    let n = args.ranks;
+    let n = args.call.ranks;
     let shared = Arc::new(inputs);
     let spec = Spec {
         inputs: Inputs::Given(shared.clone()),
