@@ -299,3 +299,25 @@ fn timeout_names_the_rank_that_never_arrives() {
         );
     }
 }
+
+#[test]
+fn premulsum_calls_reuse_one_op_per_scalar() {
+    let codes = local::launch(2, |c| {
+        let mut x = [1.0f32; 4];
+        for _ in 0..3 {
+            c.all_reduce(&mut x, RedOp::PreMulSum(0.5))?;
+        }
+        c.all_reduce(&mut x, RedOp::PreMulSum(2.0))?;
+        // the next code handed out shows how many ops the calls created
+        Ok((x, c.create_pre_mul_sum(3.0)))
+    })
+    .unwrap();
+    for (x, next) in codes {
+        // over 2 ranks, PreMulSum(0.5) sums 2 × x/2 = x; PreMulSum(2) sums 2 × 2x = 4x
+        assert_eq!(x, [4.0; 4]);
+        assert_eq!(
+            next, 7,
+            "codes 5 and 6 for the two scalars, nothing per call"
+        );
+    }
+}

@@ -95,6 +95,20 @@ impl Comm {
     }
 
     /// Creates a PreMulSum op (`ncclRedOpCreatePreMulSum`) and returns its code.
+    /// The code of a live PreMulSum op with this scalar, created on first
+    /// use: calls that pass `RedOp::PreMulSum` directly reuse one code per
+    /// scalar instead of creating an op per call.
+    pub(super) fn pre_mul_sum_code(&mut self, scalar: f64) -> i32 {
+        match self
+            .premul
+            .iter()
+            .position(|s| s.is_some_and(|s| s.to_bits() == scalar.to_bits()))
+        {
+            Some(i) => crate::core::redop::NUM_BUILTIN_OPS + i as i32,
+            None => self.create_pre_mul_sum(scalar),
+        }
+    }
+
     pub fn create_pre_mul_sum(&mut self, scalar: f64) -> i32 {
         self.premul.push(Some(scalar));
         crate::core::redop::NUM_BUILTIN_OPS + self.premul.len() as i32 - 1

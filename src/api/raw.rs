@@ -38,7 +38,7 @@ impl OpArg for i32 {
 impl OpArg for RedOp {
     fn resolve(self, comm: &mut Comm) -> i32 {
         match self {
-            RedOp::PreMulSum(s) => comm.create_pre_mul_sum(s),
+            RedOp::PreMulSum(s) => comm.pre_mul_sum_code(s),
             op => op.builtin_code().expect("built-in op has a code"),
         }
     }

@@ -89,7 +89,7 @@ impl Comm {
         traced: bool,
     ) -> Result<()> {
         let op = match op {
-            RedOp::PreMulSum(s) => self.create_pre_mul_sum(s),
+            RedOp::PreMulSum(s) => self.pre_mul_sum_code(s),
             o => o.builtin_code().expect("built-in op has a code"),
         };
         let raw = RawCall {
