@@ -184,6 +184,37 @@ impl Phase {
         }
     }
 
+    /// Writes one cache line's worth of elements (`LINE` bytes) to `dst`.
+    /// With `stream` and `dst` on a line boundary, non-temporal stores write
+    /// the whole line without reading it first (weakly ordered until
+    /// [`Phase::fence`], as in [`Phase::copy_stream`]); otherwise plain
+    /// stores.
+    #[inline(always)]
+    pub fn write_line<T: Element>(&self, dst: usize, line: &[T], stream: bool) {
+        assert_eq!(
+            std::mem::size_of_val(line),
+            LINE,
+            "write_line: not one line"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if stream && dst.is_multiple_of(LINE) {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            let src = line.as_ptr() as *const __m128i;
+            let dst = dst as *mut __m128i;
+            // SAFETY: module doc: `dst` starts a live, checked line that no
+            // other thread touches now; it is 64-byte (so 16-byte) aligned
+            // as `_mm_stream_si128` requires, `line` holds 64 bytes, and
+            // SSE2 is part of x86-64.
+            unsafe {
+                for k in 0..LINE / 16 {
+                    _mm_stream_si128(dst.add(k), _mm_loadu_si128(src.add(k)));
+                }
+            }
+            return;
+        }
+        self.write(dst, line);
+    }
+
     /// Orders every streaming store made so far before any later store (the
     /// rendezvous that tells other ranks the data is there).
     pub fn fence(&self) {
@@ -227,6 +258,9 @@ fn store_fence() {
         std::arch::x86_64::_mm_sfence()
     }
 }
+
+/// Bytes in a cache line: the unit of [`Phase::write_line`].
+pub const LINE: usize = 64;
 
 /// Below this many bytes a plain copy is as fast and keeps the data cached.
 const STREAM_MIN: usize = 4096;

@@ -62,33 +62,66 @@ arith_via_f32!(f16, bf16, F8E4M3, F8E5M2);
 /// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
 /// `acc` must have the inputs' length. `nranks` is the communicator size
 /// (Avg divides by it).
-///
-/// Each op gets its own monomorphic loop (the element function is a generic
-/// parameter, not a function pointer), so the compiler inlines and
-/// vectorises it.
 #[inline]
 pub fn reduce_into<'a, T: Arith>(
     acc: &mut [T],
     op: RedOp,
     nranks: usize,
-    input: impl FnMut(usize) -> &'a [T],
+    input: impl Fn(usize) -> &'a [T],
 ) {
+    reduce_blocks(acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
+}
+
+/// [`reduce_into`] for many blocks of `block.len()` elements: for each `at`
+/// of `starts`, `block = x_0[at..] ⊕ x_1[at..] ⊕ …` where `input(s, at)`
+/// yields x_s from element `at`, then `emit(at, block)`.
+///
+/// Each op gets its own monomorphic loop over the blocks (the element
+/// function is a generic parameter, not a function pointer, and the op is
+/// matched once, not per block), so the compiler inlines and vectorises it;
+/// a block of a few cache lines can stay in registers.
+#[inline]
+pub fn reduce_blocks<'a, T: Arith>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    mut emit: impl FnMut(usize, &[T]),
+) {
+    let n = nranks;
     let float = T::DTYPE.is_float();
-    match op {
-        RedOp::Sum => fold_all(acc, nranks, input, T::add),
-        RedOp::Prod => fold_all(acc, nranks, input, T::mul),
-        RedOp::Max => fold_all(acc, nranks, input, T::max),
-        RedOp::Min => fold_all(acc, nranks, input, T::min),
-        // floats: multiply every input by 1/N rounded to the type, then sum
-        RedOp::Avg if float => pre_mul_sum(acc, nranks, input, T::from_f64(1.0 / nranks as f64)),
-        // integers: sum, then divide by N
-        RedOp::Avg => {
-            fold_all(acc, nranks, input, T::add);
-            for a in acc.iter_mut() {
-                *a = T::div_n(*a, nranks);
+    // one loop over the blocks per arm below
+    macro_rules! blocks {
+        (|$acc:ident, $at:ident| $fold:expr) => {
+            for $at in starts {
+                let $acc = &mut *block;
+                $fold;
+                emit($at, block);
             }
+        };
+    }
+    match op {
+        RedOp::Sum => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::add)),
+        RedOp::Prod => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::mul)),
+        RedOp::Max => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::max)),
+        RedOp::Min => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::min)),
+        // floats: multiply every input by 1/N rounded to the type, then sum
+        RedOp::Avg if float => {
+            let scalar = T::from_f64(1.0 / n as f64);
+            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
         }
-        RedOp::PreMulSum(s) => pre_mul_sum(acc, nranks, input, T::from_f64(s)),
+        // integers: sum, then divide by N
+        RedOp::Avg => blocks!(|acc, at| {
+            fold_all(acc, n, |s| input(s, at), T::add);
+            for a in acc.iter_mut() {
+                *a = T::div_n(*a, n);
+            }
+        }),
+        RedOp::PreMulSum(s) => {
+            let scalar = T::from_f64(s);
+            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
+        }
     }
 }
 

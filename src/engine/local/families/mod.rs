@@ -7,9 +7,10 @@
 //! Speed (see BENCHMARKS.md): the work is split so that every rank moves an
 //! equal share and every input byte is read from memory once. Large copies
 //! go in chunks that stay in cache between the N destinations they are
-//! written to, and when a call's outputs are large ([`streaming`]) they are
-//! written with non-temporal stores, which skip reading each destination
-//! line before overwriting it.
+//! written to; large reductions go a few cache lines at a time, reduced in
+//! registers and stored straight to every output. When a call's outputs are
+//! large ([`streaming`]) they are written with non-temporal stores, which
+//! skip reading each destination line before overwriting it.
 
 mod alltoall;
 mod broadcast;

@@ -1,12 +1,15 @@
 //! AllReduce, Reduce, ReduceScatter.
 //!
 //! AllReduce and Reduce split the `count` elements into N contiguous shares
-//! (whole cache lines); rank r reduces share r across all N inputs, chunk by
-//! chunk into an L1-sized accumulator on its stack, and writes the result to
-//! every output (AllReduce) or the root's (Reduce). Share r of every input
-//! and output is touched by rank r alone, and within a chunk all reads
-//! precede all writes, so in-place calls (send == recv) are safe. Each output
-//! element is computed once and copied, so all ranks receive
+//! (whole cache lines); rank r reduces share r across all N inputs and
+//! writes the result to every output (AllReduce) or the root's (Reduce).
+//! Large shares are reduced a block of a few cache lines at a time in
+//! registers and stored straight to the outputs; small ones (and the
+//! partial lines at a share's ends) chunk by chunk into an L1-sized
+//! accumulator on the stack, then copied out. Share r of every input and
+//! output is touched by rank r alone, and within a block or chunk all reads
+//! precede all writes, so in-place calls (send == recv) are safe. Each
+//! output element is computed once and copied, so all ranks receive
 //! bitwise-identical results. Every input byte is read once and every output
 //! byte written once: the least traffic an AllReduce can have.
 //!
@@ -14,18 +17,17 @@
 //! input. Other ranks read other blocks, so the in-place form (recv = block r
 //! of r's own send) is safe for the same reason.
 
-use super::super::memory::Phase;
-use super::super::reduce::{Arith, reduce_into};
+use super::super::memory::{LINE, Phase};
+use super::super::reduce::{Arith, reduce_blocks, reduce_into};
 use crate::core::{Call, RedOp, share};
 use crate::with_element_type;
+use std::ops::Range;
 
-/// Accumulator elements: 16 KiB of f64, 8 KiB of f32; L1 holds it while the
-/// inputs stream through.
+/// Accumulator elements for the chunked path: 16 KiB of f64, 8 KiB of f32;
+/// L1 holds it while the inputs stream through.
 const ACC: usize = 2048;
 /// Calls this small use a small accumulator (cheaper to set up).
 const SMALL: usize = 64;
-/// Shares are whole cache lines so two ranks never write the same line.
-const LINE: usize = 64;
 
 /// Runs `f` with a stack accumulator of at least `len.min(ACC)` elements.
 #[inline(always)]
@@ -39,8 +41,25 @@ fn with_acc<T: Arith, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
     }
 }
 
+/// Shares at least this large (beyond a core's L2) are reduced in blocks
+/// of lines even when no output streams (in place): from memory, blocks keep
+/// reads and writes in flight together (64 MiB in-place ReduceScatter, N=2:
+/// 96–109% of the copy bound instead of 67–73%); in cache, the chunked
+/// path's wide copies are faster (1 MiB AllReduce: about 3x).
+const LINED_BYTES: usize = 2 << 20;
+
 /// Reduces elements `range` of every rank's input (at `input(s)`, element 0)
-/// and writes each chunk to every address `outputs` yields.
+/// and writes them to every output.
+///
+/// Large ranges go a block of lines of the outputs at a time ([`lines`]):
+/// reduced in registers and stored straight to every output, so memory
+/// reads and writes stay in flight together, as in a plain copy (an
+/// accumulator in L1 split each chunk into a read phase and a write phase:
+/// 64 MiB out-of-place AllReduce, interleaved runs, median 84% of the copy
+/// bound instead of 73% at N=2, 90% instead of 50% at N=4). A streamed line must be a whole line of its output, so every
+/// streamed output must sit at the same offset within a line; the partial
+/// lines at the ends, ranges whose streamed outputs do not line up, and
+/// small ranges go through an accumulator ([`chunks`]).
 #[inline(always)]
 fn reduce_range<T: Arith>(
     p: &Phase,
@@ -48,8 +67,76 @@ fn reduce_range<T: Arith>(
     n: usize,
     input: impl Fn(usize) -> usize,
     outputs: &[Out],
-    range: std::ops::Range<usize>,
+    range: Range<usize>,
 ) {
+    let size = std::mem::size_of::<T>();
+    let per_block = BLOCK_LINES * LINE / size;
+    // the line grid: that of the streamed outputs, which must share it
+    let lead = match outputs.iter().find(|o| o.stream) {
+        Some(o) => o.addr,
+        None if range.len() * size >= LINED_BYTES => outputs[0].addr,
+        None => return chunks::<T>(p, op, n, &input, outputs, range),
+    };
+    let start = lead + range.start * size;
+    let skip = (LINE - start % LINE) % LINE;
+    let lined = skip.is_multiple_of(size)
+        && outputs
+            .iter()
+            .all(|o| !o.stream || o.addr % LINE == lead % LINE);
+    if !lined || range.len() < skip / size + per_block {
+        return chunks::<T>(p, op, n, &input, outputs, range);
+    }
+    let body = range.start + skip / size;
+    let tail = body + (range.end - body) / per_block * per_block;
+    chunks::<T>(p, op, n, &input, outputs, range.start..body);
+    lines::<T>(p, op, n, &input, outputs, body..tail);
+    chunks::<T>(p, op, n, &input, outputs, tail..range.end);
+}
+
+/// Lines reduced together: a few, so the per-block work (slices of N
+/// inputs) is spread over more bytes, while the block stays in registers.
+const BLOCK_LINES: usize = 4;
+
+/// [`reduce_range`] for whole blocks of lines of the outputs.
+#[inline(always)]
+fn lines<T: Arith>(
+    p: &Phase,
+    op: RedOp,
+    n: usize,
+    input: &impl Fn(usize) -> usize,
+    outputs: &[Out],
+    range: Range<usize>,
+) {
+    let size = std::mem::size_of::<T>();
+    let per_line = LINE / size;
+    // room for a block of one-byte elements; wider types use the front
+    let mut buf = [T::default(); BLOCK_LINES * LINE];
+    let per_block = BLOCK_LINES * per_line;
+    let block = &mut buf[..per_block];
+    let input = |s: usize, at: usize| p.view::<T>(input(s) + at * size, per_block);
+    let starts = range.step_by(per_block);
+    reduce_blocks(block, starts, op, n, input, |at, block| {
+        for &Out { addr, stream } in outputs {
+            for (k, line) in block.chunks_exact(per_line).enumerate() {
+                p.write_line(addr + (at + k * per_line) * size, line, stream);
+            }
+        }
+    });
+}
+
+/// [`reduce_range`] through an accumulator, chunk by chunk.
+#[inline(always)]
+fn chunks<T: Arith>(
+    p: &Phase,
+    op: RedOp,
+    n: usize,
+    input: &impl Fn(usize) -> usize,
+    outputs: &[Out],
+    range: Range<usize>,
+) {
+    if range.is_empty() {
+        return;
+    }
     let size = std::mem::size_of::<T>();
     with_acc::<T, ()>(range.len(), |buf| {
         let chunk = buf.len();
@@ -81,7 +168,7 @@ struct Out {
 }
 
 /// Rank `me`'s share of `count` elements, in whole cache lines.
-fn my_share(count: usize, size: usize, n: usize, me: usize) -> std::ops::Range<usize> {
+fn my_share(count: usize, size: usize, n: usize, me: usize) -> Range<usize> {
     let per_line = (LINE / size).max(1);
     let lines = share(count.div_ceil(per_line), n, me);
     (lines.start * per_line).min(count)..(lines.end * per_line).min(count)
@@ -141,4 +228,39 @@ pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
         stream,
     }];
     with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff + block, &outputs, 0..c.count));
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::core::RedOp;
+    use crate::engine::local::launch;
+
+    #[test]
+    fn large_outputs_at_any_offset_within_a_line() {
+        // outputs of 8 MiB and more stream; rank r's buffers start `shift(r)`
+        // elements into their allocations, so the outputs line up with each
+        // other or not, and the shares start anywhere within a line
+        let len = (1 << 20) + 5;
+        for shifts in [[0, 0], [3, 3], [0, 1], [5, 2]] {
+            let outs = launch(2, |c| {
+                let r = c.rank();
+                let input: Vec<f32> = (0..len + 8).map(|i| (i * (r + 1)) as f32).collect();
+                let mut out = vec![0f32; len + 8];
+                let s = shifts[r];
+                c.all_reduce_into(&input[s..s + len], &mut out[s..s + len], RedOp::Sum)?;
+                let mut inplace: Vec<f32> = input[s..s + len].to_vec();
+                c.all_reduce(&mut inplace, RedOp::Sum)?;
+                Ok((out, inplace, s))
+            })
+            .unwrap();
+            for (out, inplace, s) in outs {
+                let want = |i: usize, sr: [usize; 2]| ((i + sr[0]) + 2 * (i + sr[1])) as f32;
+                assert!(out[..s].iter().chain(&out[s + len..]).all(|x| *x == 0.0));
+                for i in 0..len {
+                    assert_eq!(out[s + i], want(i, shifts), "{shifts:?} element {i}");
+                    assert_eq!(inplace[i], want(i, shifts), "{shifts:?} in place {i}");
+                }
+            }
+        }
+    }
 }
