@@ -47,7 +47,7 @@ fn reduce_range<T: Arith>(
     op: RedOp,
     n: usize,
     input: impl Fn(usize) -> usize,
-    outputs: &[Out],
+    outputs: impl Iterator<Item = Out> + Clone,
     range: std::ops::Range<usize>,
 ) {
     let size = std::mem::size_of::<T>();
@@ -58,7 +58,7 @@ fn reduce_range<T: Arith>(
             let len = chunk.min(range.end - at);
             let acc = &mut buf[..len];
             reduce_into(acc, op, n, |s| p.view::<T>(input(s) + at * size, len));
-            for &Out { addr, stream } in outputs {
+            for Out { addr, stream } in outputs.clone() {
                 if stream {
                     p.copy_stream(acc.as_ptr() as usize, addr + at * size, len * size);
                 } else {
@@ -74,7 +74,7 @@ fn reduce_range<T: Arith>(
 /// call is large and the output is not an input of the same elements (in
 /// place, the lines were just read and sit in cache: a plain store needs no
 /// extra read, and a streaming one would have to evict them first).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Out {
     addr: usize,
     stream: bool,
@@ -87,33 +87,24 @@ fn my_share(count: usize, size: usize, n: usize, me: usize) -> std::ops::Range<u
     (lines.start * per_line).min(count)..(lines.end * per_line).min(count)
 }
 
-/// Output addresses without allocating: N is at most this for the stack list.
-const MAX_STACK_OUTPUTS: usize = 64;
-
 pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let n = calls.len();
     let range = my_share(c.count, c.datatype.size(), n, me);
+    if range.is_empty() {
+        return;
+    }
     let stream = super::streaming(n * c.count * c.datatype.size());
     let input = |s: usize| calls[s].sendbuff;
     // write this rank's own output last: the others' lines are colder
-    let order = |k: usize| {
+    let outputs = (0..n).map(|k| {
         let d = &calls[(me + 1 + k) % n];
         Out {
             addr: d.recvbuff,
             stream: stream && d.recvbuff != d.sendbuff,
         }
-    };
-    if n <= MAX_STACK_OUTPUTS {
-        let mut outs = [Out::default(); MAX_STACK_OUTPUTS];
-        for (k, o) in outs.iter_mut().take(n).enumerate() {
-            *o = order(k);
-        }
-        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs[..n], range));
-    } else {
-        let outs: Vec<Out> = (0..n).map(order).collect();
-        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs, range));
-    }
+    });
+    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, outputs, range));
 }
 
 pub fn reduce(p: &Phase, me: usize, calls: &[Call]) {
@@ -121,12 +112,12 @@ pub fn reduce(p: &Phase, me: usize, calls: &[Call]) {
     let n = calls.len();
     let root = &calls[c.root];
     let stream = super::streaming(c.count * c.datatype.size()) && root.recvbuff != root.sendbuff;
-    let outputs = [Out {
+    let outputs = std::iter::once(Out {
         addr: root.recvbuff,
         stream,
-    }];
+    });
     let range = my_share(c.count, c.datatype.size(), n, me);
-    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff, &outputs, range));
+    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff, outputs, range));
 }
 
 pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
@@ -136,9 +127,9 @@ pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
     // the output starts at element 0; inputs are offset to block `me`
     let stream =
         super::streaming(n * c.count * c.datatype.size()) && c.recvbuff != c.sendbuff + block;
-    let outputs = [Out {
+    let outputs = std::iter::once(Out {
         addr: c.recvbuff,
         stream,
-    }];
-    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff + block, &outputs, 0..c.count));
+    });
+    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff + block, outputs, 0..c.count));
 }
