@@ -104,11 +104,15 @@ pub fn check_buffers(
     } else {
         ""
     };
-    let mut regions = Vec::with_capacity(2);
-    for (name, addr, elems, role) in [
+    // at most two regions, kept on the stack: this runs on every call
+    let mut regions: [Option<Region>; 2] = [None, None];
+    for (i, (name, addr, elems, role)) in [
         ("sendbuff", call.sendbuff, l.send_elems, l.send_role),
         ("recvbuff", call.recvbuff, l.recv_elems, l.recv_role),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         if elems == 0 {
             continue;
         }
@@ -163,9 +167,9 @@ pub fn check_buffers(
             }
             Some(_) => {}
         }
-        regions.push(Region { name, addr, elems });
+        regions[i] = Some(Region { name, addr, elems });
     }
-    if let [s, r] = regions.as_slice() {
+    if let [Some(s), Some(r)] = &regions {
         let overlap = s.addr < r.addr + r.elems * size && r.addr < s.addr + s.elems * size;
         if overlap && !layout::is_in_place(func, rank, call.root, call.count, size, s.addr, r.addr)
         {

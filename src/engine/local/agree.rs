@@ -3,7 +3,7 @@
 //! turns into hangs or silent corruption, this is what makes the data phase
 //! memory-safe: extents were checked per rank against that rank's own count.
 
-use super::exec::Posted;
+use super::post::Posted;
 use crate::core::{Error, ErrorKind};
 use std::collections::BTreeMap;
 

@@ -2,98 +2,12 @@
 //! one rank: publish, rendezvous, agree, move data, complete.
 
 use super::memory::Phase;
+use super::post::{PAYLOAD_BYTES, Posted};
 use super::world::{SendSlot, WaitFor, World, lock};
 use super::{agree, families};
-use crate::core::{Call, DataType, Error, ErrorKind, Func, RedOp};
+use crate::core::{Call, Error, ErrorKind, Func};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-/// What a rank publishes for the collective part of a launch.
-#[derive(Debug, Default, Clone)]
-pub struct Posted {
-    pub op_count: u64,
-    pub calls: Vec<Call>,
-}
-
-/// A launch of a single collective, posted without a lock: one cache line
-/// of atomics that the coordinator reads in one transfer (a mutex and a
-/// vector would take two or three). The owner writes it before arriving at
-/// the launch's rendezvous and readers read it after, so the rendezvous
-/// orders the accesses, and nobody reads it once the owner can post again
-/// (the module doc of [`collectives`] says why).
-#[derive(Default)]
-pub struct OnePost {
-    /// 1: this launch is the one call below; 0: read `World::posted`
-    single: AtomicU64,
-    op_count: AtomicU64,
-    /// func index | datatype code << 8 | op kind << 16 | op code << 32
-    head: AtomicU64,
-    sendbuff: AtomicU64,
-    recvbuff: AtomicU64,
-    count: AtomicU64,
-    root: AtomicU64,
-    /// PreMulSum's scalar, as bits
-    scalar: AtomicU64,
-}
-
-impl OnePost {
-    fn store(&self, op_count: u64, c: Option<&Call>) {
-        let Some(c) = c else {
-            self.single.store(0, Relaxed);
-            return;
-        };
-        let func = Func::ALL.iter().position(|f| *f == c.func).unwrap_or(0) as u64;
-        let (kind, scalar) = match c.op {
-            RedOp::Sum => (0, 0.0),
-            RedOp::Prod => (1, 0.0),
-            RedOp::Max => (2, 0.0),
-            RedOp::Min => (3, 0.0),
-            RedOp::Avg => (4, 0.0),
-            RedOp::PreMulSum(s) => (5, s),
-        };
-        let head =
-            func | (c.datatype.code() as u64) << 8 | kind << 16 | (c.op_code as u32 as u64) << 32;
-        self.op_count.store(op_count, Relaxed);
-        self.head.store(head, Relaxed);
-        self.sendbuff.store(c.sendbuff as u64, Relaxed);
-        self.recvbuff.store(c.recvbuff as u64, Relaxed);
-        self.count.store(c.count as u64, Relaxed);
-        self.root.store(c.root as u64, Relaxed);
-        self.scalar.store(scalar.to_bits(), Relaxed);
-        self.single.store(1, Relaxed);
-    }
-
-    /// The posted call, when the launch is a single one.
-    fn load(&self, into: &mut Posted) -> bool {
-        if self.single.load(Relaxed) == 0 {
-            return false;
-        }
-        let head = self.head.load(Relaxed);
-        let op = match (head >> 16) & 0xFF {
-            0 => RedOp::Sum,
-            1 => RedOp::Prod,
-            2 => RedOp::Max,
-            3 => RedOp::Min,
-            4 => RedOp::Avg,
-            _ => RedOp::PreMulSum(f64::from_bits(self.scalar.load(Relaxed))),
-        };
-        let call = Call {
-            func: Func::ALL[(head & 0xFF) as usize],
-            sendbuff: self.sendbuff.load(Relaxed) as usize,
-            recvbuff: self.recvbuff.load(Relaxed) as usize,
-            count: self.count.load(Relaxed) as usize,
-            datatype: DataType::from_code(((head >> 8) & 0xFF) as i32).unwrap_or(DataType::Int8),
-            op,
-            op_code: (head >> 32) as u32 as i32,
-            root: self.root.load(Relaxed) as usize,
-        };
-        into.op_count = self.op_count.load(Relaxed);
-        into.calls.clear();
-        into.calls.push(call);
-        true
-    }
-}
 
 /// The work of one launch, in call order.
 #[derive(Debug, Default)]
@@ -106,10 +20,16 @@ pub struct Launch {
 /// Per-rank scratch reused across launches.
 #[derive(Default)]
 pub struct Scratch {
+    /// collective launches this rank made on the communicator so far
+    seq: u64,
     all: Vec<Posted>,
     /// every rank's call at one position of the launch
     one: Vec<Call>,
+    /// inline launches: every rank's payload, [`PAYLOAD_WORDS`] words each
+    inputs: Vec<u64>,
 }
+
+const PAYLOAD_WORDS: usize = PAYLOAD_BYTES / 8;
 
 pub fn execute(
     world: &Arc<World>,
@@ -177,39 +97,149 @@ fn alone(all: &[Posted], oversubscribed: bool) -> bool {
         }
 }
 
+/// Whether a single call is small enough to go inline: every rank posts a
+/// copy of its send buffer and computes its own results from the copies.
+/// Decided from fields the ranks must agree on (a rooted call's largest
+/// buffers are the root's), so ranks with agreeing calls decide alike;
+/// ranks that decide differently passed different calls, and the first to
+/// read the posts reports the mismatch.
+fn small(c: &Call, n: usize, oversubscribed: bool) -> bool {
+    let l = c.layout(n, c.root);
+    let size = c.datatype.size();
+    let limit = if oversubscribed {
+        ALONE_BYTES_OVERSUBSCRIBED
+    } else {
+        ALONE_BYTES
+    };
+    l.send_elems * size <= PAYLOAD_BYTES && l.send_elems.max(l.recv_elems) * size * n <= limit
+}
+
 /// One launch's collectives on rank `me`.
 ///
-/// Every rank posts its calls and arrives at the launch's rendezvous. The
-/// last to arrive coordinates: it reads every rank's posts, checks they
-/// agree, and either (small launches, [`alone`]) moves all the data itself
-/// and releases the others with the launch done, or releases them to move
-/// their shares in parallel, after which a completion rendezvous keeps every
-/// buffer alive until all ranks are done. While the coordinator works alone,
-/// every other rank is blocked in this call, so their posts and buffers stay
-/// as posted; they do not read each other's posts in that mode, which is why
-/// the one rendezvous suffices.
+/// Every rank posts its launch in its mailbox (`post.rs`). A single small
+/// call ([`small`]) then finishes without touching another rank's memory:
+/// once every rank's post is there, each rank checks that they agree and
+/// computes its own results from the posted payloads: one wait, and nothing
+/// to hand over. A rank may leave that wait early (a timeout), since nobody
+/// reads its buffers.
+///
+/// Other launches arrive at the launch's rendezvous. The last to arrive
+/// coordinates: it reads every rank's posts, checks they agree, and either
+/// (small launches, [`alone`]) moves all the data itself and releases the
+/// others with the launch done, or releases them to move their shares in
+/// parallel, after which a completion rendezvous keeps every buffer alive
+/// until all ranks are done. While the coordinator works alone, every other
+/// rank is blocked in this call, so their posts and buffers stay as posted;
+/// they do not read each other's posts in that mode, which is why the one
+/// rendezvous suffices.
 fn collectives(
     world: &Arc<World>,
     me: usize,
     launch: &Launch,
     scratch: &mut Scratch,
 ) -> Result<(), Error> {
-    if let [one] = launch.colls.as_slice() {
-        world.one[me].store(launch.op_count, Some(one));
-    } else {
-        world.one[me].store(launch.op_count, None);
+    let seq = scratch.seq;
+    scratch.seq += 1;
+    let single = match launch.colls.as_slice() {
+        [one] => Some(one),
+        _ => None,
+    };
+    let inline = single
+        .filter(|c| world.threads.check_agreement && small(c, world.n, world.oversubscribed()));
+    if single.is_none() {
         let mut slot = lock(&world.posted[me]);
         slot.op_count = launch.op_count;
         slot.calls.clear();
         slot.calls.extend_from_slice(&launch.colls);
     }
+    let mailbox = &world.mailbox[me];
+    match inline {
+        Some(c) => {
+            let bytes = c.layout(world.n, me).send_elems * c.datatype.size();
+            // SAFETY: reads this rank's own send buffer, checked when the
+            // call was made. No other rank writes it now: only the data
+            // phase of a launch this rank takes part in could, and its last
+            // launch completed while this one has not started.
+            let phase = unsafe { Phase::enter() };
+            mailbox.post(
+                seq,
+                launch.op_count,
+                single,
+                phase.view::<u8>(c.sendbuff, bytes),
+            );
+        }
+        None => mailbox.post(seq, launch.op_count, single, &[]),
+    }
+    world.wake();
     if world.has_failed() {
         return Err(world.failure(me));
     }
+    match inline {
+        Some(c) => inline_launch(world, me, launch, scratch, seq, c),
+        None => shared_launch(world, me, launch, scratch, seq),
+    }
+}
+
+/// A small single call: wait for every post, agree, and compute this rank's
+/// results from the payloads (see [`collectives`]).
+fn inline_launch(
+    world: &Arc<World>,
+    me: usize,
+    launch: &Launch,
+    scratch: &mut Scratch,
+    seq: u64,
+    c: &Call,
+) -> Result<(), Error> {
+    world.wait(me, WaitFor::AllPosted { seq }, &|| describe(launch))?;
+    let n = world.n;
+    let fail = |e: Error| {
+        let e = e.on_rank(me);
+        world.fail(e.clone());
+        e
+    };
+    // the common case compares a few words; any difference gets the full
+    // comparison, which explains it (or finds it irrelevant)
+    let key = world.mailbox[me].key(seq);
+    if world.mailbox.iter().any(|m| m.key(seq) != key) {
+        read_posts(world, scratch, seq);
+        agree::collectives(&scratch.all).map_err(fail)?;
+    }
+    let size = c.datatype.size();
+    scratch.inputs.resize(n * PAYLOAD_WORDS, 0);
+    for (r, words) in scratch.inputs.chunks_mut(PAYLOAD_WORDS).enumerate() {
+        let used = (c.layout(n, r).send_elems * size).div_ceil(8);
+        world.mailbox[r].payload(seq, &mut words[..used]);
+    }
+    let inputs = scratch.inputs.as_ptr() as usize;
+    // SAFETY: reads only this rank's copies of the payloads and writes only
+    // its own recv buffer, checked when the call was made. No other rank
+    // touches that buffer in an inline launch (each computes its own
+    // results), and this rank's last launch completed.
+    let phase = unsafe { Phase::enter() };
+    let moved = catch_unwind(AssertUnwindSafe(|| {
+        families::own(&phase, me, n, c, |r| inputs + r * PAYLOAD_BYTES)
+    }));
+    moved.map_err(|_| {
+        fail(Error::new(
+            ErrorKind::Internal,
+            format!("rank {me} panicked while computing {}", c.func),
+        ))
+    })
+}
+
+/// A launch whose ranks move data between each other's buffers (see
+/// [`collectives`]).
+fn shared_launch(
+    world: &Arc<World>,
+    me: usize,
+    launch: &Launch,
+    scratch: &mut Scratch,
+    seq: u64,
+) -> Result<(), Error> {
     let (generation, last) = world.arrival.arrive(world.n);
     let (verdict, done) = if last {
         // the coordinator
-        read_posts(world, scratch);
+        read_posts(world, scratch, seq);
         let verdict = if world.threads.check_agreement {
             agree::collectives(&scratch.all)
         } else {
@@ -238,7 +268,7 @@ fn collectives(
             }
             return Ok(());
         }
-        read_posts(world, scratch);
+        read_posts(world, scratch, seq);
         let verdict = match lock(&world.verdict).clone() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -288,15 +318,14 @@ fn collectives(
     result
 }
 
-/// Copies every rank's posted calls into `scratch.all`.
-fn read_posts(world: &Arc<World>, scratch: &mut Scratch) {
+/// Copies every rank's posted launch `seq` into `scratch.all`.
+fn read_posts(world: &Arc<World>, scratch: &mut Scratch, seq: u64) {
     scratch.all.resize_with(world.n, Posted::default);
     for (r, dst) in scratch.all.iter_mut().enumerate() {
-        if world.one[r].load(dst) {
+        if world.mailbox[r].load(seq, dst) {
             continue;
         }
         let src = lock(&world.posted[r]);
-        dst.op_count = src.op_count;
         dst.calls.clear();
         dst.calls.extend_from_slice(&src.calls);
     }
@@ -432,6 +461,7 @@ fn withdraw_sends(world: &Arc<World>, me: usize, sent: &[(usize, u64)]) {
 mod tests {
     use super::{ALONE_BYTES, ALONE_BYTES_OVERSUBSCRIBED};
     use crate::core::{ErrorKind, RedOp};
+    use crate::engine::local::post::PAYLOAD_BYTES;
     use crate::engine::local::{LaunchOptions, launch, launch_each};
     use std::time::Duration;
 
@@ -478,6 +508,49 @@ mod tests {
                 let e = e.as_ref().expect_err("every rank fails");
                 assert_eq!(e.kind, ErrorKind::Mismatch, "rank {r}: {e}");
                 assert!(e.message.contains("count differs"), "{}", e.message);
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_that_disagree_on_going_inline_get_the_mismatch() {
+        // rank 1's count makes its call too large to go inline: it waits at
+        // the rendezvous while the others read its post and report
+        let big = PAYLOAD_BYTES + ALONE_BYTES.max(ALONE_BYTES_OVERSUBSCRIBED);
+        let res = launch_each(quick(), 3, |c| {
+            let mut x = vec![1u8; if c.rank() == 1 { big } else { 8 }];
+            c.all_reduce(&mut x, RedOp::Sum)
+        })
+        .unwrap();
+        for (r, e) in res.iter().enumerate() {
+            let e = e.as_ref().expect_err("every rank fails");
+            assert_eq!(e.kind, ErrorKind::Mismatch, "rank {r}: {e}");
+            assert!(e.message.contains("count differs"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn back_to_back_inline_launches_never_read_a_stale_slot() {
+        // many small calls in a row cycle through both mailbox slots; each
+        // result depends on the call's index, so a stale slot shows
+        for n in [2, 3] {
+            let outs = launch(n, |c| {
+                let r = c.rank() as i64;
+                let mut got = Vec::new();
+                for k in 0..50i64 {
+                    let mut x = [r * 100 + k, k];
+                    c.all_reduce(&mut x, RedOp::Sum)?;
+                    got.push(x);
+                }
+                Ok(got)
+            })
+            .unwrap();
+            let n = n as i64;
+            for got in outs {
+                for (k, x) in got.iter().enumerate() {
+                    let k = k as i64;
+                    assert_eq!(*x, [100 * n * (n - 1) / 2 + n * k, n * k], "call {k}");
+                }
             }
         }
     }

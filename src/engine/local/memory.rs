@@ -11,6 +11,12 @@
 //! by its owner while others use it. The collectives partition the work so
 //! that no two threads write the same byte, and no thread reads bytes that
 //! another writes in the same phase (each family's module says how).
+//!
+//! A small call goes inline instead (`exec.rs`): its owner copies its own
+//! send buffer into its mailbox when posting, and computes its own results
+//! from every rank's copy into its own recv buffer. Neither touches another
+//! rank's memory, and no other rank writes this rank's buffers then: only a
+//! data phase of a launch this rank takes part in could.
 
 use crate::core::{AddressSpace, Element, Error, ErrorKind, Result};
 use std::cell::UnsafeCell;
@@ -232,6 +238,18 @@ impl Phase {
         // 16-byte aligned and offsets are whole elements; typed slices are
         // aligned by construction).
         unsafe { std::slice::from_raw_parts(addr as *const T, len) }
+    }
+
+    /// A mutable view of `len` elements that no other thread reads or
+    /// writes while it lives, and that overlaps no other view.
+    #[allow(clippy::mut_from_ref)]
+    pub fn view_mut<T: Element>(&self, addr: usize, len: usize) -> &mut [T] {
+        if len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `view`, and the caller holds the only access to the
+        // extent (a rank's own output in a call that nobody else writes).
+        unsafe { std::slice::from_raw_parts_mut(addr as *mut T, len) }
     }
 
     /// Writes elements to `dst`, which no other thread reads or writes now.

@@ -1,13 +1,17 @@
 //! The local engine: ranks are threads of this process sharing one address
-//! space. A collective needs no staging copies: after every rank has posted
-//! its call, each rank moves its share of the data directly between the
-//! other ranks' buffers (`families`). Point-to-point calls meet in per-pair
-//! queues (`exec`). Every wait is bounded (`world`).
+//! space. Every rank posts its call in its mailbox (`post`). A small call
+//! carries a copy of its send buffer there, and each rank computes its own
+//! results from the copies (`families::own`). A larger one needs no staging
+//! copies: after every rank has posted, each rank moves its share of the
+//! data directly between the other ranks' buffers (`families`).
+//! Point-to-point calls meet in per-pair queues (`exec`). Every wait is
+//! bounded (`world`).
 
 mod agree;
 pub(crate) mod exec;
 mod families;
 pub mod memory;
+mod post;
 pub mod reduce;
 pub(crate) mod world;
 

@@ -13,7 +13,10 @@
 
 use crate::core::{Error, ErrorKind, Func};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -114,6 +117,8 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub enum WaitFor {
     /// all ranks to arrive at collective generation `generation`
     Arrival { generation: u64 },
+    /// all ranks to post their collective launch number `seq`
+    AllPosted { seq: u64 },
     /// rank `src` to post Send number `seq` to `dst`
     Posted { src: usize, dst: usize, seq: u64 },
     /// rank `dst` to complete the Recv of Send number `seq` from `src`
@@ -328,9 +333,10 @@ pub struct World {
     pub arrival: Padded<Barrier>,
     pub done: Padded<Barrier>,
     pub pairs: Vec<Pair>,
-    pub posted: Vec<Padded<Mutex<super::exec::Posted>>>,
-    /// single-call launches, posted without a lock
-    pub one: Vec<Padded<super::exec::OnePost>>,
+    /// group launches' calls (a single call's are in its mailbox)
+    pub posted: Vec<Padded<Mutex<super::post::Posted>>>,
+    /// each rank's posts of its collective launches
+    pub mailbox: Vec<super::post::Mailbox>,
     /// `(g + 1) << 1 | alone`: the coordinator of collective generation `g`
     /// released the other ranks, having done the whole launch (`alone`) or
     /// for them to move their shares
@@ -339,7 +345,7 @@ pub struct World {
     pub verdict: Mutex<Option<Error>>,
     /// per rank: the last launch it entered on this communicator, packed as
     /// `(func index << 56 | opCount) + 1`, 0 for none
-    pub entered: Vec<AtomicU64>,
+    pub entered: Vec<Padded<AtomicU64>>,
     failed: AtomicBool,
     failure: Mutex<Option<Error>>,
 }
@@ -355,10 +361,10 @@ impl World {
             done: Padded::default(),
             pairs: (0..n * n).map(|_| Pair::default()).collect(),
             posted: (0..n).map(|_| Padded::default()).collect(),
-            one: (0..n).map(|_| Padded::default()).collect(),
+            mailbox: (0..n).map(|_| Default::default()).collect(),
             go: Padded::default(),
             verdict: Mutex::new(None),
-            entered: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            entered: (0..n).map(|_| Padded::default()).collect(),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
         });
@@ -396,7 +402,8 @@ impl World {
     /// Records that rank `me` entered launch `op_count` starting with `func`.
     pub fn enter(&self, me: usize, func: Func, op_count: u64) {
         let idx = Func::ALL.iter().position(|f| *f == func).unwrap_or(0) as u64;
-        self.entered[me].store(((idx << 56) | (op_count & ((1 << 56) - 1))) + 1, SeqCst);
+        // read only for diagnostics: no ordering needed beyond its own value
+        self.entered[me].store(((idx << 56) | (op_count & ((1 << 56) - 1))) + 1, Relaxed);
     }
 
     fn last_entered(&self, r: usize) -> String {
@@ -454,6 +461,7 @@ impl World {
     fn ready(&self, on: &WaitFor) -> bool {
         match *on {
             WaitFor::Arrival { generation } => self.released(generation).is_some(),
+            WaitFor::AllPosted { seq } => self.mailbox.iter().all(|m| m.has(seq)),
             WaitFor::Posted { src, dst, seq } => self.pair(src, dst).posted.load(SeqCst) > seq,
             WaitFor::Completed { src, dst, seq } => {
                 self.pair(src, dst).completed.load(SeqCst) > seq
@@ -614,7 +622,7 @@ impl Threads {
         let peer_of = |w: &Wait| match w.on {
             WaitFor::Posted { src, .. } => Some(src),
             WaitFor::Completed { dst, .. } => Some(dst),
-            WaitFor::Arrival { .. } => None,
+            WaitFor::Arrival { .. } | WaitFor::AllPosted { .. } => None,
         };
         for (r, w) in waits {
             let Some(peer) = peer_of(w) else { continue };

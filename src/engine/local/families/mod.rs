@@ -2,7 +2,9 @@
 //! function runs on rank `me` after every rank posted an agreed call
 //! (`calls[r]` is rank r's), does this rank's share, and touches memory only
 //! through the [`Phase`] token. Each file states why its reads and writes
-//! never race, in-place forms included.
+//! never race, in-place forms included. Small calls take another path,
+//! [`own`]: each rank computes only its own results from copies of every
+//! rank's input.
 //!
 //! Speed (see BENCHMARKS.md): the work is split so that every rank moves an
 //! equal share and every input byte is read from memory once. Large copies
@@ -15,7 +17,10 @@
 mod alltoall;
 mod broadcast;
 mod gather;
+mod own;
 mod reduction;
+
+pub use own::own;
 
 use super::memory::Phase;
 use crate::core::{Call, Func};

@@ -174,13 +174,17 @@ fn my_share(count: usize, size: usize, n: usize, me: usize) -> Range<usize> {
     (lines.start * per_line).min(count)..(lines.end * per_line).min(count)
 }
 
-/// Output addresses without allocating: N is at most this for the stack list.
-const MAX_STACK_OUTPUTS: usize = 64;
+/// Output addresses without allocating: N is at most this for the stack
+/// list (small, since every call initialises the whole list).
+const MAX_STACK_OUTPUTS: usize = 16;
 
 pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let n = calls.len();
     let range = my_share(c.count, c.datatype.size(), n, me);
+    if range.is_empty() {
+        return;
+    }
     let stream = super::streaming(n * c.count * c.datatype.size());
     let input = |s: usize| calls[s].sendbuff;
     // write this rank's own output last: the others' lines are colder

@@ -1,0 +1,232 @@
+//! What a rank publishes for the collective part of a launch: its mailbox.
+//!
+//! Each rank owns a [`Mailbox`] of two slots and posts its `k`-th
+//! collective launch on a communicator into slot `k % 2`, writing the
+//! launch number last. A slot holds one call as plain words (a group's
+//! calls go to the lock-protected `World::posted` instead), and for a small
+//! call a copy of the rank's send buffer too (the payload), so the other
+//! ranks can compute their results without touching this rank's memory.
+//!
+//! Why two slots suffice: a rank posts launch `k + 1` only after finishing
+//! launch `k`, and it finishes launch `k` only after every rank posted `k`,
+//! which each does only after finishing launch `k − 1`, the last one that
+//! read slot `(k + 1) % 2`. So nobody still reads a slot when its owner
+//! overwrites it.
+//!
+//! The fields are atomics written with relaxed stores and published by the
+//! release store of `seq`; a reader that sees the launch number it expects
+//! in `seq` (acquire) sees the whole post. Everything a small call needs
+//! sits in the slot's first cache line: a two-rank 8-byte AllReduce costs
+//! each rank one line transfer from its peer.
+
+use crate::core::{Call, DataType, Func, RedOp};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of send buffer a slot can carry.
+pub const PAYLOAD_BYTES: usize = 256;
+const PAYLOAD_WORDS: usize = PAYLOAD_BYTES / 8;
+/// Payload words in the first cache line, beside the call.
+const FIRST_WORDS: usize = 3;
+
+/// What a rank publishes for the collective part of a launch, as read back.
+#[derive(Debug, Default, Clone)]
+pub struct Posted {
+    pub op_count: u64,
+    pub calls: Vec<Call>,
+}
+
+/// `head` of a slot whose launch is a group: its calls are in `World::posted`.
+const GROUP: u64 = u64::MAX;
+
+#[derive(Default)]
+#[repr(C, align(128))]
+struct Slot {
+    // first line: enough to agree on a call and to use a small payload
+    /// launch number + 1 of the post in this slot; 0 before any
+    seq: AtomicU64,
+    /// func index | datatype code << 8 | op kind << 16 | op code << 32, or GROUP
+    head: AtomicU64,
+    count: AtomicU64,
+    root: AtomicU64,
+    /// PreMulSum's scalar, as bits
+    scalar: AtomicU64,
+    first: [AtomicU64; FIRST_WORDS],
+    // second line onwards
+    op_count: AtomicU64,
+    sendbuff: AtomicU64,
+    recvbuff: AtomicU64,
+    rest: [AtomicU64; PAYLOAD_WORDS - FIRST_WORDS],
+}
+
+impl Slot {
+    fn word(&self, i: usize) -> &AtomicU64 {
+        if i < FIRST_WORDS {
+            &self.first[i]
+        } else {
+            &self.rest[i - FIRST_WORDS]
+        }
+    }
+}
+
+/// One rank's posts (see the module doc).
+#[derive(Default)]
+pub struct Mailbox {
+    slots: [Slot; 2],
+}
+
+fn op_parts(op: RedOp) -> (u64, f64) {
+    match op {
+        RedOp::Sum => (0, 0.0),
+        RedOp::Prod => (1, 0.0),
+        RedOp::Max => (2, 0.0),
+        RedOp::Min => (3, 0.0),
+        RedOp::Avg => (4, 0.0),
+        RedOp::PreMulSum(s) => (5, s),
+    }
+}
+
+impl Mailbox {
+    /// Posts launch `seq`: `call` when it is a single call (None: a group,
+    /// posted in `World::posted` beforehand), with `payload` (at most
+    /// [`PAYLOAD_BYTES`]) for the others to read.
+    pub fn post(&self, seq: u64, op_count: u64, call: Option<&Call>, payload: &[u8]) {
+        use Ordering::Relaxed;
+        let s = &self.slots[(seq % 2) as usize];
+        match call {
+            None => s.head.store(GROUP, Relaxed),
+            Some(c) => {
+                let func = Func::ALL.iter().position(|f| *f == c.func).unwrap_or(0) as u64;
+                let (kind, scalar) = op_parts(c.op);
+                let head = func
+                    | (c.datatype.code() as u64) << 8
+                    | kind << 16
+                    | (c.op_code as u32 as u64) << 32;
+                s.head.store(head, Relaxed);
+                s.count.store(c.count as u64, Relaxed);
+                s.root.store(c.root as u64, Relaxed);
+                s.scalar.store(scalar.to_bits(), Relaxed);
+                s.sendbuff.store(c.sendbuff as u64, Relaxed);
+                s.recvbuff.store(c.recvbuff as u64, Relaxed);
+            }
+        }
+        s.op_count.store(op_count, Relaxed);
+        debug_assert!(payload.len() <= PAYLOAD_BYTES);
+        for (i, chunk) in payload.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            s.word(i).store(u64::from_ne_bytes(w), Relaxed);
+        }
+        // publishes the fields above; sequentially consistent so that a
+        // waiter about to park either sees it or is seen by the wake-up
+        s.seq.store(seq + 1, Ordering::SeqCst);
+    }
+
+    /// Whether launch `seq` is posted here.
+    pub fn has(&self, seq: u64) -> bool {
+        self.slots[(seq % 2) as usize].seq.load(Ordering::Acquire) == seq + 1
+    }
+
+    /// Reads posted launch `seq` into `into`; false when it is a group (its
+    /// calls are in `World::posted`; `into.op_count` is set either way).
+    /// Call only once [`Mailbox::has`] returned true for `seq`.
+    pub fn load(&self, seq: u64, into: &mut Posted) -> bool {
+        use Ordering::Relaxed;
+        let s = &self.slots[(seq % 2) as usize];
+        into.op_count = s.op_count.load(Relaxed);
+        let head = s.head.load(Relaxed);
+        if head == GROUP {
+            return false;
+        }
+        let op = match (head >> 16) & 0xFF {
+            0 => RedOp::Sum,
+            1 => RedOp::Prod,
+            2 => RedOp::Max,
+            3 => RedOp::Min,
+            4 => RedOp::Avg,
+            _ => RedOp::PreMulSum(f64::from_bits(s.scalar.load(Relaxed))),
+        };
+        let call = Call {
+            func: Func::ALL[(head & 0xFF) as usize],
+            sendbuff: s.sendbuff.load(Relaxed) as usize,
+            recvbuff: s.recvbuff.load(Relaxed) as usize,
+            count: s.count.load(Relaxed) as usize,
+            datatype: DataType::from_code(((head >> 8) & 0xFF) as i32).unwrap_or(DataType::Int8),
+            op,
+            op_code: (head >> 32) as u32 as i32,
+            root: s.root.load(Relaxed) as usize,
+        };
+        into.calls.clear();
+        into.calls.push(call);
+        true
+    }
+
+    /// What agreement compares of posted single call `seq`, as raw words:
+    /// func, datatype, op kind, count, root, scalar (not the op's code,
+    /// which may legitimately differ between ranks). Equal keys mean equal
+    /// signatures; different keys need the full comparison, which ignores
+    /// fields the call does not use (a root, an op).
+    pub fn key(&self, seq: u64) -> [u64; 4] {
+        use Ordering::Relaxed;
+        let s = &self.slots[(seq % 2) as usize];
+        [
+            s.head.load(Relaxed) & 0xFFFF_FFFF,
+            s.count.load(Relaxed),
+            s.root.load(Relaxed),
+            s.scalar.load(Relaxed),
+        ]
+    }
+
+    /// Copies the payload of posted launch `seq` into `into` (at most
+    /// [`PAYLOAD_BYTES`] / 8 words).
+    pub fn payload(&self, seq: u64, into: &mut [u64]) {
+        let s = &self.slots[(seq % 2) as usize];
+        for (i, w) in into.iter_mut().enumerate() {
+            *w = s.word(i).load(Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_post_reads_back_whole_and_slots_alternate() {
+        let m = Mailbox::default();
+        let c = Call {
+            func: Func::ReduceScatter,
+            sendbuff: 0x1000,
+            recvbuff: 0x2000,
+            count: 7,
+            datatype: DataType::Bfloat16,
+            op: RedOp::PreMulSum(0.25),
+            op_code: 5,
+            root: 0,
+        };
+        let payload: Vec<u8> = (0..PAYLOAD_BYTES).map(|i| (i * 7 + 1) as u8).collect();
+        m.post(0, 11, Some(&c), &payload);
+        assert!(m.has(0) && !m.has(1) && !m.has(2));
+        m.post(1, 12, None, &[]);
+        assert!(
+            m.has(0) && m.has(1),
+            "launch 1 leaves launch 0's slot alone"
+        );
+        let mut p = Posted::default();
+        assert!(m.load(0, &mut p));
+        assert_eq!((p.op_count, p.calls.as_slice()), (11, [c].as_slice()));
+        let mut words = vec![0u64; PAYLOAD_WORDS];
+        m.payload(0, &mut words);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert_eq!(bytes, payload, "every payload byte, in order");
+        assert!(!m.load(1, &mut p), "a group is read elsewhere");
+        assert_eq!(p.op_count, 12);
+        m.post(2, 13, Some(&c), &[]);
+        assert!(m.has(2) && !m.has(0), "launch 2 reuses launch 0's slot");
+    }
+
+    #[test]
+    fn the_call_and_a_small_payload_share_the_first_line() {
+        assert_eq!(std::mem::offset_of!(Slot, op_count), 64);
+        assert_eq!(std::mem::size_of::<Slot>() % 128, 0);
+    }
+}
