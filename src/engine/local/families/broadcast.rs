@@ -19,7 +19,7 @@ pub fn broadcast(p: &Phase, me: usize, calls: &[Call]) {
     let n = calls.len();
     let bytes = c.count * c.datatype.size();
     let src = calls[c.root].sendbuff;
-    let stream = super::streaming(n * bytes);
+    let stream = super::streaming(calls);
     let lines = share(bytes.div_ceil(64), n, me);
     let (start, end) = ((lines.start * 64).min(bytes), (lines.end * 64).min(bytes));
     let mut at = start;
@@ -36,7 +36,7 @@ pub fn broadcast(p: &Phase, me: usize, calls: &[Call]) {
 pub fn scatter(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
-    let stream = super::streaming(calls.len() * bytes);
+    let stream = super::streaming(calls);
     super::copy(
         p,
         stream,

@@ -17,7 +17,7 @@ pub fn all_gather(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let n = calls.len();
     let bytes = c.count * c.datatype.size();
-    let stream = super::streaming(n * n * bytes);
+    let stream = super::streaming(calls);
     let mut at = 0;
     while at < bytes {
         let len = COPY_CHUNK.min(bytes - at);
@@ -38,7 +38,7 @@ pub fn all_gather(p: &Phase, me: usize, calls: &[Call]) {
 pub fn gather(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
-    let stream = super::streaming(calls.len() * bytes);
+    let stream = super::streaming(calls);
     super::copy(
         p,
         stream,

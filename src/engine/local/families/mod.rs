@@ -25,18 +25,53 @@ pub use own::own;
 use super::memory::Phase;
 use crate::core::{Call, Func};
 
-/// Outputs (all ranks together) at least this large are written with
-/// streaming stores: far beyond the private caches, they would only evict
-/// the inputs.
-pub const STREAM_BYTES: usize = 4 << 20;
-
 /// Bytes per piece of a large copy: a piece read once stays in L2 while it
 /// is written to every destination.
 pub const COPY_CHUNK: usize = 64 << 10;
 
-/// Whether a call writing `out_bytes` bytes (all ranks) streams its stores.
-pub fn streaming(out_bytes: usize) -> bool {
-    out_bytes >= STREAM_BYTES
+/// Whether a call writes its outputs with streaming stores: when its
+/// buffers (every rank's inputs and outputs) are larger than
+/// [`stream_threshold`]. Below that, the benchmark's repeated calls and an
+/// application's next step find the data in the shared cache, and a
+/// streaming store would send it to memory instead.
+pub fn streaming(calls: &[Call]) -> bool {
+    let n = calls.len();
+    let touched: usize = calls
+        .iter()
+        .enumerate()
+        .map(|(r, c)| {
+            let l = c.layout(n, r);
+            (l.send_elems + l.recv_elems) * c.datatype.size()
+        })
+        .sum();
+    touched > stream_threshold()
+}
+
+/// Half the last-level cache (what is left when other work shares it), or
+/// 16 MiB when the size cannot be read.
+pub fn stream_threshold() -> usize {
+    static THRESHOLD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THRESHOLD.get_or_init(|| last_level_cache().unwrap_or(32 << 20) / 2)
+}
+
+/// The largest cache of CPU 0, in bytes, from Linux's sysfs.
+fn last_level_cache() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
+        .filter_map(|s| parse_cache_size(&s))
+        .max()
+}
+
+/// `32768K`, `2M` or `512` (bytes), as sysfs writes cache sizes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, unit) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.parse::<usize>().ok().map(|v| v * unit)
 }
 
 /// Copies with the store kind chosen for the whole call.
@@ -67,5 +102,18 @@ fn share(p: &Phase, me: usize, calls: &[Call]) {
         Func::Scatter => broadcast::scatter(p, me, calls),
         Func::AlltoAll => alltoall::all_to_all(p, me, calls),
         Func::Send | Func::Recv => unreachable!("point-to-point calls do not run as collectives"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("2M"), Some(2 << 20));
+        assert_eq!(parse_cache_size("4096"), Some(4096));
+        assert_eq!(parse_cache_size("big"), None);
     }
 }

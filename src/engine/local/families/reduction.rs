@@ -185,7 +185,7 @@ pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
     if range.is_empty() {
         return;
     }
-    let stream = super::streaming(n * c.count * c.datatype.size());
+    let stream = super::streaming(calls);
     let input = |s: usize| calls[s].sendbuff;
     // write this rank's own output last: the others' lines are colder
     let order = |k: usize| {
@@ -211,7 +211,7 @@ pub fn reduce(p: &Phase, me: usize, calls: &[Call]) {
     let c = &calls[me];
     let n = calls.len();
     let root = &calls[c.root];
-    let stream = super::streaming(c.count * c.datatype.size()) && root.recvbuff != root.sendbuff;
+    let stream = super::streaming(calls) && root.recvbuff != root.sendbuff;
     let outputs = [Out {
         addr: root.recvbuff,
         stream,
@@ -225,8 +225,7 @@ pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
     let n = calls.len();
     let block = me * c.count * c.datatype.size();
     // the output starts at element 0; inputs are offset to block `me`
-    let stream =
-        super::streaming(n * c.count * c.datatype.size()) && c.recvbuff != c.sendbuff + block;
+    let stream = super::streaming(calls) && c.recvbuff != c.sendbuff + block;
     let outputs = [Out {
         addr: c.recvbuff,
         stream,
@@ -241,10 +240,11 @@ mod tests {
 
     #[test]
     fn large_outputs_at_any_offset_within_a_line() {
-        // outputs of 8 MiB and more stream; rank r's buffers start `shift(r)`
-        // elements into their allocations, so the outputs line up with each
-        // other or not, and the shares start anywhere within a line
-        let len = (1 << 20) + 5;
+        // large enough to stream (2 ranks × send and recv of `len` f32 are
+        // 16·len bytes); rank r's buffers start `shift(r)` elements into
+        // their allocations, so the outputs line up with each other or not,
+        // and the shares start anywhere within a line
+        let len = super::super::stream_threshold() / 16 + 5;
         for shifts in [[0, 0], [3, 3], [0, 1], [5, 2]] {
             let outs = launch(2, |c| {
                 let r = c.rank();
