@@ -156,7 +156,64 @@ const E5M2: MiniFloat = MiniFloat {
 };
 
 impl MiniFloat {
-    fn decode(&self, bits: u8) -> f32 {
+    /// Every code's value, computed from the bit fields at compile time:
+    /// decoding is one table lookup.
+    const fn values(&self) -> [f32; 256] {
+        let m = self.mant_bits;
+        let mut out = [0f32; 256];
+        let mut c = 0;
+        while c < 256 {
+            let sign = ((c as u32) & 0x80) << 24;
+            let mag = (c & 0x7F) as u32;
+            let exp_field = mag >> m;
+            let mant = mag & ((1 << m) - 1);
+            let exp_all_ones = (1 << (7 - m)) - 1;
+            let bits = if self.has_inf && exp_field == exp_all_ones {
+                if mant == 0 { 0x7F80_0000 } else { 0x7FC0_0000 }
+            } else if !self.has_inf && mag == self.nan_code as u32 {
+                0x7FC0_0000
+            } else if exp_field == 0 {
+                // mant × 2^(1 - bias - m): exact in f32
+                let unit = f32::from_bits(((1 - self.bias - m as i32 + 127) as u32) << 23);
+                (mant as f32 * unit).to_bits()
+            } else {
+                (((exp_field as i32 - self.bias + 127) as u32) << 23) | (mant << (23 - m))
+            };
+            out[c] = f32::from_bits(sign | bits);
+            c += 1;
+        }
+        out
+    }
+
+    /// [`MiniFloat::encode_exact`] with integer arithmetic on the f32 bits:
+    /// a normal result rounds the f32 significand to `mant_bits` bits (ties
+    /// to even, a carry moving into the exponent); a subnormal one scales by
+    /// a power of two (exact) and rounds to an integer.
+    #[inline]
+    fn encode(&self, x: f32) -> u8 {
+        let bits = x.to_bits();
+        let sign = ((bits >> 24) & 0x80) as u8;
+        let abs = bits & 0x7FFF_FFFF;
+        if abs > 0x7F80_0000 {
+            return sign | self.nan_code;
+        }
+        let m = self.mant_bits;
+        let shift = 23 - m;
+        let min_normal = ((1 - self.bias + 127) as u32) << 23;
+        let code = if abs < min_normal {
+            let up = f32::from_bits(((self.bias - 1 + m as i32 + 127) as u32) << 23);
+            (f32::from_bits(abs) * up).round_ties_even() as u32
+        } else {
+            let rounded = abs + ((1 << (shift - 1)) - 1) + ((abs >> shift) & 1);
+            (rounded >> shift) - (((127 - self.bias) as u32) << m)
+        };
+        sign | code.min(self.max_code as u32) as u8
+    }
+
+    /// The reference decoder, from the format's definition in f64 (the tests
+    /// check the table against it).
+    #[cfg(test)]
+    fn decode_exact(&self, bits: u8) -> f32 {
         let sign: f64 = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
         let mag = bits & 0x7F;
         let exp_field = (mag >> self.mant_bits) as i32;
@@ -182,8 +239,11 @@ impl MiniFloat {
     }
 
     /// Round to nearest, ties to even, saturating to the largest finite value
-    /// (NCCL converts with `__NV_SATFINITE`).
-    fn encode(&self, x: f32) -> u8 {
+    /// (NCCL converts with `__NV_SATFINITE`): the reference encoder, from
+    /// the format's definition in f64 (the tests check [`MiniFloat::encode`]
+    /// against it).
+    #[cfg(test)]
+    fn encode_exact(&self, x: f32) -> u8 {
         let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
         if x.is_nan() {
             return sign | self.nan_code;
@@ -222,8 +282,11 @@ impl MiniFloat {
     }
 }
 
+static E4M3_VALUES: [f32; 256] = E4M3.values();
+static E5M2_VALUES: [f32; 256] = E5M2.values();
+
 macro_rules! fp8_type {
-    ($name:ident, $fmt:ident, $doc:literal) => {
+    ($name:ident, $fmt:ident, $values:ident, $doc:literal) => {
         #[doc = $doc]
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
         #[repr(transparent)]
@@ -233,7 +296,7 @@ macro_rules! fp8_type {
                 $name($fmt.encode(x))
             }
             pub fn to_f32(self) -> f32 {
-                $fmt.decode(self.0)
+                $values[self.0 as usize]
             }
         }
         impl fmt::Debug for $name {
@@ -246,11 +309,13 @@ macro_rules! fp8_type {
 fp8_type!(
     F8E4M3,
     E4M3,
+    E4M3_VALUES,
     "`ncclFloat8e4m3`: 1 sign, 4 exponent, 3 mantissa bits, no infinity, max 448."
 );
 fp8_type!(
     F8E5M2,
     E5M2,
+    E5M2_VALUES,
     "`ncclFloat8e5m2`: 1 sign, 5 exponent, 2 mantissa bits, IEEE-like, max 57344."
 );
 
@@ -385,6 +450,55 @@ mod tests {
             let b = F8E5M2(c);
             if b.to_f32().is_finite() {
                 assert_eq!(F8E5M2::from_f32(b.to_f32()).0, c, "e5m2 code {c:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn fp8_table_matches_the_reference_decoder() {
+        for fmt in [&E4M3, &E5M2] {
+            let table = fmt.values();
+            for c in 0..=255u8 {
+                let (got, want) = (table[c as usize], fmt.decode_exact(c));
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "code {c:#x}: {got} != {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fp8_fast_encoder_matches_the_reference() {
+        // every value near a code or a midpoint between two codes (where
+        // rounding decides), a sweep of all f32 bit patterns, and specials
+        let mut xs: Vec<f32> = vec![0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        xs.extend([f32::MAX, f32::MIN_POSITIVE, f32::from_bits(1), 1e-30, 1e30]);
+        for fmt in [&E4M3, &E5M2] {
+            let table = fmt.values();
+            for c in 0..0x80usize {
+                let (lo, hi) = (table[c], table[(c + 1).min(0x7F)]);
+                for v in [lo, (lo + hi) / 2.0, hi * 1.5] {
+                    if v.is_finite() {
+                        for d in -3i32..=3 {
+                            let b = (v.to_bits() as i32 + d).max(0) as u32;
+                            xs.push(f32::from_bits(b));
+                            xs.push(-f32::from_bits(b));
+                        }
+                    }
+                }
+            }
+        }
+        xs.extend((0..u32::MAX / 65_521).map(|k| f32::from_bits(k * 65_521)));
+        for fmt in [&E4M3, &E5M2] {
+            for &x in &xs {
+                assert_eq!(
+                    fmt.encode(x),
+                    fmt.encode_exact(x),
+                    "{x:e} ({:#010x}), {} mantissa bits",
+                    x.to_bits(),
+                    fmt.mant_bits
+                );
             }
         }
     }
