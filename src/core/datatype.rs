@@ -202,7 +202,7 @@ impl MiniFloat {
         let min_normal = ((1 - self.bias + 127) as u32) << 23;
         let code = if abs < min_normal {
             let up = f32::from_bits(((self.bias - 1 + m as i32 + 127) as u32) << 23);
-            (f32::from_bits(abs) * up).round_ties_even() as u32
+            round_small(f32::from_bits(abs) * up)
         } else {
             let rounded = abs + ((1 << (shift - 1)) - 1) + ((abs >> shift) & 1);
             (rounded >> shift) - (((127 - self.bias) as u32) << m)
@@ -353,6 +353,64 @@ element_int!(u64, Uint64);
 element_int!(f32, Float32);
 element_int!(f64, Float64);
 
+/// `y` (in `0..2^23`) rounded to an integer, ties to even: adding 2^23
+/// leaves no fraction bits, so the addition itself rounds, in the default
+/// rounding mode, and the integer is what lands in the significand. (A
+/// library round call is a function call per element on baseline x86-64.)
+#[inline(always)]
+fn round_small(y: f32) -> u32 {
+    const TWO_23: f32 = 8_388_608.0;
+    (y + TWO_23).to_bits() - TWO_23.to_bits()
+}
+
+/// `f16` to `f32`, exactly, from the bit fields (the `half` crate's result,
+/// without its per-call check for hardware conversion, so loops over
+/// elements vectorise). NaNs keep their payload and come out quiet.
+#[inline]
+pub fn f16_to_f32(h: f16) -> f32 {
+    let h = h.to_bits() as u32;
+    let sign = (h & 0x8000) << 16;
+    let exp = (h >> 10) & 0x1F;
+    let man = h & 0x3FF;
+    // all three cases computed, one selected: no branches, so it vectorises
+    let special = 0x7F80_0000 | if man == 0 { 0 } else { 0x0040_0000 } | (man << 13);
+    // man × 2^-24, exact in f32
+    let subnormal = (man as f32 * f32::from_bits(103 << 23)).to_bits();
+    let normal = ((exp + 112) << 23) | (man << 13);
+    let bits = if exp == 0x1F {
+        special
+    } else if exp == 0 {
+        subnormal
+    } else {
+        normal
+    };
+    f32::from_bits(sign | bits)
+}
+
+/// `f32` to `f16`, rounding to nearest with ties to even and overflowing to
+/// infinity, as `half::f16::from_f32` does, with integer arithmetic on the
+/// bits (see [`f16_to_f32`] for why).
+#[inline]
+pub fn f32_to_f16(x: f32) -> f16 {
+    let bits = x.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let abs = bits & 0x7FFF_FFFF;
+    // all three cases computed, one selected (see `f16_to_f32`)
+    let nan = 0x7E00 | ((abs & 0x007F_FFFF) >> 13);
+    // below the smallest normal (2^-14): a multiple of 2^-24
+    let subnormal = round_small(f32::from_bits(abs) * f32::from_bits(151 << 23));
+    let rounded = abs + 0xFFF + ((abs >> 13) & 1);
+    let normal = ((rounded >> 13).wrapping_sub(112 << 10)).min(0x7C00);
+    let code = if abs > 0x7F80_0000 {
+        nan
+    } else if abs < (113 << 23) {
+        subnormal
+    } else {
+        normal
+    };
+    f16::from_bits((sign | code) as u16)
+}
+
 impl Element for f16 {
     const DTYPE: DataType = DataType::Float16;
     fn to_f64(self) -> f64 {
@@ -498,6 +556,50 @@ mod tests {
                     "{x:e} ({:#010x}), {} mantissa bits",
                     x.to_bits(),
                     fmt.mant_bits
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn f16_conversions_match_the_half_crate() {
+        for h in 0..=u16::MAX {
+            let h = f16::from_bits(h);
+            let (got, want) = (f16_to_f32(h), h.to_f32());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{:#06x}: {got} != {want}",
+                h.to_bits()
+            );
+        }
+        let mut xs: Vec<f32> = (0..=u16::MAX)
+            .map(|h| f16::from_bits(h).to_f32())
+            .filter(|x| x.is_finite())
+            .flat_map(|x| (-3i32..=3).map(move |d| f32::from_bits((x.to_bits() as i32 + d) as u32)))
+            .collect();
+        // midpoints between neighbours, where ties decide
+        xs.extend((0..0x7BFFu16).map(|h| {
+            let (a, b) = (f16::from_bits(h).to_f32(), f16::from_bits(h + 1).to_f32());
+            (a as f64 + (b as f64 - a as f64) / 2.0) as f32
+        }));
+        xs.extend((0..u32::MAX / 65_521).map(|k| f32::from_bits(k * 65_521)));
+        xs.extend([
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            65_520.0,
+            65_519.0,
+        ]);
+        for x in xs {
+            let (got, want) = (f32_to_f16(x), f16::from_f32(x));
+            if x.is_nan() {
+                assert!(got.is_nan(), "{x:e} ({:#010x})", x.to_bits());
+            } else {
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{x:e} ({:#010x})",
+                    x.to_bits()
                 );
             }
         }

@@ -47,17 +47,24 @@ arith_float!(f32, f64);
 // carries more than twice their precision, so this equals correctly rounded
 // arithmetic in the type itself.
 macro_rules! arith_via_f32 {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $to:path, $from:path);*) => {$(
         impl Arith for $t {
-            #[inline(always)] fn add(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() + b.to_f32()) }
-            #[inline(always)] fn mul(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() * b.to_f32()) }
-            #[inline(always)] fn max(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().max(b.to_f32())) }
-            #[inline(always)] fn min(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().min(b.to_f32())) }
-            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { <$t>::from_f32(a.to_f32() / n as f32) }
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { $from($to(a) + $to(b)) }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { $from($to(a) * $to(b)) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { $from($to(a).max($to(b))) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { $from($to(a).min($to(b))) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { $from($to(a) / n as f32) }
         }
     )*};
 }
-arith_via_f32!(f16, bf16, F8E4M3, F8E5M2);
+// f16 through the core's bit-level conversions, which vectorise (the `half`
+// crate checks for hardware support on every call)
+arith_via_f32!(
+    f16 => crate::core::datatype::f16_to_f32, crate::core::datatype::f32_to_f16;
+    bf16 => bf16::to_f32, bf16::from_f32;
+    F8E4M3 => F8E4M3::to_f32, F8E4M3::from_f32;
+    F8E5M2 => F8E5M2::to_f32, F8E5M2::from_f32
+);
 
 /// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
 /// `acc` must have the inputs' length. `nranks` is the communicator size
