@@ -355,8 +355,10 @@ fn p2p(world: &Arc<World>, me: usize, launch: &Launch) -> Result<(), Error> {
     world.bump();
     let result = recv_all(world, me, launch).and_then(|()| await_sends(world, me, &sent, launch));
     if let Err(e) = &result {
-        withdraw_sends(world, me, &sent);
+        // fail first: a receiver that finds a withdrawn Send reports the
+        // communicator's failure, which must already carry this reason
         world.fail(e.clone());
+        withdraw_sends(world, me, &sent);
     }
     result
 }
