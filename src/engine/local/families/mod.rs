@@ -10,9 +10,10 @@
 //! equal share and every input byte is read from memory once. Large copies
 //! go in chunks that stay in cache between the N destinations they are
 //! written to; large reductions go a few cache lines at a time, reduced in
-//! registers and stored straight to every output. When a call's outputs are
-//! large ([`streaming`]) they are written with non-temporal stores, which
-//! skip reading each destination line before overwriting it.
+//! registers and stored straight to every output. When a call's buffers
+//! outgrow half the last-level cache ([`streaming`]) its outputs are written
+//! with non-temporal stores, which skip reading each destination line
+//! before overwriting it.
 
 mod alltoall;
 mod broadcast;

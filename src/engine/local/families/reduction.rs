@@ -56,8 +56,9 @@ const LINED_BYTES: usize = 2 << 20;
 /// reads and writes stay in flight together, as in a plain copy (an
 /// accumulator in L1 split each chunk into a read phase and a write phase:
 /// 64 MiB out-of-place AllReduce, interleaved runs, median 84% of the copy
-/// bound instead of 73% at N=2, 90% instead of 50% at N=4). A streamed line must be a whole line of its output, so every
-/// streamed output must sit at the same offset within a line; the partial
+/// bound instead of 73% at N=2, 90% instead of 50% at N=4). A streamed line
+/// must be a whole line of its output, so every streamed output must sit at
+/// the same offset within a line; the partial
 /// lines at the ends, ranges whose streamed outputs do not line up, and
 /// small ranges go through an accumulator ([`chunks`]).
 #[inline(always)]
