@@ -78,23 +78,28 @@ pub const ALONE_BYTES: usize = 1 << 10;
 /// outweigh far more line transfers.
 pub const ALONE_BYTES_OVERSUBSCRIBED: usize = 32 << 10;
 
+/// The bytes a call spans, all ranks together, as [`alone`] and [`small`]
+/// measure it: its largest per-rank buffer (the root's, for rooted calls)
+/// times N.
+fn span(c: &Call, n: usize) -> usize {
+    let l = c.layout(n, c.root);
+    l.send_elems.max(l.recv_elems) * c.datatype.size() * n
+}
+
+/// The most bytes ([`span`], summed over a launch's calls) one rank moves
+/// for everyone.
+fn alone_limit(oversubscribed: bool) -> usize {
+    if oversubscribed {
+        ALONE_BYTES_OVERSUBSCRIBED
+    } else {
+        ALONE_BYTES
+    }
+}
+
 fn alone(all: &[Posted], oversubscribed: bool) -> bool {
     let n = all.len();
-    let total: usize = all[0]
-        .calls
-        .iter()
-        .map(|c| {
-            // the root's buffers are the largest of rooted calls
-            let l = c.layout(n, c.root);
-            l.send_elems.max(l.recv_elems) * c.datatype.size() * n
-        })
-        .sum();
-    total
-        <= if oversubscribed {
-            ALONE_BYTES_OVERSUBSCRIBED
-        } else {
-            ALONE_BYTES
-        }
+    let total: usize = all[0].calls.iter().map(|c| span(c, n)).sum();
+    total <= alone_limit(oversubscribed)
 }
 
 /// Whether a single call is small enough to go inline: every rank posts a
@@ -104,14 +109,8 @@ fn alone(all: &[Posted], oversubscribed: bool) -> bool {
 /// ranks that decide differently passed different calls, and the first to
 /// read the posts reports the mismatch.
 fn small(c: &Call, n: usize, oversubscribed: bool) -> bool {
-    let l = c.layout(n, c.root);
-    let size = c.datatype.size();
-    let limit = if oversubscribed {
-        ALONE_BYTES_OVERSUBSCRIBED
-    } else {
-        ALONE_BYTES
-    };
-    l.send_elems * size <= PAYLOAD_BYTES && l.send_elems.max(l.recv_elems) * size * n <= limit
+    let send = c.layout(n, c.root).send_elems * c.datatype.size();
+    send <= PAYLOAD_BYTES && span(c, n) <= alone_limit(oversubscribed)
 }
 
 /// One launch's collectives on rank `me`.
