@@ -111,6 +111,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn streaming_starts_where_the_buffers_outgrow_the_threshold() {
+        // a 2-rank AllReduce of q f32 spans 2 ranks × (send + recv) = 16·q bytes
+        let calls = |q: usize| {
+            let c = Call {
+                func: Func::AllReduce,
+                sendbuff: 0x1000,
+                recvbuff: 0x2000,
+                count: q,
+                datatype: crate::core::DataType::Float32,
+                op: crate::core::RedOp::Sum,
+                op_code: 0,
+                root: 0,
+            };
+            [c, c]
+        };
+        let q = stream_threshold() / 16;
+        assert!(!streaming(&calls(q)), "exactly the threshold stays cached");
+        assert!(streaming(&calls(q + 1)));
+        assert!(!streaming(&calls(1)));
+    }
+
+    #[test]
     fn cache_sizes_parse_as_sysfs_writes_them() {
         assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
         assert_eq!(parse_cache_size("2M"), Some(2 << 20));
