@@ -2,7 +2,7 @@
 //! one rank: publish, rendezvous, agree, move data, complete.
 
 use super::memory::Phase;
-use super::post::{PAYLOAD_BYTES, Posted};
+use super::post::{PAYLOAD_BYTES, PAYLOAD_WORDS, Posted};
 use super::world::{SendSlot, WaitFor, World, lock};
 use super::{agree, families};
 use crate::core::{Call, Error, ErrorKind, Func};
@@ -28,8 +28,6 @@ pub struct Scratch {
     /// inline launches: every rank's payload, [`PAYLOAD_WORDS`] words each
     inputs: Vec<u64>,
 }
-
-const PAYLOAD_WORDS: usize = PAYLOAD_BYTES / 8;
 
 pub fn execute(
     world: &Arc<World>,
