@@ -32,6 +32,11 @@ impl Func {
         Func::Send,
         Func::Recv,
     ];
+    /// Position in [`Func::ALL`] (`Func::ALL[f.index()] == f`): a compact
+    /// code for packing a call into words.
+    pub fn index(self) -> usize {
+        Func::ALL.iter().position(|f| *f == self).unwrap_or(0)
+    }
     /// The collectives, in the order the CLI lists them.
     pub const COLLECTIVES: [Func; 8] = [
         Func::AllReduce,
@@ -150,6 +155,13 @@ impl fmt::Display for Func {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_inverts_all() {
+        for (i, f) in Func::ALL.iter().enumerate() {
+            assert_eq!(f.index(), i, "{f}");
+        }
+    }
 
     #[test]
     fn parse_accepts_every_spelling() {

@@ -99,7 +99,7 @@ impl Mailbox {
         match call {
             None => s.head.store(GROUP, Relaxed),
             Some(c) => {
-                let func = Func::ALL.iter().position(|f| *f == c.func).unwrap_or(0) as u64;
+                let func = c.func.index() as u64;
                 let (kind, scalar) = op_parts(c.op);
                 let head = func
                     | (c.datatype.code() as u64) << 8

@@ -401,7 +401,7 @@ impl World {
 
     /// Records that rank `me` entered launch `op_count` starting with `func`.
     pub fn enter(&self, me: usize, func: Func, op_count: u64) {
-        let idx = Func::ALL.iter().position(|f| *f == func).unwrap_or(0) as u64;
+        let idx = func.index() as u64;
         // read only for diagnostics: no ordering needed beyond its own value
         self.entered[me].store(((idx << 56) | (op_count & ((1 << 56) - 1))) + 1, Relaxed);
     }
