@@ -321,3 +321,42 @@ fn premulsum_calls_reuse_one_op_per_scalar() {
         );
     }
 }
+
+#[test]
+fn typed_buffers_of_n_blocks_must_have_n_blocks() {
+    // 3 ranks × 4 elements: AllGather's output, ReduceScatter's input and the
+    // root's Gather output must all hold 12, and 11 is refused on every rank
+    let (errs, _) = errors(3, |c| {
+        let x = [1.0f32; 4];
+        let mut short = [0.0f32; 11];
+        c.all_gather_into_tensor(&mut short, &x)
+    });
+    assert_all(
+        &errs,
+        ErrorKind::BadLength,
+        "output has 11 elements, expected 3 ranks × 4 = 12",
+    );
+    let (errs, _) = errors(3, |c| {
+        let mut out = [0.0f32; 4];
+        c.reduce_scatter_tensor(&mut out, &[1.0f32; 13], RedOp::Sum)
+    });
+    assert_all(
+        &errs,
+        ErrorKind::BadLength,
+        "input has 13 elements, expected 3 ranks × 4 = 12",
+    );
+    let (errs, _) = errors(3, |c| {
+        let x = [1.0f32; 4];
+        if c.rank() == 1 {
+            let mut short = [0.0f32; 11];
+            c.gather(&x, Some(&mut short), 1)
+        } else {
+            c.gather(&x, None, 1)
+        }
+    });
+    let e = errs[1]
+        .as_ref()
+        .expect("the root's short buffer is refused");
+    assert_eq!(e.kind, ErrorKind::BadLength, "{e}");
+    assert!(e.message.contains("expected 3 ranks × 4 = 12"), "{e}");
+}

@@ -50,6 +50,14 @@ impl Comm {
         .on_rank(self.rank())
     }
 
+    /// Elements of the N-block buffer of `func` (AllGather's output,
+    /// ReduceScatter's input, the root's buffer of Gather and Scatter) for
+    /// `q` elements per rank, as the contract's layout sizes it.
+    fn blocks_len(&self, func: Func, q: usize, root: usize) -> usize {
+        let l = crate::core::layout(func, self.size(), root, root, q);
+        l.send_elems.max(l.recv_elems)
+    }
+
     fn refuse_in_group(&self, func: Func) -> Result<()> {
         if self.in_group() {
             return Err(Error::new(
@@ -216,13 +224,16 @@ impl Comm {
         input: &[T],
     ) -> Result<()> {
         self.refuse_in_group(Func::AllGather)?;
-        let n = self.size();
-        if output.len() != n * input.len() {
+        let (n, want) = (
+            self.size(),
+            self.blocks_len(Func::AllGather, input.len(), 0),
+        );
+        if output.len() != want {
             return Err(self.bad_len(
                 Func::AllGather,
                 "output",
                 output.len(),
-                format!("{n} ranks × {} = {}", input.len(), n * input.len()),
+                format!("{n} ranks × {} = {want}", input.len()),
             ));
         }
         let (s, r) = (region(input), region(output));
@@ -277,13 +288,16 @@ impl Comm {
         op: RedOp,
     ) -> Result<()> {
         self.refuse_in_group(Func::ReduceScatter)?;
-        let n = self.size();
-        if input.len() != n * output.len() {
+        let (n, want) = (
+            self.size(),
+            self.blocks_len(Func::ReduceScatter, output.len(), 0),
+        );
+        if input.len() != want {
             return Err(self.bad_len(
                 Func::ReduceScatter,
                 "input",
                 input.len(),
-                format!("{n} ranks × {} = {}", output.len(), n * output.len()),
+                format!("{n} ranks × {} = {want}", output.len()),
             ));
         }
         let (s, r) = (region(input), region(output));
@@ -350,14 +364,15 @@ impl Comm {
                 (f, p.0)
             }
         };
+        let want = self.blocks_len(func, q, root);
         match full {
             Some(f) if me == root => {
-                if f.len() != n * q {
+                if f.len() != want {
                     return Err(self.bad_len(
                         func,
                         full_name,
                         f.len(),
-                        format!("{n} ranks × {q} = {}", n * q),
+                        format!("{n} ranks × {q} = {want}"),
                     ));
                 }
                 let f = region(f);
@@ -376,8 +391,7 @@ impl Comm {
             None => Err(Error::new(
                 ErrorKind::NullPointer,
                 format!(
-                    "{func}: rank {root} is the root and must pass an {full_name} of {} elements",
-                    n * q
+                    "{func}: rank {root} is the root and must pass an {full_name} of {want} elements"
                 ),
             )
             .on_rank(me)),
