@@ -64,8 +64,8 @@ fn stream(d: &mut [u8], s: &[u8]) {
 }
 
 /// Buffers for measuring the copy bandwidth again during a run: on a shared
-/// machine it drifts, so each large row is compared with a bound measured
-/// right before and after it (`run`).
+/// machine it drifts, so rows that stream from memory are compared with
+/// copies made between their timed calls (`run`).
 pub struct Probe {
     bufs: Vec<(Vec<u8>, Vec<u8>)>,
     /// the process's cores, read when the probe is made (on an unpinned thread)

@@ -78,8 +78,9 @@ pub struct Measure {
     pub wrong: Option<u64>,
     /// the copy bound's time for this row ([`bound`]), in microseconds
     pub bound_us: f64,
-    /// the copy bandwidth (all threads, GB/s) the bound used: measured next
-    /// to the row for large rows ([`run::REPROBE_BYTES`]), else the header's
+    /// the copy bandwidth (all threads, GB/s) the bound used: the median of
+    /// copies between the timed calls for rows that stream from memory
+    /// ([`run::from_memory`]), else the header's
     pub copy_bw_gbs: f64,
 }
 

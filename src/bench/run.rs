@@ -3,7 +3,9 @@
 //!
 //! Per row and placement (out-of-place, then in-place): `warmup` untimed
 //! calls, `iters` timed calls (each rank times each call; a call's time is
-//! the slowest rank's, and the row reports the median over calls), then
+//! the slowest rank's, and the row reports the median over calls; rows that
+//! stream from memory copy a probe buffer before each timed call, for their
+//! copy bound, see [`Reprobe`]), then
 //! `check` checked calls: fresh verifiable inputs ([`super::data`]), outputs
 //! and a guard zone past them poisoned, one call, then every output element
 //! of every rank compared with its closed-form value, the guard zone and (out
@@ -12,11 +14,15 @@
 
 use super::bound::copy_bound_secs;
 use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
+use super::machine::Probe;
 use super::{Measure, Options, Row};
 use crate::api::Comm;
+use crate::core::layout::layout;
 use crate::core::{DataType, Element, Func, RedOp, Result};
+use crate::engine::local::stream_threshold;
 use crate::engine::local::{self, LaunchOptions};
 use crate::with_element_type;
+use std::sync::{Barrier, Mutex};
 use std::time::Instant;
 
 /// Elements checked past the end of every output.
@@ -104,24 +110,61 @@ pub fn skipped(opts: &Options, func: Func, dtype: DataType) -> Vec<usize> {
         .collect()
 }
 
-/// Rows whose per-rank data is at least this large are bounded by memory
-/// bandwidth: they get a copy bound measured next to them.
-pub const REPROBE_BYTES: usize = 4 << 20;
+/// Whether a row's buffers (every rank's send and receive buffers, out of
+/// place) are at least twice the last-level cache, so every call streams
+/// from memory: such rows are bounded by memory bandwidth, and their bound
+/// uses copy bandwidth measured between their timed calls ([`Reprobe`]).
+/// Smaller rows keep their data in cache from one call to the next; a copy
+/// between calls would evict it, so they use the header's figure.
+pub fn from_memory(p: &Plan, nranks: usize) -> bool {
+    let footprint: usize = (0..nranks)
+        .map(|r| {
+            let l = layout(p.func, nranks, r, p.root.unwrap_or(0), p.q);
+            (l.send_elems + l.recv_elems) * p.dtype.size()
+        })
+        .sum();
+    footprint >= 4 * stream_threshold()
+}
+
+/// Copy bandwidth measured between the timed calls of rows that stream
+/// from memory. On a shared machine the bandwidth other tenants leave
+/// drifts by up to 2x within seconds, so each call is compared with copies
+/// made under the same conditions: one probe before every timed call, and
+/// the bound uses the median probe as the time uses the median call.
+/// Rank 0 copies while the other ranks sleep on a blocking barrier: a rank
+/// that spins would take a core from the copy.
+struct Reprobe {
+    probe: Mutex<Probe>,
+    barrier: Barrier,
+}
+
+impl Reprobe {
+    /// Called by every rank; rank 0 gets the copy bandwidth (all threads).
+    fn between_calls(&self, rank: usize) -> Option<f64> {
+        self.barrier.wait();
+        let bw = (rank == 0).then(|| {
+            let mut p = self.probe.lock().unwrap_or_else(|e| e.into_inner());
+            p.copy_all()
+        });
+        self.barrier.wait();
+        bw
+    }
+}
 
 /// Runs every planned row; `on_row` sees each finished row (called on rank 0).
 /// `copy_bw` is the machine's copy bandwidth (all threads) for the copy
-/// bound; rows of [`REPROBE_BYTES`] or more measure it again just before and
-/// after they are timed (rank 0, while the other ranks wait) and use the
-/// higher figure, since on a shared machine it drifts.
+/// bound of rows that fit in cache; rows that stream from memory
+/// ([`from_memory`]) measure it between their timed calls ([`Reprobe`]).
 pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Result<Vec<Row>> {
     let plans = plan(opts);
-    let large = plans.iter().any(|p| p.q * p.dtype.size() >= REPROBE_BYTES);
-    let probe = std::sync::Mutex::new(large.then(super::machine::Probe::new));
-    let reprobe = || -> f64 {
-        let mut p = probe.lock().unwrap_or_else(|e| e.into_inner());
-        p.as_mut().map(|p| p.copy_all()).unwrap_or(copy_bw)
-    };
-    let reprobe: &(dyn Fn() -> f64 + Sync) = &reprobe;
+    let reprobe = plans
+        .iter()
+        .any(|p| from_memory(p, opts.nranks))
+        .then(|| Reprobe {
+            probe: Mutex::new(Probe::new()),
+            barrier: Barrier::new(opts.nranks),
+        });
+    let reprobe = reprobe.as_ref();
     let launch = LaunchOptions::default().with_pinned_threads(opts.pin);
     let mut per_rank = local::launch_with(launch, opts.nranks, |c| {
         let mut rows = Vec::with_capacity(plans.len());
@@ -208,7 +251,7 @@ fn run_row<T: Element>(
     a: usize,
     b: usize,
     copy_bw: f64,
-    reprobe: &(dyn Fn() -> f64 + Sync),
+    reprobe: Option<&Reprobe>,
 ) -> Result<Row> {
     let n = opts.nranks;
     let oop = measure::<T>(c, opts, p, a, b, false, copy_bw, reprobe)?;
@@ -239,7 +282,7 @@ fn measure<T: Element>(
     b: usize,
     in_place: bool,
     copy_bw: f64,
-    reprobe: &(dyn Fn() -> f64 + Sync),
+    reprobe: Option<&Reprobe>,
 ) -> Result<Measure> {
     let (rank, n) = (c.rank(), opts.nranks);
     let es = p.dtype.size();
@@ -256,27 +299,27 @@ fn measure<T: Element>(
     for _ in 0..opts.warmup {
         call(c, p, &bf)?;
     }
-    // the copy bandwidth next to this row, while the other ranks wait
-    let large = p.q * es >= REPROBE_BYTES;
-    let mut copy_bw = copy_bw;
-    if large && rank == 0 {
-        copy_bw = reprobe();
-    }
-    // start together
-    c.all_reduce(&mut [0u8], RedOp::Sum)?;
+    let reprobe = reprobe.filter(|_| from_memory(p, n));
+    let mut probes = Vec::new();
     let mut times = Vec::with_capacity(opts.iters);
-    for _ in 0..opts.iters {
+    for i in 0..opts.iters {
+        if let Some(r) = reprobe {
+            probes.extend(r.between_calls(rank));
+        }
+        // start together (after a probe, ranks wake from the barrier at
+        // different times)
+        if i == 0 || reprobe.is_some() {
+            c.all_reduce(&mut [0u8], RedOp::Sum)?;
+        }
         let t = Instant::now();
         call(c, p, &bf)?;
         times.push(t.elapsed().as_secs_f64());
     }
-    if large {
-        c.all_reduce(&mut [0u8], RedOp::Sum)?;
-        if rank == 0 {
-            copy_bw = copy_bw.max(reprobe());
-        }
-        c.all_reduce(&mut [0u8], RedOp::Sum)?;
-    }
+    let copy_bw = if probes.is_empty() {
+        copy_bw
+    } else {
+        median(&mut probes)
+    };
     let mut wrong = 0u64;
     for k in 0..opts.check {
         let pat = pattern(k as u64);
@@ -367,4 +410,48 @@ fn check<T: Element>(
         wrong += count_wrong(&c.read::<T>(bf.send, inputs.len())?, inputs);
     }
     Ok(wrong)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_stream_from_memory_at_twice_the_last_level_cache() {
+        // a 2-rank AllReduce of q f32 spans 2 ranks × (send + recv) = 16·q
+        // bytes; ReduceScatter's send buffers are N times its output
+        let row = |func, q| Plan {
+            func,
+            dtype: DataType::Float32,
+            op: Some(RedOp::Sum),
+            root: None,
+            q,
+        };
+        let llc2 = 4 * stream_threshold();
+        assert!(from_memory(&row(Func::AllReduce, llc2 / 16), 2));
+        assert!(!from_memory(&row(Func::AllReduce, llc2 / 16 - 1), 2));
+        // 4 ranks × (4q + q) f32 = 80·q bytes
+        assert!(from_memory(&row(Func::ReduceScatter, llc2 / 80 + 1), 4));
+        assert!(!from_memory(&row(Func::ReduceScatter, llc2 / 80 - 1), 4));
+    }
+
+    #[test]
+    fn only_rank_zero_probes_between_calls() {
+        let n = 3;
+        let reprobe = Reprobe {
+            probe: Mutex::new(Probe::new()),
+            barrier: Barrier::new(n),
+        };
+        let got: Vec<Option<f64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|r| {
+                    let reprobe = &reprobe;
+                    s.spawn(move || reprobe.between_calls(r))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(got[0].is_some_and(|bw| bw > 0.0), "{got:?}");
+        assert!(got[1..].iter().all(Option::is_none), "{got:?}");
+    }
 }

@@ -38,7 +38,7 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
     s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";
     if roofline {
         s += "# %bound: the copy bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
-        s += "#         (measured again just before and after each row of 4 MiB per rank or more: the higher figure)\n";
+        s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
     }
     if opts.check == 0 {
         s += "# WARNING: checking is disabled (-c 0): #wrong shows N/A and nothing was verified\n";

@@ -10,6 +10,7 @@
 mod agree;
 pub(crate) mod exec;
 mod families;
+pub use families::stream_threshold;
 pub mod memory;
 mod post;
 pub mod reduce;
