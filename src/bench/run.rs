@@ -19,7 +19,7 @@ use super::{Measure, Options, Row};
 use crate::api::Comm;
 use crate::core::layout::layout;
 use crate::core::{DataType, Element, Func, RedOp, Result};
-use crate::engine::local::stream_threshold;
+use crate::engine::local::last_level_cache;
 use crate::engine::local::{self, LaunchOptions};
 use crate::with_element_type;
 use std::sync::{Barrier, Mutex};
@@ -123,7 +123,7 @@ pub fn from_memory(p: &Plan, nranks: usize) -> bool {
             (l.send_elems + l.recv_elems) * p.dtype.size()
         })
         .sum();
-    footprint >= 4 * stream_threshold()
+    footprint >= 2 * last_level_cache()
 }
 
 /// Copy bandwidth measured between the timed calls of rows that stream
@@ -427,7 +427,7 @@ mod tests {
             root: None,
             q,
         };
-        let llc2 = 4 * stream_threshold();
+        let llc2 = 2 * last_level_cache();
         assert!(from_memory(&row(Func::AllReduce, llc2 / 16), 2));
         assert!(!from_memory(&row(Func::AllReduce, llc2 / 16 - 1), 2));
         // 4 ranks × (4q + q) f32 = 80·q bytes

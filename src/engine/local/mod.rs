@@ -10,7 +10,7 @@
 mod agree;
 pub(crate) mod exec;
 mod families;
-pub use families::stream_threshold;
+pub use families::last_level_cache;
 pub mod memory;
 mod post;
 pub mod reduce;

@@ -245,7 +245,7 @@ mod tests {
         // 16·len bytes); rank r's buffers start `shift(r)` elements into
         // their allocations, so the outputs line up with each other or not,
         // and the shares start anywhere within a line
-        let len = super::super::stream_threshold() / 16 + 5;
+        let len = super::super::last_level_cache() / 16 + 5;
         for shifts in [[0, 0], [3, 3], [0, 1], [5, 2]] {
             let outs = launch(2, |c| {
                 let r = c.rank();
