@@ -9,6 +9,9 @@
 #
 # Prints, per N, the median time of each and the ratio MPI / rankwise
 # (above 1: rankwise is faster). Raw outputs go to target/mpi-compare/.
+# Sizes below 64 KiB take a microsecond or less per call: they are timed
+# over SMALL_ITERS calls (default 1000), so the first, colder calls do
+# not decide the median; larger sizes over ITERS (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=target/mpi-compare
@@ -17,6 +20,8 @@ mpicc -O2 -o "$out/mpi_bench" benches/mpi/mpi_bench.c
 cargo build --release --quiet
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
+SMALL_ITERS=${SMALL_ITERS:-1000}
+SMALL_WARMUP=${SMALL_WARMUP:-100}
 MAX=${MAX:-67108864}
 ns=("$@")
 [ ${#ns[@]} -eq 0 ] && ns=(2 4)
@@ -26,8 +31,11 @@ for n in "${ns[@]}"; do
       allreduce) rw=all_reduce ;; allgather) rw=all_gather ;; reduce_scatter) rw=reduce_scatter ;;
       alltoall) rw=all_to_all ;; broadcast) rw=broadcast ;;
     esac
-    mpirun --allow-run-as-root --oversubscribe -np "$n" "$out/mpi_bench" "$op" 8 "$MAX" "$ITERS" "$WARMUP" > "$out/mpi-$op-$n.txt"
-    target/release/rankwise bench "$rw" --ranks "$n" -b 8 -e "$MAX" -n "$ITERS" -w "$WARMUP" --json > "$out/rankwise-$op-$n.json"
+    # sizes 8 B to 32 KiB, then 64 KiB to MAX
+    mpirun --allow-run-as-root --oversubscribe -np "$n" "$out/mpi_bench" "$op" 8 32768 "$SMALL_ITERS" "$SMALL_WARMUP" > "$out/mpi-$op-$n.txt"
+    mpirun --allow-run-as-root --oversubscribe -np "$n" "$out/mpi_bench" "$op" 65536 "$MAX" "$ITERS" "$WARMUP" >> "$out/mpi-$op-$n.txt"
+    target/release/rankwise bench "$rw" --ranks "$n" -b 8 -e 32K -n "$SMALL_ITERS" -w "$SMALL_WARMUP" --json > "$out/rankwise-$op-$n-small.json"
+    target/release/rankwise bench "$rw" --ranks "$n" -b 64K -e "$MAX" -n "$ITERS" -w "$WARMUP" --json > "$out/rankwise-$op-$n-large.json"
   done
 done
 python3 benches/mpi/ratio.py "$out" "${ns[@]}"

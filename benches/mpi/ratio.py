@@ -23,9 +23,11 @@ for n in ns:
             for line in f:
                 _, size, us = line.split()
                 mpi[int(size)] = float(us)
-        with open(os.path.join(out, f"rankwise-{op}-{n}.json")) as f:
-            place = "ip" if op == "broadcast" else "oop"
-            rw = {r["size"]: r[place]["time_us"] for r in json.load(f)["rows"]}
+        place = "ip" if op == "broadcast" else "oop"
+        rw = {}
+        for part in ("small", "large"):
+            with open(os.path.join(out, f"rankwise-{op}-{n}-{part}.json")) as f:
+                rw.update({r["size"]: r[place]["time_us"] for r in json.load(f)["rows"]})
         for s in mpi.keys() & rw.keys():
             table[(op, s)] = (mpi[s], rw[s])
             sizes.add(s)
