@@ -11,13 +11,13 @@ def spread(xs):
     return f"{statistics.median(xs):.3g} (min {min(xs):.3g}, max {max(xs):.3g})"
 
 print(f"## 64 MiB float32, fraction of the copy bound (median of {reps} runs)\n")
-print("| op | N | out-of-place | in-place | copy bandwidth next to the row, all threads (GB/s) |")
+print("| op | N | out-of-place | in-place | copy bandwidth between the calls, median, all threads (GB/s) |")
 print("|---|---:|---|---|---|")
 for n in (2, 4):
     runs = [load(f"bw-{n}-{r}.json") for r in range(1, reps + 1)]
     ops = [row["func"] for row in runs[0]["rows"]]
     for i, op in enumerate(ops):
-        # the copy bandwidth measured next to the row (out-of-place)
+        # the copy bandwidth measured between the timed calls (out-of-place)
         bw = [r["rows"][i]["oop"]["copy_bw_gbs"] for r in runs]
         oop = [100 * r["rows"][i]["oop"]["bound_us"] / r["rows"][i]["oop"]["time_us"] for r in runs]
         ips = [r["rows"][i]["ip"] for r in runs]
