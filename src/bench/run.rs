@@ -17,8 +17,7 @@ use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
 use super::machine::Probe;
 use super::{Measure, Options, Row};
 use crate::api::Comm;
-use crate::core::layout::layout;
-use crate::core::{DataType, Element, Func, RedOp, Result};
+use crate::core::{DataType, Element, Func, RedOp, Result, footprint_elems};
 use crate::engine::local::last_level_cache;
 use crate::engine::local::{self, LaunchOptions};
 use crate::with_element_type;
@@ -117,13 +116,8 @@ pub fn skipped(opts: &Options, func: Func, dtype: DataType) -> Vec<usize> {
 /// Smaller rows keep their data in cache from one call to the next; a copy
 /// between calls would evict it, so they use the header's figure.
 pub fn from_memory(p: &Plan, nranks: usize) -> bool {
-    let footprint: usize = (0..nranks)
-        .map(|r| {
-            let l = layout(p.func, nranks, r, p.root.unwrap_or(0), p.q);
-            (l.send_elems + l.recv_elems) * p.dtype.size()
-        })
-        .sum();
-    footprint >= 2 * last_level_cache()
+    let elems = footprint_elems(p.func, nranks, p.root.unwrap_or(0), p.q);
+    elems * p.dtype.size() >= 2 * last_level_cache()
 }
 
 /// Copy bandwidth measured between the timed calls of rows that stream

@@ -148,6 +148,18 @@ pub fn poison_pattern(dt: DataType) -> Vec<u8> {
     }
 }
 
+/// Elements of every rank's send and recv buffers together, counted apart
+/// even where a placement makes them overlap: how much memory one call
+/// spans, which decides whether it can stay in cache.
+pub fn footprint_elems(func: Func, nranks: usize, root: usize, count: usize) -> usize {
+    (0..nranks)
+        .map(|r| {
+            let l = layout(func, nranks, r, root, count);
+            l.send_elems + l.recv_elems
+        })
+        .sum()
+}
+
 /// Splits `total` items among `parts` workers as evenly as possible; worker
 /// `i` gets the returned range. Ranges are contiguous and in order.
 pub fn share(total: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
@@ -160,6 +172,16 @@ pub fn share(total: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn footprint_sums_both_buffers_of_every_rank() {
+        // ReduceScatter: N·q in and q out on each of N ranks
+        assert_eq!(footprint_elems(Func::ReduceScatter, 4, 0, 3), 4 * (12 + 3));
+        // Reduce: only the root has a recv buffer
+        assert_eq!(footprint_elems(Func::Reduce, 4, 2, 3), 4 * 3 + 3);
+        // Broadcast: only the root has a send buffer
+        assert_eq!(footprint_elems(Func::Broadcast, 3, 0, 5), 5 + 3 * 5);
+    }
 
     #[test]
     fn sizes_follow_the_contract_table() {

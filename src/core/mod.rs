@@ -18,7 +18,7 @@ pub use datatype::{DataType, Element, F8E4M3, F8E5M2};
 pub use error::{Error, ErrorKind, Result, ResultCode};
 pub use func::Func;
 pub use layout::{
-    InPlace, Layout, Role, in_place, is_in_place, layout, poison_pattern, share,
+    InPlace, Layout, Role, footprint_elems, in_place, is_in_place, layout, poison_pattern, share,
     undefined_recv_elems,
 };
 pub use redop::RedOp;

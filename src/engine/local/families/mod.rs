@@ -24,7 +24,7 @@ mod reduction;
 pub use own::own;
 
 use super::memory::Phase;
-use crate::core::{Call, Func};
+use crate::core::{Call, Func, footprint_elems};
 
 /// Bytes per piece of a large copy: a piece read once stays in L2 while it
 /// is written to every destination.
@@ -38,16 +38,9 @@ pub const COPY_CHUNK: usize = 64 << 10;
 /// threshold first used, 8 MiB AllGather, AlltoAll and Broadcast at N = 2
 /// took 1.5–2x longer than with plain stores, and fell behind OpenMPI).
 pub fn streaming(calls: &[Call]) -> bool {
-    let n = calls.len();
-    let touched: usize = calls
-        .iter()
-        .enumerate()
-        .map(|(r, c)| {
-            let l = c.layout(n, r);
-            (l.send_elems + l.recv_elems) * c.datatype.size()
-        })
-        .sum();
-    touched > last_level_cache()
+    // the calls agree, so any rank's describes them all
+    let c = &calls[0];
+    footprint_elems(c.func, calls.len(), c.root, c.count) * c.datatype.size() > last_level_cache()
 }
 
 /// Bytes in the last-level cache, or 32 MiB when the size cannot be read.
