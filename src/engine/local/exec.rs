@@ -458,13 +458,21 @@ fn withdraw_sends(world: &Arc<World>, me: usize, sent: &[(usize, u64)]) {
 #[cfg(test)]
 mod tests {
     use super::{ALONE_BYTES, ALONE_BYTES_OVERSUBSCRIBED};
-    use crate::core::{ErrorKind, RedOp};
+    use crate::core::{Error, ErrorKind, RedOp};
     use crate::engine::local::post::PAYLOAD_BYTES;
     use crate::engine::local::{LaunchOptions, launch, launch_each};
     use std::time::Duration;
 
     fn quick() -> LaunchOptions {
         LaunchOptions::default().with_timeout(Duration::from_secs(20))
+    }
+
+    fn every_rank_reports_the_count_mismatch(res: &[Result<(), Error>]) {
+        for (r, e) in res.iter().enumerate() {
+            let e = e.as_ref().expect_err("every rank fails");
+            assert_eq!(e.kind, ErrorKind::Mismatch, "rank {r}: {e}");
+            assert!(e.message.contains("count differs"), "{}", e.message);
+        }
     }
 
     #[test]
@@ -502,11 +510,7 @@ mod tests {
                 c.all_reduce(&mut x, RedOp::Sum)
             })
             .unwrap();
-            for (r, e) in res.iter().enumerate() {
-                let e = e.as_ref().expect_err("every rank fails");
-                assert_eq!(e.kind, ErrorKind::Mismatch, "rank {r}: {e}");
-                assert!(e.message.contains("count differs"), "{}", e.message);
-            }
+            every_rank_reports_the_count_mismatch(&res);
         }
     }
 
@@ -520,11 +524,7 @@ mod tests {
             c.all_reduce(&mut x, RedOp::Sum)
         })
         .unwrap();
-        for (r, e) in res.iter().enumerate() {
-            let e = e.as_ref().expect_err("every rank fails");
-            assert_eq!(e.kind, ErrorKind::Mismatch, "rank {r}: {e}");
-            assert!(e.message.contains("count differs"), "{}", e.message);
-        }
+        every_rank_reports_the_count_mismatch(&res);
     }
 
     #[test]
