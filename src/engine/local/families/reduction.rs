@@ -48,114 +48,110 @@ fn with_acc<T: Arith, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
 /// path's wide copies are faster (1 MiB AllReduce: about 3x).
 const LINED_BYTES: usize = 2 << 20;
 
-/// Reduces elements `range` of every rank's input (at `input(s)`, element 0)
-/// and writes them to every output.
-///
-/// Large ranges go a block of lines of the outputs at a time ([`lines`]):
-/// reduced in registers and stored straight to every output, so memory
-/// reads and writes stay in flight together, as in a plain copy (an
-/// accumulator in L1 split each chunk into a read phase and a write phase:
-/// 64 MiB out-of-place AllReduce, interleaved runs, median 84% of the copy
-/// bound instead of 73% at N=2, 90% instead of 50% at N=4). A streamed line
-/// must be a whole line of its output, so every streamed output must sit at
-/// the same offset within a line; the partial
-/// lines at the ends, ranges whose streamed outputs do not line up, and
-/// small ranges go through an accumulator ([`chunks`]).
-#[inline(always)]
-fn reduce_range<T: Arith>(
-    p: &Phase,
+/// One rank's reduction: element 0 of rank s's input is at `input(s)`; the
+/// N inputs are folded with `op` and the result written to every output.
+struct Job<'a, I> {
+    p: &'a Phase,
     op: RedOp,
     n: usize,
-    input: impl Fn(usize) -> usize,
-    outputs: &[Out],
-    range: Range<usize>,
-) {
-    let size = std::mem::size_of::<T>();
-    let per_block = BLOCK_LINES * LINE / size;
-    // the line grid: that of the streamed outputs, which must share it
-    let lead = match outputs.iter().find(|o| o.stream) {
-        Some(o) => o.addr,
-        None if range.len() * size >= LINED_BYTES => outputs[0].addr,
-        None => return chunks::<T>(p, op, n, &input, outputs, range),
-    };
-    let start = lead + range.start * size;
-    let skip = (LINE - start % LINE) % LINE;
-    let lined = skip.is_multiple_of(size)
-        && outputs
-            .iter()
-            .all(|o| !o.stream || o.addr % LINE == lead % LINE);
-    if !lined || range.len() < skip / size + per_block {
-        return chunks::<T>(p, op, n, &input, outputs, range);
-    }
-    let body = range.start + skip / size;
-    let tail = body + (range.end - body) / per_block * per_block;
-    chunks::<T>(p, op, n, &input, outputs, range.start..body);
-    lines::<T>(p, op, n, &input, outputs, body..tail);
-    chunks::<T>(p, op, n, &input, outputs, tail..range.end);
+    input: I,
+    outputs: &'a [Out],
 }
 
 /// Lines reduced together: a few, so the per-block work (slices of N
 /// inputs) is spread over more bytes, while the block stays in registers.
 const BLOCK_LINES: usize = 4;
 
-/// [`reduce_range`] for whole blocks of lines of the outputs.
-#[inline(always)]
-fn lines<T: Arith>(
-    p: &Phase,
-    op: RedOp,
-    n: usize,
-    input: &impl Fn(usize) -> usize,
-    outputs: &[Out],
-    range: Range<usize>,
-) {
-    let size = std::mem::size_of::<T>();
-    let per_line = LINE / size;
-    // room for a block of one-byte elements; wider types use the front
-    let mut buf = [T::default(); BLOCK_LINES * LINE];
-    let per_block = BLOCK_LINES * per_line;
-    let block = &mut buf[..per_block];
-    let input = |s: usize, at: usize| p.view::<T>(input(s) + at * size, per_block);
-    let starts = range.step_by(per_block);
-    reduce_blocks(block, starts, op, n, input, |at, block| {
-        for &Out { addr, stream } in outputs {
-            for (k, line) in block.chunks_exact(per_line).enumerate() {
-                p.write_line(addr + (at + k * per_line) * size, line, stream);
-            }
+impl<I: Fn(usize) -> usize> Job<'_, I> {
+    /// Reduces elements `range` of every input and writes them to every
+    /// output.
+    ///
+    /// Large ranges go a block of lines of the outputs at a time
+    /// ([`Job::lines`]): reduced in registers and stored straight to every
+    /// output, so memory reads and writes stay in flight together, as in a
+    /// plain copy (an accumulator in L1 split each chunk into a read phase
+    /// and a write phase: 64 MiB out-of-place AllReduce, interleaved runs,
+    /// median 84% of the copy bound instead of 73% at N=2, 90% instead of
+    /// 50% at N=4). A streamed line must be a whole line of its output, so
+    /// every streamed output must sit at the same offset within a line; the
+    /// partial lines at the ends, ranges whose streamed outputs do not line
+    /// up, and small ranges go through an accumulator ([`Job::chunks`]).
+    #[inline(always)]
+    fn range<T: Arith>(&self, range: Range<usize>) {
+        let size = std::mem::size_of::<T>();
+        let per_block = BLOCK_LINES * LINE / size;
+        // the line grid: that of the streamed outputs, which must share it
+        let lead = match self.outputs.iter().find(|o| o.stream) {
+            Some(o) => o.addr,
+            None if range.len() * size >= LINED_BYTES => self.outputs[0].addr,
+            None => return self.chunks::<T>(range),
+        };
+        let start = lead + range.start * size;
+        let skip = (LINE - start % LINE) % LINE;
+        let lined = skip.is_multiple_of(size)
+            && self
+                .outputs
+                .iter()
+                .all(|o| !o.stream || o.addr % LINE == lead % LINE);
+        if !lined || range.len() < skip / size + per_block {
+            return self.chunks::<T>(range);
         }
-    });
-}
-
-/// [`reduce_range`] through an accumulator, chunk by chunk.
-#[inline(always)]
-fn chunks<T: Arith>(
-    p: &Phase,
-    op: RedOp,
-    n: usize,
-    input: &impl Fn(usize) -> usize,
-    outputs: &[Out],
-    range: Range<usize>,
-) {
-    if range.is_empty() {
-        return;
+        let body = range.start + skip / size;
+        let tail = body + (range.end - body) / per_block * per_block;
+        self.chunks::<T>(range.start..body);
+        self.lines::<T>(body..tail);
+        self.chunks::<T>(tail..range.end);
     }
-    let size = std::mem::size_of::<T>();
-    with_acc::<T, ()>(range.len(), |buf| {
-        let chunk = buf.len();
-        let mut at = range.start;
-        while at < range.end {
-            let len = chunk.min(range.end - at);
-            let acc = &mut buf[..len];
-            reduce_into(acc, op, n, |s| p.view::<T>(input(s) + at * size, len));
-            for &Out { addr, stream } in outputs {
-                if stream {
-                    p.copy_stream(acc.as_ptr() as usize, addr + at * size, len * size);
-                } else {
-                    p.write(addr + at * size, acc);
+
+    /// [`Job::range`] for whole blocks of lines of the outputs.
+    #[inline(always)]
+    fn lines<T: Arith>(&self, range: Range<usize>) {
+        let p = self.p;
+        let size = std::mem::size_of::<T>();
+        let per_line = LINE / size;
+        // room for a block of one-byte elements; wider types use the front
+        let mut buf = [T::default(); BLOCK_LINES * LINE];
+        let per_block = BLOCK_LINES * per_line;
+        let block = &mut buf[..per_block];
+        let input = |s: usize, at: usize| p.view::<T>((self.input)(s) + at * size, per_block);
+        let starts = range.step_by(per_block);
+        reduce_blocks(block, starts, self.op, self.n, input, |at, block| {
+            for &Out { addr, stream } in self.outputs {
+                for (k, line) in block.chunks_exact(per_line).enumerate() {
+                    p.write_line(addr + (at + k * per_line) * size, line, stream);
                 }
             }
-            at += len;
+        });
+    }
+
+    /// [`Job::range`] through an accumulator, chunk by chunk.
+    #[inline(always)]
+    fn chunks<T: Arith>(&self, range: Range<usize>) {
+        if range.is_empty() {
+            return;
         }
-    });
+        let p = self.p;
+        let size = std::mem::size_of::<T>();
+        with_acc::<T, ()>(range.len(), |buf| {
+            let chunk = buf.len();
+            let mut at = range.start;
+            while at < range.end {
+                let len = chunk.min(range.end - at);
+                let acc = &mut buf[..len];
+                reduce_into(acc, self.op, self.n, |s| {
+                    p.view::<T>((self.input)(s) + at * size, len)
+                });
+                for &Out { addr, stream } in self.outputs {
+                    if stream {
+                        p.copy_stream(acc.as_ptr() as usize, addr + at * size, len * size);
+                    } else {
+                        p.write(addr + at * size, acc);
+                    }
+                }
+                at += len;
+            }
+        });
+    }
 }
 
 /// Where a result goes, and whether with streaming stores: only when the
@@ -201,10 +197,24 @@ pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
         for (k, o) in outs.iter_mut().take(n).enumerate() {
             *o = order(k);
         }
-        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs[..n], range));
+        let job = Job {
+            p,
+            op: c.op,
+            n,
+            input,
+            outputs: &outs[..n],
+        };
+        with_element_type!(c.datatype, T => job.range::<T>(range));
     } else {
         let outs: Vec<Out> = (0..n).map(order).collect();
-        with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, input, &outs, range));
+        let job = Job {
+            p,
+            op: c.op,
+            n,
+            input,
+            outputs: &outs,
+        };
+        with_element_type!(c.datatype, T => job.range::<T>(range));
     }
 }
 
@@ -218,7 +228,15 @@ pub fn reduce(p: &Phase, me: usize, calls: &[Call]) {
         stream,
     }];
     let range = my_share(c.count, c.datatype.size(), n, me);
-    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff, &outputs, range));
+    let input = |s: usize| calls[s].sendbuff;
+    let job = Job {
+        p,
+        op: c.op,
+        n,
+        input,
+        outputs: &outputs,
+    };
+    with_element_type!(c.datatype, T => job.range::<T>(range));
 }
 
 pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
@@ -231,7 +249,15 @@ pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
         addr: c.recvbuff,
         stream,
     }];
-    with_element_type!(c.datatype, T => reduce_range::<T>(p, c.op, n, |s| calls[s].sendbuff + block, &outputs, 0..c.count));
+    let input = |s: usize| calls[s].sendbuff + block;
+    let job = Job {
+        p,
+        op: c.op,
+        n,
+        input,
+        outputs: &outputs,
+    };
+    with_element_type!(c.datatype, T => job.range::<T>(0..c.count));
 }
 
 #[cfg(test)]
