@@ -1,0 +1,5 @@
+//! Bad inputs: bench.
+
+use super::Bad;
+
+pub const ROWS: &[Bad] = &[];

@@ -1,0 +1,5 @@
+//! Bad inputs: logs.
+
+use super::Bad;
+
+pub const ROWS: &[Bad] = &[];

@@ -1,0 +1,5 @@
+//! Bad inputs: run.
+
+use super::Bad;
+
+pub const ROWS: &[Bad] = &[];

@@ -1,0 +1,5 @@
+//! Bad inputs: settings.
+
+use super::Bad;
+
+pub const ROWS: &[Bad] = &[];

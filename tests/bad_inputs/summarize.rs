@@ -1,0 +1,5 @@
+//! Bad inputs: summarize.
+
+use super::Bad;
+
+pub const ROWS: &[Bad] = &[];
