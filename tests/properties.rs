@@ -17,14 +17,26 @@ struct Case {
     count: usize,
     root: usize,
     in_place: bool,
+    /// Inputs over the type's whole range, from this seed (8-bit types
+    /// only), instead of the small exact numbers of [`input`].
+    bytes: Option<u64>,
 }
 
 fn signed(dt: DataType) -> bool {
     !matches!(dt, DataType::Uint8 | DataType::Uint32 | DataType::Uint64)
 }
 
-/// Rank r's input element j, as an exact small number.
+/// Rank r's input element j, as an exact small number (or, for a case with
+/// a byte seed, any value of the 8-bit type).
 fn input(c: &Case, r: usize, j: usize) -> f64 {
+    if let Some(seed) = c.bytes {
+        let byte = (mix(seed ^ mix(r as u64) ^ mix(j as u64).rotate_left(17)) >> 56) as u8;
+        return if signed(c.dt) {
+            f64::from(byte as i8)
+        } else {
+            f64::from(byte)
+        };
+    }
     if c.op == RedOp::Prod {
         return if r == 0 && j.is_multiple_of(3) {
             2.0
@@ -42,10 +54,47 @@ fn input(c: &Case, r: usize, j: usize) -> f64 {
     }
 }
 
+/// splitmix64's finaliser: a well-spread word from any word.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `x` reduced to the integer type's width, two's complement.
+fn wrap(x: i128, dt: DataType) -> i128 {
+    let bits = 8 * dt.size() as u32;
+    let m = x.rem_euclid(1i128 << bits);
+    if signed(dt) && m >= 1i128 << (bits - 1) {
+        m - (1i128 << bits)
+    } else {
+        m
+    }
+}
+
 /// The reduction over ranks of element values `v`, by the contract's definition.
+/// Integers: Sum, Prod and PreMulSum wrap at the type's width; Avg is the
+/// wrapped sum divided by N toward zero, N an ordinary integer.
 fn reduce_ref<T: Element>(op: RedOp, v: &[f64]) -> T {
     let round = |x: f64| T::from_f64(x).to_f64();
     let n = v.len();
+    if !T::DTYPE.is_float() {
+        let dt = T::DTYPE;
+        let xs: Vec<i128> = v.iter().map(|x| *x as i128).collect();
+        let sum = xs.iter().fold(0, |a, x| wrap(a + x, dt));
+        let y = match op {
+            RedOp::Sum => sum,
+            RedOp::Prod => xs.iter().fold(1i128, |a, x| wrap(a.wrapping_mul(*x), dt)),
+            RedOp::Max => *xs.iter().max().unwrap(),
+            RedOp::Min => *xs.iter().min().unwrap(),
+            RedOp::Avg => sum / n as i128,
+            RedOp::PreMulSum(s) => xs
+                .iter()
+                .fold(0, |a, x| wrap(a + wrap(x * s as i128, dt), dt)),
+        };
+        return T::from_f64(y as f64);
+    }
     let premul = |s: f64| {
         let s = round(s);
         v.iter()
@@ -57,8 +106,7 @@ fn reduce_ref<T: Element>(op: RedOp, v: &[f64]) -> T {
         RedOp::Prod => v.iter().skip(1).fold(v[0], |a, x| round(a * x)),
         RedOp::Max => v.iter().copied().fold(f64::MIN, f64::max),
         RedOp::Min => v.iter().copied().fold(f64::MAX, f64::min),
-        RedOp::Avg if T::DTYPE.is_float() => premul(1.0 / n as f64),
-        RedOp::Avg => (v.iter().sum::<f64>() / n as f64).trunc(),
+        RedOp::Avg => premul(1.0 / n as f64),
         RedOp::PreMulSum(s) => premul(s),
     };
     T::from_f64(y)
@@ -204,7 +252,34 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 count,
                 root: root.index(n),
                 in_place: in_place && func != Func::AlltoAll,
+                bytes: None,
             }
+        })
+}
+
+/// Sum and Avg on 8-bit integers up to 300 ranks, inputs over the whole
+/// byte range: sums wrap, and N passes the points (128, 256) where it no
+/// longer fits the element type.
+fn eight_bit_strategy() -> impl Strategy<Value = Case> {
+    (
+        prop::sample::select(vec![Func::AllReduce, Func::Reduce, Func::ReduceScatter]),
+        prop::sample::select(vec![DataType::Int8, DataType::Uint8]),
+        prop::sample::select(vec![RedOp::Sum, RedOp::Avg]),
+        1usize..=300,
+        0usize..=5,
+        any::<bool>(),
+        any::<prop::sample::Index>(),
+        any::<u64>(),
+    )
+        .prop_map(|(func, dt, op, n, count, in_place, root, seed)| Case {
+            func,
+            dt,
+            op,
+            n,
+            count,
+            root: root.index(n),
+            in_place,
+            bytes: Some(seed),
         })
 }
 
@@ -215,6 +290,38 @@ proptest! {
     fn every_op_matches_its_closed_form(c in case_strategy()) {
         let r = with_element_type!(c.dt, T => run_case::<T>(c));
         prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn eight_bit_sum_and_avg_match_their_closed_form_up_to_300_ranks(c in eight_bit_strategy()) {
+        let r = with_element_type!(c.dt, T => run_case::<T>(c));
+        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+    }
+}
+
+/// The sizes where an 8-bit N stops fitting its type, every time.
+#[test]
+fn eight_bit_avg_at_the_sizes_that_overflow_the_type() {
+    for n in [127, 128, 129, 200, 255, 256, 257, 300] {
+        for dt in [DataType::Int8, DataType::Uint8] {
+            for op in [RedOp::Avg, RedOp::Sum] {
+                let c = Case {
+                    func: Func::AllReduce,
+                    dt,
+                    op,
+                    n,
+                    count: 3,
+                    root: 0,
+                    in_place: false,
+                    bytes: Some(n as u64),
+                };
+                with_element_type!(dt, T => run_case::<T>(c)).unwrap();
+            }
+        }
     }
 }
 
@@ -232,6 +339,7 @@ fn every_op_dtype_and_redop_once_at_n_5_count_7() {
                         count: 7,
                         root: 3,
                         in_place: in_place && func != Func::AlltoAll,
+                        bytes: None,
                     };
                     with_element_type!(dt, T => run_case::<T>(c)).unwrap();
                 }

@@ -17,18 +17,27 @@ pub trait Arith: Element {
     fn div_n(a: Self, n: usize) -> Self;
 }
 
+// Integer Avg divides the wrapped sum by N in a type that holds N (`$wide`),
+// as NCCL's SumPostDiv does with its 31-bit divisor: N itself is never
+// converted to the element type, where 200 would be -56 as int8 and 256
+// would be 0 as uint8. The quotient is truncated toward zero, so its
+// magnitude never exceeds the sum's and it fits the element type.
 macro_rules! arith_int {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $wide:ty),*) => {$(
         impl Arith for $t {
             #[inline(always)] fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
             #[inline(always)] fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
             #[inline(always)] fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
             #[inline(always)] fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
-            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self {
+                // a communicator never has more ranks than `$wide` holds
+                let n = <$wide>::try_from(n).unwrap_or(<$wide>::MAX);
+                (<$wide>::from(a) / n) as $t
+            }
         }
     )*};
 }
-arith_int!(i8, u8, i32, u32, i64, u64);
+arith_int!(i8 => i32, u8 => u32, i32 => i64, u32 => u64, i64 => i64, u64 => u64);
 
 macro_rules! arith_float {
     ($($t:ty),*) => {$(
@@ -262,6 +271,58 @@ mod tests {
             run(RedOp::Avg, &[vec![255u8], vec![255u8]]),
             vec![127],
             "u8 sum wraps before dividing"
+        );
+    }
+
+    /// Integer Avg against its definition, written out: the sum wrapped to
+    /// the type's width (two's complement), then divided by N toward zero
+    /// with N an ordinary integer. The communicator sizes cross every point
+    /// where N itself stops fitting the element type.
+    #[test]
+    fn integer_avg_divides_the_wrapped_sum_by_n_as_an_integer() {
+        fn wrapped(sum: i128, bits: u32, signed: bool) -> i128 {
+            let m = sum.rem_euclid(1 << bits);
+            if signed && m >= 1 << (bits - 1) {
+                m - (1 << bits)
+            } else {
+                m
+            }
+        }
+        let want =
+            |xs: &[i128], bits, signed| wrapped(xs.iter().sum(), bits, signed) / xs.len() as i128;
+        for n in [1usize, 2, 3, 127, 128, 129, 200, 255, 256, 257, 300] {
+            for k in 0..6i128 {
+                // a spread of values, extremes included
+                let x = |s: usize| (s as i128 * 37 + k * 91) % 256;
+                let u: Vec<u8> = (0..n).map(|s| x(s) as u8).collect();
+                let i: Vec<i8> = (0..n).map(|s| (x(s) - 128) as i8).collect();
+                let u_in: Vec<i128> = u.iter().map(|v| *v as i128).collect();
+                let i_in: Vec<i128> = i.iter().map(|v| *v as i128).collect();
+                let uv: Vec<Vec<u8>> = u.iter().map(|v| vec![*v]).collect();
+                let iv: Vec<Vec<i8>> = i.iter().map(|v| vec![*v]).collect();
+                assert_eq!(
+                    run(RedOp::Avg, &uv)[0] as i128,
+                    want(&u_in, 8, false),
+                    "uint8, N = {n}, inputs {u:?}"
+                );
+                assert_eq!(
+                    run(RedOp::Avg, &iv)[0] as i128,
+                    want(&i_in, 8, true),
+                    "int8, N = {n}, inputs {i:?}"
+                );
+            }
+        }
+        // every input -128 at N = 1 and 2: the sum -128 (or its wrap, 0)
+        assert_eq!(run(RedOp::Avg, &[vec![i8::MIN]]), vec![i8::MIN]);
+        assert_eq!(run(RedOp::Avg, &[vec![i8::MIN], vec![0]]), vec![-64]);
+        // 64-bit types divide at full width
+        assert_eq!(
+            run(RedOp::Avg, &[vec![i64::MIN], vec![0], vec![0]]),
+            vec![i64::MIN / 3]
+        );
+        assert_eq!(
+            run(RedOp::Avg, &[vec![u64::MAX], vec![0]]),
+            vec![u64::MAX / 2]
         );
     }
 
