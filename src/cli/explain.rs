@@ -193,6 +193,15 @@ pub fn explain(args: &Args) -> Result<String, String> {
         dt.size()
     );
 
+    if func.reduces() {
+        let _ = writeln!(
+            o,
+            "Reduction ({})\n  {}\n",
+            op.nccl_name(),
+            op.semantics(dt, n)
+        );
+    }
+
     // buffers per rank
     let _ = writeln!(o, "Buffers (from the contract's layout)");
     let mut rows = Vec::new();
