@@ -3,15 +3,25 @@
 //! showing every rank's input and output. Outputs the contract leaves
 //! undefined or unused are shown as null and never read. A call the engine
 //! rejects prints its error with the `ncclResult_t` name and exits 2.
+//!
+//! Every element travels as an exact [`Scalar`] of the call's datatype, from
+//! the inputs file to the output: a 64-bit integer is never rounded through
+//! an f64, and a float prints as the shortest decimal that reads back to its
+//! bits. An input that is not an element of the datatype is refused with its
+//! rank, index and value.
 
 use super::{FAILED, MAX_LOCAL_RANKS, REJECTED, fail};
-use crate::core::{DataType, ErrorKind, RedOp, Role, layout};
+use crate::core::{DataType, ErrorKind, RedOp, Role, Scalar, layout};
 use crate::local::{self, LaunchOptions};
 use crate::verify::cases::native::{self, Inputs, Spec};
 use crate::verify::cases::{Actual, Outcome};
 use crate::verify::records::fmt_values;
 use crate::verify::reference;
-use serde_json::{Value, json};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -33,6 +43,9 @@ pub struct Args {
 /// Most buffer elements (all ranks, send and recv) run accepts: it prints every one.
 const MAX_ELEMENTS: usize = 1 << 22;
 
+/// Largest `--inputs` file run reads: 64 bytes for each element it accepts.
+const MAX_INPUT_BYTES: u64 = MAX_ELEMENTS as u64 * 64;
+
 pub fn run(args: Args) -> ExitCode {
     match prepare(&args) {
         Ok((spec, inputs, note)) => execute(&args, spec, inputs, note),
@@ -41,7 +54,7 @@ pub fn run(args: Args) -> ExitCode {
 }
 
 /// The call, every rank's input, and a note on where the inputs came from.
-type Prepared = (Spec, Vec<Vec<f64>>, Option<String>);
+type Prepared = (Spec, Vec<Vec<Scalar>>, Option<String>);
 
 fn prepare(args: &Args) -> Result<Prepared, String> {
     let func = args.call.collective;
@@ -90,15 +103,24 @@ fn prepare(args: &Args) -> Result<Prepared, String> {
             (0..n)
                 .map(|s| {
                     (0..lens[s])
-                        .map(|j| reference::encoded_element(dt, n, s, q, lens[s], j))
+                        .map(|j| {
+                            Scalar::from_f64(
+                                dt,
+                                reference::encoded_element(dt, n, s, q, lens[s], j),
+                            )
+                        })
                         .collect()
                 })
                 .collect(),
             None,
         ),
         "iota" => {
-            let v: Vec<Vec<f64>> = (0..n)
-                .map(|s| (0..lens[s]).map(|j| (s * lens[s] + j) as f64).collect())
+            let v: Vec<Vec<Scalar>> = (0..n)
+                .map(|s| {
+                    (0..lens[s])
+                        .map(|j| Scalar::from_f64(dt, (s * lens[s] + j) as f64))
+                        .collect()
+                })
                 .collect();
             check_exact(&v, dt, "iota")?;
             (v, None)
@@ -111,7 +133,7 @@ fn prepare(args: &Args) -> Result<Prepared, String> {
                 .iter()
                 .map(|len| {
                     (0..*len)
-                        .map(|_| f64::from(rng.random_range(0..10u8)))
+                        .map(|_| Scalar::from_f64(dt, f64::from(rng.random_range(0..10u8))))
                         .collect()
                 })
                 .collect();
@@ -122,10 +144,10 @@ fn prepare(args: &Args) -> Result<Prepared, String> {
     Ok((spec, inputs, note))
 }
 
-fn check_exact(v: &[Vec<f64>], dt: DataType, what: &str) -> Result<(), String> {
+fn check_exact(v: &[Vec<Scalar>], dt: DataType, what: &str) -> Result<(), String> {
     for (r, xs) in v.iter().enumerate() {
         for (j, x) in xs.iter().enumerate() {
-            if reference::round_to(dt, *x) != *x {
+            if x.to_type(dt) != *x {
                 return Err(format!(
                     "{what}: rank {r} element {j} = {x} is not exactly representable as {dt}"
                 ));
@@ -135,53 +157,140 @@ fn check_exact(v: &[Vec<f64>], dt: DataType, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `{"inputs": [[...] per rank]}`: each rank's send buffer (its input part in place).
-fn read_inputs(path: &str, spec: &Spec, n: usize, lens: &[usize]) -> Result<Vec<Vec<f64>>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+/// `{"inputs": [[...] per rank]}`: each rank's send buffer (its input part
+/// in place). Each element is a JSON number, or a string holding one or
+/// `inf`, `-inf`, `nan`; it is read from its own text ([`Scalar::parse`]),
+/// never through an f64, so 64-bit integers stay exact.
+fn read_inputs(
+    path: &str,
+    spec: &Spec,
+    n: usize,
+    lens: &[usize],
+) -> Result<Vec<Vec<Scalar>>, String> {
+    let file = std::fs::File::open(path).map_err(|e| {
         format!("--inputs {path}: {e} (--inputs takes encoded, iota, random or a JSON file)")
     })?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))?;
-    let lists = v
+    let too_large = || {
+        format!(
+            "--inputs {path} is larger than run reads ({} MiB, 64 bytes for each of the {MAX_ELEMENTS} elements it shows)",
+            MAX_INPUT_BYTES >> 20
+        )
+    };
+    // the size on disk refuses a large file unread; the bounded read covers pipes
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > MAX_INPUT_BYTES {
+        return Err(too_large());
+    }
+    let mut text = String::with_capacity(size as usize);
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("--inputs {path}: {e}"))?;
+    if text.len() as u64 > MAX_INPUT_BYTES {
+        return Err(too_large());
+    }
+    let shape = || format!("{path}: expected an object {{\"inputs\": [[...] per rank]}}");
+    let top: &RawValue =
+        serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))?;
+    let object: BTreeMap<String, &RawValue> =
+        serde_json::from_str(top.get()).map_err(|_| shape())?;
+    let lists = object
         .get("inputs")
-        .and_then(|i| i.as_array())
-        .ok_or_else(|| format!("{path}: expected an object {{\"inputs\": [[...] per rank]}}"))?;
-    if lists.len() != n {
+        .and_then(|v| Bounded::read(v.get(), n).ok())
+        .ok_or_else(shape)?;
+    if lists.len != n {
         return Err(format!(
             "{path}: {} input lists for {n} rank(s): give one per rank",
-            lists.len()
+            lists.len
         ));
     }
     let mut out = Vec::with_capacity(n);
-    for (r, list) in lists.iter().enumerate() {
-        let items = list
-            .as_array()
-            .ok_or_else(|| format!("{path}: rank {r}'s input is not a list"))?;
-        let l = spec.layout(n, r);
-        if matches!(l.send_role, Role::Ignored | Role::Unused) {
-            // the call does not read this rank's send buffer
+    for (r, list) in lists.items.iter().enumerate() {
+        // the call does not read an ignored or unused send buffer
+        let ignored = matches!(spec.layout(n, r).send_role, Role::Ignored | Role::Unused);
+        let keep = if ignored { 0 } else { lens[r] };
+        let items = Bounded::read(list.get(), keep)
+            .map_err(|_| format!("{path}: rank {r}'s input is not a list"))?;
+        if ignored {
             out.push(Vec::new());
             continue;
         }
-        if items.len() != lens[r] {
+        if items.len != lens[r] {
             return Err(format!(
                 "{path}: rank {r}'s input has {} elements, but {} with count {} reads {} on rank {r}",
-                items.len(),
+                items.len,
                 spec.func.name(),
                 spec.count,
                 lens[r]
             ));
         }
-        let mut xs = Vec::with_capacity(items.len());
-        for (j, x) in items.iter().enumerate() {
-            let x = x
-                .as_f64()
-                .ok_or_else(|| format!("{path}: rank {r} element {j} is not a number: {x}"))?;
-            xs.push(x);
+        let mut xs = Vec::with_capacity(items.len);
+        for (j, x) in items.items.iter().enumerate() {
+            let raw = x.get();
+            // a JSON string is read by its contents ("inf", "nan", or digits)
+            let text: Cow<str> = if raw.starts_with('"') {
+                serde_json::from_str::<String>(raw).map_or(Cow::Borrowed(raw), Cow::Owned)
+            } else {
+                Cow::Borrowed(raw)
+            };
+            let v = Scalar::parse(&text, spec.dtype)
+                .map_err(|e| format!("{path}: rank {r} element {j}: {e}"))?;
+            xs.push(v);
         }
         out.push(xs);
     }
-    check_exact(&out, spec.dtype, path)?;
     Ok(out)
+}
+
+/// A JSON list as the raw text of its first `keep` elements, and its
+/// length: the elements past `keep` are counted, not stored, so a long list
+/// costs no memory.
+struct Bounded<'a> {
+    items: Vec<&'a RawValue>,
+    len: usize,
+}
+
+impl<'a> Bounded<'a> {
+    fn read(text: &'a str, keep: usize) -> serde_json::Result<Bounded<'a>> {
+        use serde::de::DeserializeSeed;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let list = Keep(keep).deserialize(&mut de)?;
+        de.end()?;
+        Ok(list)
+    }
+}
+
+struct Keep(usize);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Keep {
+    type Value = Bounded<'de>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Bounded<'de>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Keep {
+    type Value = Bounded<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bounded<'de>, A::Error> {
+        let mut list = Bounded {
+            items: Vec::new(),
+            len: 0,
+        };
+        loop {
+            if list.len < self.0 {
+                match seq.next_element::<&RawValue>()? {
+                    Some(x) => list.items.push(x),
+                    None => break,
+                }
+            } else if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                break;
+            }
+            list.len += 1;
+        }
+        Ok(list)
+    }
 }
 
 /// `--json`'s object, in the documented key order.
@@ -208,19 +317,22 @@ struct ErrorJson {
     message: String,
 }
 
-fn number(dt: DataType, x: f64) -> Value {
-    if !dt.is_float() {
-        if x < 0.0 {
-            return json!(x as i64);
-        }
-        return json!(x as u64);
+/// An element as JSON: every integer as an exact number; a finite float as
+/// the shortest number that reads back to its bits; `inf`, `-inf` and `nan`
+/// as those strings (JSON has no such numbers, and `null` means "no output").
+fn number(x: Scalar) -> Value {
+    match x {
+        Scalar::Int(i) => u64::try_from(i)
+            .map(Value::from)
+            .or_else(|_| i64::try_from(i).map(Value::from))
+            .unwrap_or_else(|_| Value::String(x.to_string())),
+        Scalar::Float(f) => serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .unwrap_or_else(|| Value::String(x.to_string())),
     }
-    serde_json::Number::from_f64(x)
-        .map(Value::Number)
-        .unwrap_or(Value::Null)
 }
 
-fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<f64>>, note: Option<String>) -> ExitCode {
+fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<Scalar>>, note: Option<String>) -> ExitCode {
     let n = args.call.ranks;
     let shared = Arc::new(inputs);
     let spec = Spec {
@@ -228,7 +340,7 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<f64>>, note: Option<String>)
         ..spec
     };
     let results = local::launch_each(LaunchOptions::default(), n, |comm| {
-        let input = shared[comm.rank()].clone();
+        let input = shared.get(comm.rank()).cloned().unwrap_or_default();
         Ok(native::execute(comm, &spec, &input))
     });
     let outcomes: Vec<Outcome> = match results {
@@ -251,7 +363,7 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<f64>>, note: Option<String>)
         .or(errors.first())
         .copied();
     let dt = spec.dtype;
-    let outputs: Vec<Option<Vec<f64>>> = outcomes
+    let outputs: Vec<Option<Vec<Scalar>>> = outcomes
         .iter()
         .map(|o| match &o.actual {
             Actual::Values(v) => Some(v.clone()),
@@ -274,14 +386,11 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<f64>>, note: Option<String>)
             in_place: spec.in_place,
             inputs: shared
                 .iter()
-                .map(|x| x.iter().map(|v| number(dt, *v)).collect())
+                .map(|x| x.iter().map(|v| number(*v)).collect())
                 .collect(),
             outputs: outputs
                 .iter()
-                .map(|o| {
-                    o.as_ref()
-                        .map(|x| x.iter().map(|v| number(dt, *v)).collect())
-                })
+                .map(|o| o.as_ref().map(|x| x.iter().map(|v| number(*v)).collect()))
                 .collect(),
             error: first.map(|e| ErrorJson {
                 code: e.code().code(),
@@ -319,7 +428,7 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<f64>>, note: Option<String>)
 fn print_text(
     spec: &Spec,
     n: usize,
-    inputs: &[Vec<f64>],
+    inputs: &[Vec<Scalar>],
     outcomes: &[Outcome],
     note: Option<&str>,
 ) {
@@ -384,9 +493,22 @@ mod tests {
 
     #[test]
     fn exactness_catches_out_of_range_values() {
-        assert!(check_exact(&[vec![127.0, -128.0]], DataType::Int8, "x").is_ok());
-        assert!(check_exact(&[vec![300.0]], DataType::Int8, "x").is_err());
-        assert!(check_exact(&[vec![1.5]], DataType::Int32, "x").is_err());
-        assert!(check_exact(&[vec![1.5]], DataType::Float8e4m3, "x").is_ok());
+        let i = |v: i128| Scalar::Int(v);
+        assert!(check_exact(&[vec![i(127), i(-128)]], DataType::Int8, "x").is_ok());
+        assert!(check_exact(&[vec![i(300)]], DataType::Int8, "x").is_err());
+        let f = |v: f64| Scalar::Float(v);
+        assert!(check_exact(&[vec![f(1.5)]], DataType::Float8e4m3, "x").is_ok());
+        assert!(check_exact(&[vec![f(0.1)]], DataType::Float32, "x").is_err());
+    }
+
+    #[test]
+    fn json_numbers_are_exact_and_non_finite_floats_are_strings() {
+        let text = |x: Scalar| number(x).to_string();
+        assert_eq!(text(Scalar::Int(u64::MAX.into())), "18446744073709551615");
+        assert_eq!(text(Scalar::Int(i64::MIN.into())), "-9223372036854775808");
+        assert_eq!(text(Scalar::Float(0.1)), "0.1");
+        assert_eq!(text(Scalar::Float(f64::INFINITY)), "\"inf\"");
+        assert_eq!(text(Scalar::Float(f64::NEG_INFINITY)), "\"-inf\"");
+        assert_eq!(text(Scalar::Float(f64::NAN)), "\"nan\"");
     }
 }

@@ -1,6 +1,7 @@
 //! The 12 NCCL datatypes, their codes and sizes, the Rust element types that
 //! carry them, and exact fp8 conversions (NCCL's `float8 e4m3fn` and `e5m2`).
 
+use super::Scalar;
 use half::{bf16, f16};
 use std::fmt;
 
@@ -63,6 +64,19 @@ impl DataType {
             self,
             Float16 | Float32 | Float64 | Bfloat16 | Float8e4m3 | Float8e5m2
         )
+    }
+    /// The smallest and largest value of an integer type; None for floats.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        use DataType::*;
+        Some(match self {
+            Int8 => (i8::MIN.into(), i8::MAX.into()),
+            Uint8 => (0, u8::MAX.into()),
+            Int32 => (i32::MIN.into(), i32::MAX.into()),
+            Uint32 => (0, u32::MAX.into()),
+            Int64 => (i64::MIN.into(), i64::MAX.into()),
+            Uint64 => (0, u64::MAX.into()),
+            _ => return None,
+        })
     }
     /// Short lowercase name, as nccl-tests prints it and the CLI accepts it.
     pub fn name(self) -> &'static str {
@@ -325,10 +339,17 @@ fp8_type!(
 pub trait Element: Copy + Default + Send + Sync + PartialEq + fmt::Debug + 'static {
     const DTYPE: DataType;
     /// Exact for every value of the type that an f64 holds (all but the
-    /// largest 64-bit integers); used for display, JSON and reduction scalars.
+    /// largest 64-bit integers); used for reduction scalars. Values that
+    /// travel to and from users go through [`Element::to_scalar`], exact for all.
     fn to_f64(self) -> f64;
     /// Converts with the type's own rounding (integers: truncation toward zero, saturating).
     fn from_f64(v: f64) -> Self;
+    /// The element, exactly.
+    fn to_scalar(self) -> Scalar;
+    /// The element a scalar becomes: an integer type keeps an integer's low
+    /// bits (two's complement wrap) and truncates a float toward zero,
+    /// saturating; a float type rounds with [`Element::from_f64`].
+    fn from_scalar(s: Scalar) -> Self;
 }
 
 macro_rules! element_int {
@@ -341,6 +362,16 @@ macro_rules! element_int {
             fn from_f64(v: f64) -> Self {
                 v as $t
             }
+            fn to_scalar(self) -> Scalar {
+                Scalar::Int(self.into())
+            }
+            fn from_scalar(s: Scalar) -> Self {
+                match s {
+                    // `as` from a wider integer keeps the low bits
+                    Scalar::Int(i) => i as $t,
+                    Scalar::Float(x) => x as $t,
+                }
+            }
         }
     };
 }
@@ -350,8 +381,39 @@ element_int!(i32, Int32);
 element_int!(u32, Uint32);
 element_int!(i64, Int64);
 element_int!(u64, Uint64);
-element_int!(f32, Float32);
-element_int!(f64, Float64);
+
+/// Float types: the scalar is the value widened to f64 (exact for each).
+macro_rules! element_float_scalar {
+    () => {
+        fn to_scalar(self) -> Scalar {
+            Scalar::Float(Element::to_f64(self))
+        }
+        fn from_scalar(s: Scalar) -> Self {
+            <Self as Element>::from_f64(s.to_f64())
+        }
+    };
+}
+
+impl Element for f32 {
+    const DTYPE: DataType = DataType::Float32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    element_float_scalar!();
+}
+impl Element for f64 {
+    const DTYPE: DataType = DataType::Float64;
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    element_float_scalar!();
+}
 
 /// `y` (in `0..2^23`) rounded to an integer, ties to even: adding 2^23
 /// leaves no fraction bits, so the addition itself rounds, in the default
@@ -419,6 +481,7 @@ impl Element for f16 {
     fn from_f64(v: f64) -> Self {
         f16::from_f64(v)
     }
+    element_float_scalar!();
 }
 impl Element for bf16 {
     const DTYPE: DataType = DataType::Bfloat16;
@@ -428,6 +491,7 @@ impl Element for bf16 {
     fn from_f64(v: f64) -> Self {
         bf16::from_f64(v)
     }
+    element_float_scalar!();
 }
 impl Element for F8E4M3 {
     const DTYPE: DataType = DataType::Float8e4m3;
@@ -439,6 +503,7 @@ impl Element for F8E4M3 {
         // midpoint between two is exact in f32, so the result is unchanged
         F8E4M3::from_f32(v as f32)
     }
+    element_float_scalar!();
 }
 impl Element for F8E5M2 {
     const DTYPE: DataType = DataType::Float8e5m2;
@@ -447,6 +512,19 @@ impl Element for F8E5M2 {
     }
     fn from_f64(v: f64) -> Self {
         F8E5M2::from_f32(v as f32)
+    }
+    fn to_scalar(self) -> Scalar {
+        Scalar::Float(Element::to_f64(self))
+    }
+    /// As [`Element::from_f64`], except that an infinity is e5m2's own
+    /// (0x7C, 0xFC): the conversion saturates, but an infinity written into
+    /// a buffer is an element of the type.
+    fn from_scalar(s: Scalar) -> Self {
+        match s.to_f64() {
+            x if x == f64::INFINITY => F8E5M2(0x7C),
+            x if x == f64::NEG_INFINITY => F8E5M2(0xFC),
+            x => <Self as Element>::from_f64(x),
+        }
     }
 }
 

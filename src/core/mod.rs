@@ -10,6 +10,7 @@ pub mod error;
 pub mod func;
 pub mod layout;
 pub mod redop;
+pub mod scalar;
 pub mod trace;
 
 pub use call::{Call, RawCall};
@@ -22,3 +23,4 @@ pub use layout::{
     undefined_recv_elems,
 };
 pub use redop::RedOp;
+pub use scalar::Scalar;

@@ -3,7 +3,7 @@
 //! `correct` column (full element-wise equality, never a checksum).
 
 use super::cases::{Actual, Case, Expect, Outcome};
-use crate::core::Error;
+use crate::core::{Error, Scalar};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -28,8 +28,9 @@ pub struct Row {
     pub note: String,
 }
 
-/// `[10, 46, 12]`: each element as the shortest decimal that is exactly it.
-pub fn fmt_values(v: &[f64]) -> String {
+/// `[10, 46, 12]`: each element as the shortest decimal that reads back to
+/// it exactly (`inf`, `-inf`, `nan` for the non-finite floats).
+pub fn fmt_values(v: &[Scalar]) -> String {
     let items: Vec<String> = v.iter().map(|x| format!("{x}")).collect();
     format!("[{}]", items.join(", "))
 }
@@ -48,8 +49,9 @@ pub fn expected_text(e: &Expect) -> String {
     }
 }
 
-fn same(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+/// Element-wise, bit for bit (`Scalar`'s equality).
+fn same(a: &[Scalar], b: &[Scalar]) -> bool {
+    a == b
 }
 
 /// Builds the row of one rank's outcome: compares every element, and
@@ -218,12 +220,21 @@ mod tests {
 
     #[test]
     fn values_print_exactly() {
+        let f = |v: &[f64]| -> Vec<Scalar> { v.iter().map(|x| Scalar::Float(*x)).collect() };
         assert_eq!(
-            fmt_values(&[10.0, -3.0, 1.75, 0.001953125]),
+            fmt_values(&f(&[10.0, -3.0, 1.75, 0.001953125])),
             "[10, -3, 1.75, 0.001953125]"
         );
+        assert_eq!(
+            fmt_values(&[Scalar::Int(u64::MAX.into()), Scalar::Int(i64::MIN.into())]),
+            "[18446744073709551615, -9223372036854775808]"
+        );
+        assert_eq!(
+            fmt_values(&f(&[f64::INFINITY, f64::NEG_INFINITY, f64::NAN])),
+            "[inf, -inf, nan]"
+        );
         assert_eq!(fmt_values(&[]), "[]");
-        assert!(!same(&[0.0], &[-0.0]), "the sign of zero counts");
+        assert!(!same(&f(&[0.0]), &f(&[-0.0])), "the sign of zero counts");
     }
 
     #[test]

@@ -11,13 +11,17 @@
 //!   the largest integer the type holds exactly, products are powers of two
 //!   (and ±1), Max/Min only select. Float Avg is the one op whose result
 //!   depends on rounding (NCCL multiplies each input by 1/N rounded to the
-//!   type): [`reduce`] rounds to the type after every step, as the contract
-//!   says, with the type's own conversion from `core`.
+//!   type).
 //!
-//! Values travel as `f64`: every value used here is exactly representable in
-//! its datatype and in `f64`.
+//! The closed forms and input schemes compute in `f64`: every value they
+//! produce is a small integer or a dyadic fraction, exact in its datatype
+//! and in `f64`. The contract definitions ([`reduce`], [`contract_output`])
+//! take any elements, as exact [`Scalar`]s (`rankwise run` gives them
+//! arbitrary inputs, 64-bit integers above 2^53 included): integers wrap
+//! at the type's width, floats round to the type after every step, with
+//! the type's own conversion from `core`.
 
-use crate::core::{DataType, Element, F8E4M3, F8E5M2, Func, RedOp};
+use crate::core::{DataType, Element, F8E4M3, F8E5M2, Func, RedOp, Scalar};
 
 /// The seed's AlltoAll encoding: `source*10000 + destination*100 + offset`.
 pub fn encode(source: usize, destination: usize, offset: usize) -> f64 {
@@ -116,46 +120,72 @@ fn signed(dt: DataType) -> bool {
     !matches!(dt, DataType::Uint8 | DataType::Uint32 | DataType::Uint64)
 }
 
-/// `v` rounded to `dt` with the type's own conversion (`Element::from_f64`).
+/// Closed-form values (exact in f64 and in `dt`) as elements of `dt`.
+pub fn exact(dt: DataType, v: &[f64]) -> Vec<Scalar> {
+    v.iter().map(|x| Scalar::from_f64(dt, *x)).collect()
+}
+
+/// `v` rounded to `dt` with the type's own conversion (`Element::from_f64`),
+/// as an arithmetic result is: fp8 saturates to its largest finite value,
+/// infinities included (NCCL converts with `__NV_SATFINITE`).
 pub fn round_to(dt: DataType, v: f64) -> f64 {
     crate::with_element_type!(dt, T => <T as Element>::from_f64(v).to_f64())
 }
 
-/// One output element of a reduction: `xs[s]` is rank s's input element.
-/// Integers reduce exactly (the inputs never overflow); Avg on integers is
-/// the sum divided by N toward zero. Floats reduce in rank order with every
-/// step rounded to the type, and Avg (and PreMulSum) multiply each input by
-/// the scalar rounded to the type first (CONTRACTS.md §3).
-pub fn reduce(op: RedOp, dt: DataType, xs: &[f64]) -> f64 {
+/// One output element of a reduction: `xs[s]` is rank s's input element,
+/// an element of `dt` (CONTRACTS.md §3).
+///
+/// Integers compute as two's complement at the type's width: Sum, Prod and
+/// PreMulSum wrap (the scalar converted to the type first); Avg is the
+/// wrapped sum divided by N toward zero, N held as a wide integer, never
+/// converted to the type. Floats reduce in rank order, every step rounded
+/// to the type, and Avg (and PreMulSum) multiply each input by the scalar
+/// rounded to the type first. (Each f64 step is exact or rounds once, and
+/// f64 carries more than twice the precision of every narrower type, so
+/// rounding its result to the type is the type's own correctly rounded
+/// arithmetic.)
+pub fn reduce(op: RedOp, dt: DataType, xs: &[Scalar]) -> Scalar {
     let n = xs.len();
     if !dt.is_float() {
-        let v: Vec<i128> = xs.iter().map(|x| *x as i128).collect();
+        let wrap = |v: i128| Scalar::Int(v).to_type(dt).to_i128();
+        let v: Vec<i128> = xs.iter().map(|x| x.to_i128()).collect();
+        // every width divides 128, so wrapping in i128 then to the width is
+        // the same as wrapping at the width after every step
+        let sum = |v: &[i128]| wrap(v.iter().fold(0i128, |a, x| a.wrapping_add(*x)));
         let r = match op {
-            RedOp::Sum => v.iter().sum(),
-            RedOp::Prod => v.iter().product(),
-            RedOp::Max => *v.iter().max().expect("at least one rank"),
-            RedOp::Min => *v.iter().min().expect("at least one rank"),
-            RedOp::Avg => v.iter().sum::<i128>() / n as i128,
-            RedOp::PreMulSum(s) => v.iter().map(|x| x * s.trunc() as i128).sum(),
+            RedOp::Sum => sum(&v),
+            RedOp::Prod => wrap(v.iter().fold(1i128, |a, x| a.wrapping_mul(*x))),
+            RedOp::Max => v.iter().copied().max().unwrap_or(0),
+            RedOp::Min => v.iter().copied().min().unwrap_or(0),
+            RedOp::Avg => sum(&v) / (n.max(1) as i128),
+            RedOp::PreMulSum(s) => {
+                let k = Scalar::Float(s).to_type(dt).to_i128();
+                let products: Vec<i128> = v.iter().map(|x| x.wrapping_mul(k)).collect();
+                sum(&products)
+            }
         };
-        return r as f64;
+        return Scalar::Int(r);
     }
-    let scaled = |scalar: f64| {
-        let r = round_to(dt, scalar);
-        let mut acc = round_to(dt, xs[0] * r);
-        for x in &xs[1..] {
-            acc = round_to(dt, acc + round_to(dt, x * r));
-        }
-        acc
+    let round = |v: f64| round_to(dt, v);
+    let v: Vec<f64> = xs.iter().map(|x| x.to_f64()).collect();
+    let Some((&first, rest)) = v.split_first() else {
+        // no ranks, no inputs: every caller has at least one rank
+        return Scalar::Float(0.0);
     };
-    match op {
-        RedOp::Sum => xs.iter().sum(),
-        RedOp::Prod => xs.iter().product(),
-        RedOp::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        RedOp::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
+    let fold = |f: fn(f64, f64) -> f64| rest.iter().fold(first, |a, x| round(f(a, *x)));
+    let scaled = |scalar: f64| {
+        let r = round(scalar);
+        rest.iter()
+            .fold(round(first * r), |acc, x| round(acc + round(x * r)))
+    };
+    Scalar::Float(match op {
+        RedOp::Sum => fold(|a, b| a + b),
+        RedOp::Prod => fold(|a, b| a * b),
+        RedOp::Max => fold(f64::max),
+        RedOp::Min => fold(f64::min),
         RedOp::Avg => scaled(1.0 / n as f64),
         RedOp::PreMulSum(s) => scaled(s),
-    }
+    })
 }
 
 /// The output the contract defines on `rank` (CONTRACTS.md §1), from every
@@ -168,11 +198,11 @@ pub fn contract_output(
     rank: usize,
     root: usize,
     q: usize,
-    inputs: &[Vec<f64>],
-) -> Option<Vec<f64>> {
+    inputs: &[Vec<Scalar>],
+) -> Option<Vec<Scalar>> {
     let n = inputs.len();
-    let across = |at: usize| -> f64 {
-        let xs: Vec<f64> = inputs.iter().map(|x| x[at]).collect();
+    let across = |at: usize| -> Scalar {
+        let xs: Vec<Scalar> = inputs.iter().map(|x| x[at]).collect();
         reduce(op, dt, &xs)
     };
     Some(match func {
@@ -328,6 +358,14 @@ pub fn encoded_element(dt: DataType, n: usize, s: usize, q: usize, len: usize, j
 mod tests {
     use super::*;
 
+    /// Closed-form values as elements of `dt`.
+    fn sc(dt: DataType, v: &[f64]) -> Vec<Scalar> {
+        v.iter().map(|x| Scalar::from_f64(dt, *x)).collect()
+    }
+    fn per_rank(dt: DataType, v: &[Vec<f64>]) -> Vec<Vec<Scalar>> {
+        v.iter().map(|x| sc(dt, x)).collect()
+    }
+
     #[test]
     fn seed_closed_forms_give_the_chapter_vectors_at_4_ranks() {
         assert_eq!(seed_all_reduce_sum(4), vec![10.0, 46.0, 12.0]);
@@ -368,16 +406,20 @@ mod tests {
             let ar: Vec<Vec<f64>> = (0..n)
                 .map(|r| vec![r as f64 + 1.0, r as f64 + 10.0, r as f64 * 2.0])
                 .collect();
-            let got = contract_output(Func::AllReduce, RedOp::Sum, DataType::Int32, 0, 0, 3, &ar);
-            assert_eq!(got.unwrap(), seed_all_reduce_sum(n));
+            let (i32_, f32_, i64_) = (DataType::Int32, DataType::Float32, DataType::Int64);
+            let ar = per_rank(i32_, &ar);
+            let got = contract_output(Func::AllReduce, RedOp::Sum, i32_, 0, 0, 3, &ar);
+            assert_eq!(got.unwrap(), sc(i32_, &seed_all_reduce_sum(n)));
             let mx: Vec<Vec<f64>> = (0..n)
                 .map(|r| vec![r as f64, 0.0 - r as f64, r as f64 * 0.5 + 0.25])
                 .collect();
-            let got = contract_output(Func::AllReduce, RedOp::Max, DataType::Float32, 0, 0, 3, &mx);
-            assert_eq!(got.unwrap(), seed_all_reduce_max(n));
+            let mx = per_rank(f32_, &mx);
+            let got = contract_output(Func::AllReduce, RedOp::Max, f32_, 0, 0, 3, &mx);
+            assert_eq!(got.unwrap(), sc(f32_, &seed_all_reduce_max(n)));
             let rs: Vec<Vec<f64>> = (0..n)
                 .map(|r| (0..3 * n).map(|i| (r * 100 + i) as f64).collect())
                 .collect();
+            let rs = per_rank(i64_, &rs);
             for r in 0..n {
                 let got = contract_output(
                     Func::ReduceScatter,
@@ -388,11 +430,12 @@ mod tests {
                     3,
                     &rs,
                 );
-                assert_eq!(got.unwrap(), seed_reduce_scatter(n, r));
+                assert_eq!(got.unwrap(), sc(i64_, &seed_reduce_scatter(n, r)));
             }
             let red: Vec<Vec<f64>> = (0..n)
                 .map(|r| vec![r as f64 + 1.0, (r as f64 + 1.0) * 10.0])
                 .collect();
+            let red = per_rank(i32_, &red);
             let root = n - 1;
             let got = contract_output(
                 Func::Reduce,
@@ -403,7 +446,7 @@ mod tests {
                 2,
                 &red,
             );
-            assert_eq!(got.unwrap(), seed_reduce(n));
+            assert_eq!(got.unwrap(), sc(i32_, &seed_reduce(n)));
             assert_eq!(
                 contract_output(Func::Reduce, RedOp::Sum, DataType::Int32, 0, n - 1, 2, &red)
                     .is_none(),
@@ -416,10 +459,11 @@ mod tests {
                         .collect()
                 })
                 .collect();
+            let a2a = per_rank(i64_, &a2a);
             for d in 0..n {
                 let got =
                     contract_output(Func::AlltoAll, RedOp::Sum, DataType::Int64, d, 0, 2, &a2a);
-                assert_eq!(got.unwrap(), all_to_all_equal(n, 2, d));
+                assert_eq!(got.unwrap(), sc(i64_, &all_to_all_equal(n, 2, d)));
             }
         }
     }
@@ -437,9 +481,10 @@ mod tests {
                     for x in inputs.iter().flatten() {
                         assert_eq!(round_to(dt, *x), *x, "{dt} input {x}");
                     }
-                    let out = contract_output(Func::AllReduce, op, dt, 0, 0, 13, &inputs).unwrap();
-                    for (j, y) in out.iter().enumerate() {
-                        assert_eq!(round_to(dt, *y), *y, "{dt} {op} N={n} element {j}: {y}");
+                    let exact_inputs = per_rank(dt, &inputs);
+                    let out = contract_output(Func::AllReduce, op, dt, 0, 0, 13, &exact_inputs);
+                    for (j, y) in out.unwrap().iter().map(|y| y.to_f64()).enumerate() {
+                        assert_eq!(round_to(dt, y), y, "{dt} {op} N={n} element {j}: {y}");
                         if op != RedOp::Avg || !dt.is_float() {
                             // and the exact value: no partial result rounded
                             let xs: Vec<f64> = inputs.iter().map(|x| x[j]).collect();
@@ -450,7 +495,7 @@ mod tests {
                                 RedOp::Min => xs.iter().copied().fold(f64::MAX, f64::min),
                                 _ => (xs.iter().sum::<f64>() / n as f64).trunc(),
                             };
-                            assert_eq!(*y, exact);
+                            assert_eq!(y, exact);
                         }
                     }
                 }
@@ -461,16 +506,113 @@ mod tests {
     #[test]
     fn float_avg_rounds_like_the_type() {
         // N=3: 1/3 rounds; three ones average to 1 only approximately
-        let f = reduce(RedOp::Avg, DataType::Float32, &[1.0, 1.0, 1.0]);
+        let f32_ = DataType::Float32;
+        let f = reduce(RedOp::Avg, f32_, &sc(f32_, &[1.0, 1.0, 1.0]));
         let third = (1.0f64 / 3.0) as f32;
-        assert_eq!(f, f64::from(third + third + third));
+        assert_eq!(f, Scalar::Float(f64::from(third + third + third)));
         // N=4: exact
+        let f16_ = DataType::Float16;
         assert_eq!(
-            reduce(RedOp::Avg, DataType::Float16, &[1.0, 2.0, 3.0, 6.0]),
-            3.0
+            reduce(RedOp::Avg, f16_, &sc(f16_, &[1.0, 2.0, 3.0, 6.0])),
+            Scalar::Float(3.0)
         );
         // integers: toward zero
-        assert_eq!(reduce(RedOp::Avg, DataType::Int32, &[-3.0, 0.0]), -1.0);
+        let i32_ = DataType::Int32;
+        assert_eq!(
+            reduce(RedOp::Avg, i32_, &sc(i32_, &[-3.0, 0.0])),
+            Scalar::Int(-1)
+        );
+    }
+
+    #[test]
+    fn integer_reductions_wrap_at_the_type_width() {
+        use DataType::*;
+        let ints = |v: &[i128]| -> Vec<Scalar> { v.iter().map(|x| Scalar::Int(*x)).collect() };
+        // Avg: the sum wrapped to the type, then divided by N toward zero
+        assert_eq!(reduce(RedOp::Avg, Int8, &ints(&[1; 200])), Scalar::Int(0));
+        assert_eq!(reduce(RedOp::Avg, Uint8, &ints(&[1; 256])), Scalar::Int(0));
+        assert_eq!(
+            reduce(RedOp::Avg, Int8, &ints(&[-128, 0])),
+            Scalar::Int(-64)
+        );
+        assert_eq!(
+            reduce(RedOp::Avg, Int8, &ints(&[100, 100, 0])),
+            Scalar::Int(-18)
+        );
+        // Sum, Prod, PreMulSum wrap
+        assert_eq!(
+            reduce(RedOp::Sum, Uint64, &ints(&[u64::MAX.into(), 1])),
+            Scalar::Int(0)
+        );
+        assert_eq!(
+            reduce(RedOp::Sum, Int8, &ints(&[127, 1])),
+            Scalar::Int(-128)
+        );
+        assert_eq!(
+            reduce(RedOp::Prod, Uint8, &ints(&[16, 16, 3])),
+            Scalar::Int(0)
+        );
+        assert_eq!(
+            reduce(RedOp::PreMulSum(3.0), Int8, &ints(&[100, 0])),
+            Scalar::Int(44)
+        );
+        // and over random 64-bit inputs, against wrapping arithmetic in the type itself
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for _ in 0..2_000 {
+            let n = rng.random_range(1..9usize);
+            let xs: Vec<i64> = (0..n).map(|_| rng.random()).collect();
+            let us: Vec<u64> = xs.iter().map(|x| *x as u64).collect();
+            let (si, su) = (
+                ints(&xs.iter().map(|x| i128::from(*x)).collect::<Vec<_>>()),
+                ints(&us.iter().map(|x| i128::from(*x)).collect::<Vec<_>>()),
+            );
+            let i = |v: i64| Scalar::Int(v.into());
+            let u = |v: u64| Scalar::Int(v.into());
+            let isum = xs.iter().fold(0i64, |a, x| a.wrapping_add(*x));
+            let usum = us.iter().fold(0u64, |a, x| a.wrapping_add(*x));
+            assert_eq!(reduce(RedOp::Sum, Int64, &si), i(isum));
+            assert_eq!(reduce(RedOp::Sum, Uint64, &su), u(usum));
+            let iprod = xs.iter().fold(1i64, |a, x| a.wrapping_mul(*x));
+            let uprod = us.iter().fold(1u64, |a, x| a.wrapping_mul(*x));
+            assert_eq!(reduce(RedOp::Prod, Int64, &si), i(iprod));
+            assert_eq!(reduce(RedOp::Prod, Uint64, &su), u(uprod));
+            assert_eq!(reduce(RedOp::Max, Int64, &si), i(*xs.iter().max().unwrap()));
+            assert_eq!(
+                reduce(RedOp::Min, Uint64, &su),
+                u(*us.iter().min().unwrap())
+            );
+            assert_eq!(reduce(RedOp::Avg, Int64, &si), i(isum / n as i64));
+            assert_eq!(reduce(RedOp::Avg, Uint64, &su), u(usum / n as u64));
+        }
+    }
+
+    #[test]
+    fn float_reductions_round_to_the_type_after_every_step() {
+        use DataType::*;
+        let fl = |v: &[f64]| -> Vec<Scalar> { v.iter().map(|x| Scalar::Float(*x)).collect() };
+        let inf = Scalar::Float(f64::INFINITY);
+        assert_eq!(reduce(RedOp::Sum, Float16, &fl(&[65504.0, 65504.0])), inf);
+        // 1 + 2^-24 is a tie in float and rounds to 1, twice; exactly it is 1 + 2^-23
+        let tiny = 2f64.powi(-24);
+        assert_eq!(
+            reduce(RedOp::Sum, Float32, &fl(&[1.0, tiny, tiny])),
+            Scalar::Float(1.0)
+        );
+        assert_eq!(
+            reduce(RedOp::Sum, Float64, &fl(&[1.0, tiny, tiny])),
+            Scalar::Float(1.0 + 2.0 * tiny)
+        );
+        // 2^-9 · 2^-9 underflows e4m3's smallest subnormal (2^-9) to 0
+        let e = 2f64.powi(-9);
+        assert_eq!(
+            reduce(RedOp::Prod, Float8e4m3, &fl(&[e, e])),
+            Scalar::Float(0.0)
+        );
+        assert_eq!(
+            reduce(RedOp::Sum, Float8e4m3, &fl(&[448.0, 448.0])),
+            Scalar::Float(448.0)
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@
 use super::{Actual, Expect, Outcome};
 use crate::api::{Comm, P2POp};
 use crate::core::trace::fmt_ptr;
-use crate::core::{DataType, Element, ErrorKind, Func, RedOp, in_place};
-use crate::verify::reference::{self, encode, uneven_split};
+use crate::core::{DataType, Element, ErrorKind, Func, RedOp, Scalar, in_place};
+use crate::verify::reference::{self, encode, exact, uneven_split};
 
 /// One typed-face case.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,12 +61,12 @@ pub enum Kind {
     ReduceScatterInPlace { op: RedOp, q: usize },
 }
 
-fn vals<T: Element>(v: &[T]) -> Vec<f64> {
-    v.iter().map(|x| x.to_f64()).collect()
+fn vals<T: Element>(v: &[T]) -> Vec<Scalar> {
+    v.iter().map(|x| x.to_scalar()).collect()
 }
 
-fn typed<T: Element>(v: &[f64]) -> Vec<T> {
-    v.iter().map(|x| T::from_f64(*x)).collect()
+fn typed<T: Element>(v: &[Scalar]) -> Vec<T> {
+    v.iter().map(|x| T::from_scalar(*x)).collect()
 }
 
 fn ptr<T>(s: &[T]) -> String {
@@ -94,9 +94,9 @@ impl Kind {
 
     /// Rank s's input for the generic (full-suite) kinds, as the call's send
     /// buffer: q elements, or N·q in blocks by destination.
-    fn generic_input(&self, dt: DataType, n: usize, s: usize) -> Vec<f64> {
+    fn generic_input(&self, dt: DataType, n: usize, s: usize) -> Vec<Scalar> {
         use Kind::*;
-        match self {
+        let formula = match self {
             Gather { q, .. } | AllGatherInPlace { q } => (0..*q)
                 .map(|o| reference::movement_value(dt, n, *q, s, 0, o))
                 .collect(),
@@ -113,16 +113,18 @@ impl Kind {
                 reference::matrix_input(Func::ReduceScatter, *op, dt, n, s, *q, n * q)
             }
             _ => Vec::new(),
-        }
+        };
+        exact(dt, &formula)
     }
 
     pub fn expect(&self, dt: DataType, n: usize, rank: usize) -> Expect {
         use Kind::*;
+        let seed = |v: Vec<f64>| exact(dt, &v);
         let v = match self {
-            AllReduceSum => reference::seed_all_reduce_sum(n),
-            AllReduceMax => reference::seed_all_reduce_max(n),
+            AllReduceSum => seed(reference::seed_all_reduce_sum(n)),
+            AllReduceMax => seed(reference::seed_all_reduce_max(n)),
             AllReduceZero => Vec::new(),
-            Broadcast { root } => reference::seed_broadcast(*root, 1000, 4),
+            Broadcast { root } => seed(reference::seed_broadcast(*root, 1000, 4)),
             Reduce { root } | ReduceTo { root, .. } | Gather { root, .. } if rank != *root => {
                 return Expect::NoOutput(if matches!(self, Gather { .. }) {
                     "no output on this rank: gather sends only"
@@ -130,15 +132,16 @@ impl Kind {
                     "no output contract"
                 });
             }
-            Reduce { .. } => reference::seed_reduce(n),
-            AllGatherList | AllGatherFlat => reference::seed_all_gather(n),
-            ReduceScatter => reference::seed_reduce_scatter(n, rank),
-            AlltoAllEqualSplits => reference::all_to_all_equal(n, 2, rank),
-            AlltoAllUneven => reference::all_to_all_uneven(n, rank),
-            Ring => reference::ring(n, rank),
+            Reduce { .. } => seed(reference::seed_reduce(n)),
+            AllGatherList | AllGatherFlat => seed(reference::seed_all_gather(n)),
+            ReduceScatter => seed(reference::seed_reduce_scatter(n, rank)),
+            AlltoAllEqualSplits => seed(reference::all_to_all_equal(n, 2, rank)),
+            AlltoAllUneven => seed(reference::all_to_all_uneven(n, rank)),
+            Ring => seed(reference::ring(n, rank)),
             InvalidRoot => return Expect::Reject(ErrorKind::InvalidRoot),
             _ => {
-                let inputs: Vec<Vec<f64>> = (0..n).map(|s| self.generic_input(dt, n, s)).collect();
+                let inputs: Vec<Vec<Scalar>> =
+                    (0..n).map(|s| self.generic_input(dt, n, s)).collect();
                 let (func, op, root, q) = match self {
                     Gather { root, q, .. } => (Func::Gather, RedOp::Sum, *root, *q),
                     Scatter { root, q, .. } => (Func::Scatter, RedOp::Sum, *root, *q),
@@ -212,7 +215,7 @@ impl Kind {
         use Kind::*;
         let (n, me) = (c.size(), c.rank());
         let r = me as i64;
-        let values = |res: crate::Result<Vec<f64>>, addr: String| match res {
+        let values = |res: crate::Result<Vec<Scalar>>, addr: String| match res {
             Ok(v) => Outcome {
                 actual: Actual::Values(v),
                 addresses: addr,
@@ -347,7 +350,7 @@ impl Kind {
         use Kind::*;
         let (n, me) = (c.size(), c.rank());
         let input: Vec<T> = typed(&self.generic_input(dt, n, me));
-        let ok = |v: Vec<f64>, addr: String| Outcome {
+        let ok = |v: Vec<Scalar>, addr: String| Outcome {
             actual: Actual::Values(v),
             addresses: addr,
             problems: Vec::new(),

@@ -14,7 +14,7 @@ pub mod native;
 pub mod seed;
 
 use crate::api::Comm;
-use crate::core::{DataType, Error, ErrorKind};
+use crate::core::{DataType, Error, ErrorKind, Scalar};
 use std::fmt;
 
 /// Which face of the communicator a layer drives.
@@ -77,8 +77,8 @@ impl Suite {
 /// What the contract promises one rank.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expect {
-    /// These output elements, exactly.
-    Values(Vec<f64>),
+    /// These output elements, exactly (bit for bit).
+    Values(Vec<Scalar>),
     /// No output to compare; the string says why (and the buffer is not read).
     NoOutput(&'static str),
     /// The call must be rejected with this error.
@@ -88,7 +88,7 @@ pub enum Expect {
 /// What a rank observed.
 #[derive(Debug, Clone)]
 pub enum Actual {
-    Values(Vec<f64>),
+    Values(Vec<Scalar>),
     /// The call succeeded and there was nothing to read.
     Nothing,
     Error(Error),

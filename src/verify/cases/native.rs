@@ -12,7 +12,7 @@
 use super::{Actual, Expect, Outcome};
 use crate::api::{Comm, NULL};
 use crate::core::trace::fmt_ptr;
-use crate::core::{DataType, Element, Func, RedOp, Role, in_place, is_in_place, layout};
+use crate::core::{DataType, Element, Func, RedOp, Role, Scalar, in_place, is_in_place, layout};
 use crate::verify::reference;
 use std::sync::Arc;
 
@@ -34,8 +34,8 @@ pub enum Inputs {
     SeedReduce,
     /// `reference::matrix_input` (full suite)
     Matrix,
-    /// Given per rank (`rankwise run`).
-    Given(Arc<Vec<Vec<f64>>>),
+    /// Given per rank (`rankwise run`), each an element of the spec's dtype.
+    Given(Arc<Vec<Vec<Scalar>>>),
 }
 
 /// One raw-face collective.
@@ -66,10 +66,10 @@ impl Spec {
     }
 
     /// Rank `rank`'s send buffer contents (its input part, in place).
-    pub fn input(&self, n: usize, rank: usize) -> Vec<f64> {
+    pub fn input(&self, n: usize, rank: usize) -> Vec<Scalar> {
         let len = self.layout(n, rank).send_elems;
         let r = rank as f64;
-        match &self.inputs {
+        let formula = match &self.inputs {
             Inputs::SeedAllReduce => vec![r + 1.0, r + 10.0, r * 2.0],
             Inputs::SeedAllGather => vec![r, r + 10.0, r + 100.0],
             Inputs::SeedReduceScatter => (0..len).map(|i| r * 100.0 + i as f64).collect(),
@@ -78,8 +78,9 @@ impl Spec {
             Inputs::Matrix => {
                 reference::matrix_input(self.func, self.op, self.dtype, n, rank, self.count, len)
             }
-            Inputs::Given(v) => v[rank].clone(),
-        }
+            Inputs::Given(v) => return v.get(rank).cloned().unwrap_or_default(),
+        };
+        reference::exact(self.dtype, &formula)
     }
 
     pub fn expect(&self, n: usize, rank: usize) -> Expect {
@@ -92,14 +93,15 @@ impl Spec {
             _ => {}
         }
         let root = self.root_index();
+        let seed = |v: Vec<f64>| reference::exact(self.dtype, &v);
         let values = match self.inputs {
-            Inputs::SeedAllReduce => reference::seed_all_reduce_sum(n),
-            Inputs::SeedAllGather => reference::seed_all_gather(n),
-            Inputs::SeedReduceScatter => reference::seed_reduce_scatter(n, rank),
-            Inputs::SeedBroadcast => reference::seed_broadcast(root, 10, self.count),
-            Inputs::SeedReduce => reference::seed_reduce(n),
+            Inputs::SeedAllReduce => seed(reference::seed_all_reduce_sum(n)),
+            Inputs::SeedAllGather => seed(reference::seed_all_gather(n)),
+            Inputs::SeedReduceScatter => seed(reference::seed_reduce_scatter(n, rank)),
+            Inputs::SeedBroadcast => seed(reference::seed_broadcast(root, 10, self.count)),
+            Inputs::SeedReduce => seed(reference::seed_reduce(n)),
             _ => {
-                let inputs: Vec<Vec<f64>> = (0..n).map(|s| self.input(n, s)).collect();
+                let inputs: Vec<Vec<Scalar>> = (0..n).map(|s| self.input(n, s)).collect();
                 reference::contract_output(
                     self.func, self.op, self.dtype, rank, root, self.count, &inputs,
                 )
@@ -174,7 +176,7 @@ fn out_of_place_relation(func: Func, l: crate::core::Layout) -> &'static str {
 }
 
 /// Runs the spec on this rank with `input` as its send buffer contents.
-pub fn execute(comm: &mut Comm, spec: &Spec, input: &[f64]) -> Outcome {
+pub fn execute(comm: &mut Comm, spec: &Spec, input: &[Scalar]) -> Outcome {
     crate::with_element_type!(spec.dtype, T => execute_typed::<T>(comm, spec, input))
 }
 
@@ -297,10 +299,10 @@ fn addresses(spec: &Spec, rank: usize, send: usize, recv: usize) -> String {
     format!("sendbuff {} recvbuff {}", fmt_ptr(send), fmt_ptr(recv))
 }
 
-fn execute_typed<T: Element>(comm: &mut Comm, spec: &Spec, input: &[f64]) -> Outcome {
+fn execute_typed<T: Element>(comm: &mut Comm, spec: &Spec, input: &[Scalar]) -> Outcome {
     let (n, rank) = (comm.size(), comm.rank());
     let l = spec.layout(n, rank);
-    let written: Vec<T> = input.iter().map(|v| T::from_f64(*v)).collect();
+    let written: Vec<T> = input.iter().map(|v| T::from_scalar(*v)).collect();
     let b = match setup(comm, spec, &written) {
         Ok(b) => b,
         Err(e) => return Outcome::error(e, String::new()),
@@ -317,7 +319,7 @@ fn execute_typed<T: Element>(comm: &mut Comm, spec: &Spec, input: &[f64]) -> Out
         Ok(()) => {
             if l.recv_role == Role::Written {
                 match comm.read::<T>(b.recv, l.recv_elems) {
-                    Ok(v) => out.actual = Actual::Values(v.iter().map(|x| x.to_f64()).collect()),
+                    Ok(v) => out.actual = Actual::Values(v.iter().map(|x| x.to_scalar()).collect()),
                     Err(e) => out.actual = Actual::Error(e),
                 }
             }
@@ -339,8 +341,10 @@ fn execute_typed<T: Element>(comm: &mut Comm, spec: &Spec, input: &[f64]) -> Out
                 ));
             }
             if !spec.in_place && l.send_role == Role::Read && b.send != NULL {
+                // bit for bit: a NaN input is unchanged though NaN != NaN
+                let bits = |v: &[T]| v.iter().map(|x| x.to_scalar()).collect::<Vec<_>>();
                 match comm.read::<T>(b.send, written.len()) {
-                    Ok(v) if v == written => {}
+                    Ok(v) if bits(&v) == bits(&written) => {}
                     Ok(_) => out
                         .problems
                         .push("sendbuff was modified by an out-of-place call".into()),
