@@ -653,7 +653,9 @@ mod tests {
         let mut xs: Vec<f32> = (0..=u16::MAX)
             .map(|h| f16::from_bits(h).to_f32())
             .filter(|x| x.is_finite())
-            .flat_map(|x| (-3i32..=3).map(move |d| f32::from_bits((x.to_bits() as i32 + d) as u32)))
+            .flat_map(|x| {
+                (-3i32..=3).map(move |d| f32::from_bits(x.to_bits().wrapping_add_signed(d)))
+            })
             .collect();
         // midpoints between neighbours, where ties decide
         xs.extend((0..0x7BFFu16).map(|h| {

@@ -275,7 +275,9 @@ mod tests {
         for shifts in [[0, 0], [3, 3], [0, 1], [5, 2]] {
             let outs = launch(2, |c| {
                 let r = c.rank();
-                let input: Vec<f32> = (0..len + 8).map(|i| (i * (r + 1)) as f32).collect();
+                // small repeating values: every sum is exact in f32 however
+                // large the cache makes `len` (a 260 MiB L3 makes it 2^24+)
+                let input: Vec<f32> = (0..len + 8).map(|i| (i % 4096 * (r + 1)) as f32).collect();
                 let mut out = vec![0f32; len + 8];
                 let s = shifts[r];
                 c.all_reduce_into(&input[s..s + len], &mut out[s..s + len], RedOp::Sum)?;
@@ -285,7 +287,9 @@ mod tests {
             })
             .unwrap();
             for (out, inplace, s) in outs {
-                let want = |i: usize, sr: [usize; 2]| ((i + sr[0]) + 2 * (i + sr[1])) as f32;
+                let want = |i: usize, sr: [usize; 2]| {
+                    ((i + sr[0]) % 4096 + 2 * ((i + sr[1]) % 4096)) as f32
+                };
                 assert!(out[..s].iter().chain(&out[s + len..]).all(|x| *x == 0.0));
                 for i in 0..len {
                     assert_eq!(out[s + i], want(i, shifts), "{shifts:?} element {i}");
