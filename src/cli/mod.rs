@@ -45,6 +45,21 @@ pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(FAILED)
 }
 
+/// Runs a command that launches ranks, unless a `RANKWISE_*` variable has a
+/// value it does not accept: then each bad variable is said (name, value,
+/// what is accepted) and the command never starts (exit 1).
+pub fn with_settings(cmd: &str, command: impl FnOnce() -> ExitCode) -> ExitCode {
+    match crate::settings::Settings::from_env() {
+        Ok(_) => command(),
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("rankwise {cmd}: {e}");
+            }
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
 /// clap value parser for a collective name (`all_reduce`, `AllReduce`, `ncclAllReduce`, …).
 pub fn parse_collective(s: &str) -> Result<Func, String> {
     match Func::parse(s) {
