@@ -1,6 +1,7 @@
-//! Bad inputs: `summarize` (run directories damaged after a real run).
+//! Bad inputs: `summarize` (run directories damaged after a real run) and
+//! `explain` (sizes that overflow or ranks too many to list).
 
-use super::Bad;
+use super::{Bad, bad};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -249,6 +250,102 @@ pub const ROWS: &[Bad] = &[
         &[
             "unexpected file raw/native/stray",
             "and 2990 more unexpected files in raw/native",
+        ],
+    ),
+    // explain: sizes say which argument is too large
+    bad(
+        &[
+            "explain",
+            "all_reduce",
+            "--ranks",
+            "18446744073709551615",
+            "--count",
+            "3",
+        ],
+        1,
+        &[
+            "--ranks 18446744073709551615 is too large: 18446744073709551615 ranks × 4 bytes (int32) overflow",
+        ],
+    ),
+    bad(
+        &[
+            "explain",
+            "all_gather",
+            "--ranks",
+            "4096",
+            "--count",
+            "18446744073709551615",
+        ],
+        1,
+        &[
+            "--count 18446744073709551615 is too large: 18446744073709551615 elements × 4 bytes (int32) overflow",
+        ],
+    ),
+    bad(
+        &[
+            "explain",
+            "all_gather",
+            "--ranks",
+            "1000000",
+            "--count",
+            "10000000000000",
+        ],
+        1,
+        &[
+            "--ranks 1000000 × --count 10000000000000 is too large: 1000000 × 10000000000000 elements × 4 bytes (int32) overflow",
+            "lower --ranks or --count",
+        ],
+    ),
+    bad(
+        &[
+            "explain",
+            "all_reduce",
+            "--ranks",
+            "3000000000",
+            "--count",
+            "0",
+        ],
+        1,
+        &[
+            "--ranks 3000000000 is more ranks than a communicator has: NCCL's nranks is a C int, at most 2147483647",
+        ],
+    ),
+    // explain: huge N in a compact form, no per-rank allocation
+    bad(
+        &[
+            "explain",
+            "all_reduce",
+            "--ranks",
+            "1000000000",
+            "--count",
+            "1",
+        ],
+        0,
+        &[
+            "ncclAllReduce on 1000000000 rank(s), count 1",
+            "999999999",
+            "(999999996 ranks not shown)",
+            "sendbuff read: rank(s) 0-999999999",
+        ],
+    ),
+    bad(
+        &[
+            "explain",
+            "gather",
+            "--ranks",
+            "2147483647",
+            "--count",
+            "1",
+            "--root",
+            "5",
+            "--rank",
+            "7",
+        ],
+        0,
+        &[
+            "valid roots: 0-2147483646",
+            "recvbuff unused (may be NULL): rank(s) 0-4,6-2147483646",
+            "[0→5 | 1→5 | 2→5 | … | 2147483646→5]",
         ],
     ),
 ];
