@@ -3,7 +3,7 @@
 //! Layers, top calls down: the `rankwise` binary (`cli`) → `verify`, `logs` →
 //! `api` (raw and typed faces of a communicator) → `core` (the contract as
 //! pure functions) and `engine` (what executes a checked call); `trace`
-//! writes NCCL-format lines.
+//! writes NCCL-format lines; `settings` reads the `RANKWISE_*` variables.
 //!
 //! ```
 //! use rankwise::{local, RedOp};
@@ -24,6 +24,7 @@ pub mod core;
 pub mod engine;
 pub mod logs;
 pub mod misuse;
+pub mod settings;
 pub mod trace;
 pub mod verify;
 

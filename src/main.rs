@@ -36,12 +36,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // the commands that launch ranks read the RANKWISE_* variables: a bad
+    // one stops them before anything starts
     match cli.command {
-        Command::Verify(a) => cli::verify::run(a),
+        Command::Verify(a) => cli::with_settings("verify", || cli::verify::run(a)),
         Command::Summarize(a) => cli::summarize::run(a),
-        Command::Run(a) => cli::run::run(a),
+        Command::Run(a) => cli::with_settings("run", || cli::run::run(a)),
         Command::Explain(a) => cli::explain::run(a),
-        Command::Bench(args) => rankwise::bench::main(args),
+        Command::Bench(args) => cli::with_settings("bench", || rankwise::bench::main(args)),
         Command::Logs { cmd } => rankwise::logs::cli::run(cmd),
     }
 }

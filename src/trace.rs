@@ -1,8 +1,12 @@
 //! The tracer: where NCCL-format lines go. `RANKWISE_DEBUG` (`WARN` or
 //! `INFO`), `RANKWISE_DEBUG_SUBSYS` (comma list of `INIT`, `COLL`, `ALL`;
 //! a leading `^` excludes; default all) and `RANKWISE_DEBUG_FILE` (`%h` host,
-//! `%p` pid, `%r` rank) behave like their NCCL_ counterparts. Tests capture
-//! lines in memory with [`Tracer::memory`].
+//! `%p` pid, `%r` rank) behave like their NCCL_ counterparts; `settings`
+//! parses them. Tests capture lines in memory with [`Tracer::memory`].
+//!
+//! Tracing never stops a run: a trace file that cannot be opened sends its
+//! lines to stderr, and one that fails a write loses the later lines. Each
+//! is said once on stderr, not once per line or per rank.
 
 use crate::core::RawCall;
 use crate::core::trace::{LinePrefix, coll_line, init_line, warn_line};
@@ -11,12 +15,8 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Off,
-    Warn,
-    Info,
-}
+pub use crate::settings::Level;
+use crate::settings::Settings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subsys {
@@ -60,28 +60,23 @@ impl Tracer {
         }
     }
 
-    /// Configuration from `RANKWISE_DEBUG`, `RANKWISE_DEBUG_SUBSYS`, `RANKWISE_DEBUG_FILE`.
+    /// Configuration from `RANKWISE_DEBUG`, `RANKWISE_DEBUG_SUBSYS`,
+    /// `RANKWISE_DEBUG_FILE`; a bad value is replaced by its default
+    /// ([`Settings::from_env_or_defaults`]).
     pub fn from_env() -> Tracer {
-        let level = match std::env::var("RANKWISE_DEBUG")
-            .unwrap_or_default()
-            .to_ascii_uppercase()
-            .as_str()
-        {
-            "INFO" | "TRACE" => Level::Info,
-            "WARN" | "VERSION" => Level::Warn,
-            _ => Level::Off,
-        };
-        let (init, coll) =
-            parse_subsys(&std::env::var("RANKWISE_DEBUG_SUBSYS").unwrap_or_default());
-        let sink = match std::env::var("RANKWISE_DEBUG_FILE") {
-            Ok(p) if !p.is_empty() => Sink::File(p),
-            _ => Sink::Stderr,
-        };
+        Tracer::from_settings(&Settings::from_env_or_defaults())
+    }
+
+    /// The trace configuration of `settings`.
+    pub fn from_settings(settings: &Settings) -> Tracer {
         Tracer {
-            level,
-            init,
-            coll,
-            sink,
+            level: settings.debug,
+            init: settings.subsystems.init,
+            coll: settings.subsystems.coll,
+            sink: match &settings.debug_file {
+                Some(p) => Sink::File(p.clone()),
+                None => Sink::Stderr,
+            },
         }
     }
 
@@ -112,13 +107,8 @@ impl Tracer {
                 Sink::Stderr => Out::Stderr,
                 Sink::Memory(b) => Out::Memory(b.clone()),
                 Sink::File(pattern) => match open_shared(&expand(pattern, rank)) {
-                    Ok(f) => Out::File(f),
-                    Err(e) => {
-                        eprintln!(
-                            "rankwise: cannot open RANKWISE_DEBUG_FILE {pattern}: {e}; tracing to stderr"
-                        );
-                        Out::Stderr
-                    }
+                    Some(f) => Out::File(f),
+                    None => Out::Stderr,
                 },
             }
         };
@@ -132,31 +122,6 @@ impl Tracer {
     }
 }
 
-fn parse_subsys(s: &str) -> (bool, bool) {
-    if s.trim().is_empty() {
-        return (true, true);
-    }
-    let (exclude, list) = match s.strip_prefix('^') {
-        Some(rest) => (true, rest),
-        None => (false, s),
-    };
-    let mut init = false;
-    let mut coll = false;
-    for item in list.split(',').map(|t| t.trim().to_ascii_uppercase()) {
-        match item.as_str() {
-            "ALL" => (init, coll) = (true, true),
-            "INIT" => init = true,
-            "COLL" | "P2P" => coll = true,
-            _ => {}
-        }
-    }
-    if exclude {
-        (!init, !coll)
-    } else {
-        (init, coll)
-    }
-}
-
 fn expand(pattern: &str, rank: usize) -> String {
     pattern
         .replace("%h", host())
@@ -164,21 +129,60 @@ fn expand(pattern: &str, rank: usize) -> String {
         .replace("%r", &rank.to_string())
 }
 
-/// One handle per path, so ranks tracing into the same file share it.
-fn open_shared(path: &str) -> std::io::Result<Arc<Mutex<File>>> {
-    static FILES: OnceLock<Mutex<HashMap<String, Arc<Mutex<File>>>>> = OnceLock::new();
+/// A trace file, shared by the ranks that trace into the same path.
+struct TraceFile {
+    path: String,
+    /// `None` once a write failed: the later lines are dropped.
+    file: Mutex<Option<File>>,
+}
+
+impl TraceFile {
+    /// Appends one line. The first failed write is said on stderr and ends
+    /// the file's trace; nothing is said for the lines after it.
+    fn write_line(&self, line: &str) {
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(f) = file.as_mut() else { return };
+        if let Err(e) = writeln!(f, "{line}") {
+            *file = None;
+            say(&format!(
+                "rankwise: trace file {}: write failed: {e} (later trace lines are lost)",
+                self.path
+            ));
+        }
+    }
+}
+
+/// One handle per path, so ranks tracing into the same file share it; a
+/// path that cannot be opened is said once and then traced to stderr.
+fn open_shared(path: &str) -> Option<Arc<TraceFile>> {
+    static FILES: OnceLock<Mutex<HashMap<String, Option<Arc<TraceFile>>>>> = OnceLock::new();
     let mut files = FILES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     if let Some(f) = files.get(path) {
-        return Ok(f.clone());
+        return f.clone();
     }
-    let f = Arc::new(Mutex::new(
-        File::options().create(true).append(true).open(path)?,
-    ));
+    let f = match File::options().create(true).append(true).open(path) {
+        Ok(file) => Some(Arc::new(TraceFile {
+            path: path.to_string(),
+            file: Mutex::new(Some(file)),
+        })),
+        Err(e) => {
+            say(&format!(
+                "rankwise: cannot open RANKWISE_DEBUG_FILE {path}: {e}; tracing to stderr"
+            ));
+            None
+        }
+    };
     files.insert(path.to_string(), f.clone());
-    Ok(f)
+    f
+}
+
+/// One line on stderr; a closed or full stderr loses it rather than
+/// panicking a rank (`eprintln!` would).
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn host() -> &'static str {
@@ -198,7 +202,7 @@ fn tid() -> u32 {
 enum Out {
     None,
     Stderr,
-    File(Arc<Mutex<File>>),
+    File(Arc<TraceFile>),
     Memory(TraceBuffer),
 }
 
@@ -219,11 +223,8 @@ impl RankTracer {
     fn emit(&self, line: String) {
         match &self.out {
             Out::None => {}
-            Out::Stderr => eprintln!("{line}"),
-            Out::File(f) => {
-                let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
-                let _ = writeln!(f, "{line}");
-            }
+            Out::Stderr => say(&line),
+            Out::File(f) => f.write_line(&line),
             Out::Memory(b) => b.lock().unwrap_or_else(|p| p.into_inner()).push(line),
         }
     }
@@ -260,12 +261,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn subsys_lists() {
-        assert_eq!(parse_subsys(""), (true, true));
-        assert_eq!(parse_subsys("COLL"), (false, true));
-        assert_eq!(parse_subsys("INIT,COLL"), (true, true));
-        assert_eq!(parse_subsys("^COLL"), (true, false));
-        assert_eq!(parse_subsys("ALL"), (true, true));
+    fn a_failed_write_ends_the_file_once() {
+        let f = TraceFile {
+            path: "/dev/full".into(),
+            file: Mutex::new(Some(
+                File::options().append(true).open("/dev/full").unwrap(),
+            )),
+        };
+        f.write_line("first");
+        assert!(
+            f.file.lock().unwrap().is_none(),
+            "the failed write ends the trace"
+        );
+        f.write_line("second");
+        assert!(f.file.lock().unwrap().is_none());
     }
 
     #[test]

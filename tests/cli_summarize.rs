@@ -207,7 +207,7 @@ fn not_a_run_directory() {
     let out = summarize(&run).expect(1);
     assert!(
         out.stderr
-            .contains("declares 99999999999 ranks: a run has 1 to 65536"),
+            .contains("declares 99999999999 ranks: rankwise verify writes runs of 1 to 256 ranks (raw/native holds 1 rank file(s), raw/framework holds 1 rank file(s))"),
         "{}",
         out.stderr
     );

@@ -250,3 +250,113 @@ fn bad_input_is_refused_clearly() {
     let e = rankwise(&["verify", "--ranks", "two"]).expect(2);
     assert!(e.stderr.contains("invalid value 'two'"));
 }
+
+/// Starts `count` `rankwise verify` processes at once in `dir` and returns
+/// each one's exit code, stdout and stderr.
+fn verify_at_once(dir: &std::path::Path, count: usize, args: &[&str]) -> Vec<common::Out> {
+    let children: Vec<std::process::Child> = (0..count)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_rankwise"))
+                .arg("verify")
+                .args(args)
+                .current_dir(dir)
+                .env_remove("RANKWISE_DEBUG")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("start rankwise")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().expect("wait for rankwise");
+            common::Out {
+                code: o.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn runs_started_together_get_their_own_directories() {
+    // run ids are per second: runs started together share one, and each
+    // must still get a directory of its own
+    const RUNS: usize = 8;
+    let tmp = tempfile::tempdir().unwrap();
+    let outs = verify_at_once(tmp.path(), RUNS, &["--ranks", "2"]);
+    let mut dirs: Vec<String> = Vec::new();
+    for o in outs {
+        let o = o.expect(0);
+        assert!(o.stdout.contains("all PASS"), "{}", o.stdout);
+        let dir = o
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("writing "))
+            .unwrap_or_else(|| panic!("no run directory in:\n{}", o.stdout));
+        dirs.push(dir.to_string());
+    }
+    dirs.sort();
+    dirs.dedup();
+    assert_eq!(dirs.len(), RUNS, "shared run directories: {dirs:?}");
+    let on_disk = std::fs::read_dir(tmp.path().join("runs")).unwrap().count();
+    assert_eq!(on_disk, RUNS, "{dirs:?}");
+    for d in &dirs {
+        common::rankwise(&["summarize", tmp.path().join(d).to_str().unwrap()]).expect(0);
+    }
+}
+
+#[test]
+fn one_out_directory_takes_one_run() {
+    const RUNS: usize = 4;
+    let tmp = tempfile::tempdir().unwrap();
+    let outs = verify_at_once(tmp.path(), RUNS, &["--ranks", "2", "--out", "same"]);
+    let (won, lost): (Vec<_>, Vec<_>) = outs.into_iter().partition(|o| o.code == 0);
+    assert_eq!(
+        won.len(),
+        1,
+        "exactly one run may write into same/: {:?}",
+        won.iter().map(|o| &o.stdout).collect::<Vec<_>>()
+    );
+    for o in lost {
+        let o = o.expect(1);
+        assert!(
+            o.stderr.contains("rankwise verify: same ")
+                && o.stderr.contains("choose another --out"),
+            "{}",
+            o.stderr
+        );
+    }
+    common::rankwise(&["summarize", tmp.path().join("same").to_str().unwrap()]).expect(0);
+}
+
+#[test]
+fn an_out_directory_that_holds_files_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("notes");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("todo.txt"), "keep me\n").unwrap();
+    let e = rankwise(&["verify", "--ranks", "2", "--out", out.to_str().unwrap()]).expect(1);
+    assert!(
+        e.stderr.contains("is not empty (it holds todo.txt)"),
+        "{}",
+        e.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(&out).unwrap().count(),
+        1,
+        "nothing written"
+    );
+    // an empty directory, or a file where the directory should be
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    rankwise(&["verify", "--ranks", "2", "--out", empty.to_str().unwrap()]).expect(0);
+    let e = rankwise(&["verify", "--out", out.join("todo.txt").to_str().unwrap()]).expect(1);
+    assert!(
+        e.stderr.contains("exists and is not a directory"),
+        "{}",
+        e.stderr
+    );
+}

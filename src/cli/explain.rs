@@ -3,13 +3,17 @@
 //! offset from `in_place`, valid roots and rejections from `check_call` and
 //! `check_buffers`, bandwidth from `Func::alg_bytes`/`bus_factor`.
 //! Impossible calls (root out of range, in-place AlltoAll) are explained.
+//!
+//! Any N a communicator can have (up to `i32::MAX`, NCCL's `int nranks`)
+//! is explained in the same few kilobytes: past 16 ranks the listings show
+//! the first three, the last, the chosen rank and the root, and count the
+//! ranks left out; nothing is computed or kept per rank.
 
 use super::fail;
 use crate::core::{
     AddressSpace, DataType, Func, Layout, RawCall, RedOp, Role, check_buffers, check_call,
     in_place, layout,
 };
-use crate::verify::summary::fmt_ranks;
 use std::fmt::Write;
 use std::process::ExitCode;
 
@@ -22,23 +26,85 @@ pub struct Args {
     pub rank: Option<usize>,
 }
 
+/// One line of a per-rank listing: a rank, or how many ranks were left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    Rank(usize),
+    Elided(usize),
+}
+
 /// Ranks shown in per-rank listings: all up to 16, else the first three,
-/// the last, and the chosen rank.
-fn shown(n: usize, rank: usize) -> Vec<Option<usize>> {
+/// the last, the chosen rank and the root, with each gap counted; never a
+/// list as long as N.
+fn shown(n: usize, rank: usize, root: Option<usize>) -> Vec<Shown> {
     if n <= 16 {
-        return (0..n).map(Some).collect();
+        return (0..n).map(Shown::Rank).collect();
     }
     let mut v: Vec<usize> = vec![0, 1, 2, rank, n - 1];
+    v.extend(root);
     v.sort();
     v.dedup();
     let mut out = Vec::new();
     for (i, r) in v.iter().enumerate() {
         if i > 0 && *r != v[i - 1] + 1 {
-            out.push(None);
+            out.push(Shown::Elided(r - v[i - 1] - 1));
         }
-        out.push(Some(*r));
+        out.push(Shown::Rank(*r));
     }
     out
+}
+
+/// `(4 ranks not shown)`
+fn elided(k: usize) -> String {
+    format!("({k} rank{} not shown)", if k == 1 { "" } else { "s" })
+}
+
+/// `0-3`, `5`: the ranks `a..=b`.
+fn span(a: usize, b: usize) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a}-{b}")
+    }
+}
+
+/// The ranks `r` of an N-rank call for which `holds(r)`, as `fmt_ranks`
+/// writes them. A rank's layout depends only on whether it is the root
+/// (`core::layout`), so asking the root and one other rank answers for all
+/// N without visiting them (`ranks_where_matches_every_rank` checks this).
+/// Unrooted ops pass any rank as `root`: every rank then answers alike.
+fn ranks_where(n: usize, root: usize, holds: impl Fn(usize) -> bool) -> Option<String> {
+    let on_root = holds(root);
+    let on_others = n > 1 && holds((root + 1) % n);
+    let last = n - 1;
+    match (on_root, on_others) {
+        (false, false) => None,
+        (true, false) => Some(root.to_string()),
+        (true, true) => Some(span(0, last)),
+        (false, true) => {
+            let mut parts = Vec::new();
+            if root > 0 {
+                parts.push(span(0, root - 1));
+            }
+            if root < last {
+                parts.push(span(root + 1, last));
+            }
+            Some(parts.join(","))
+        }
+    }
+}
+
+/// Whether rank `r`'s send (or recv) buffer has `role` and is worth a line
+/// under "Reads and writes" (a read or written buffer of 0 elements is not,
+/// unless the call's count is 0).
+fn has_role(func: Func, n: usize, r: usize, root: usize, q: usize, send: bool, role: Role) -> bool {
+    let l = layout(func, n, r, root, q);
+    let (elems, rl) = if send {
+        (l.send_elems, l.send_role)
+    } else {
+        (l.recv_elems, l.recv_role)
+    };
+    rl == role && (elems > 0 || !matches!(role, Role::Read | Role::Written) || q == 0)
 }
 
 fn size_text(elems: usize, dt: DataType) -> String {
@@ -73,6 +139,12 @@ pub fn explain(args: &Args) -> Result<String, String> {
     let func = args.call.collective;
     let (n, q, dt) = (args.call.ranks, args.call.count, args.call.dtype);
     super::check_size(n, q, dt, None)?;
+    if n > i32::MAX as usize {
+        return Err(format!(
+            "--ranks {n} is more ranks than a communicator has: NCCL's nranks is a C int, at most {}",
+            i32::MAX
+        ));
+    }
     let me = args.rank.unwrap_or(0);
     if me >= n {
         return Err(format!(
@@ -205,10 +277,11 @@ pub fn explain(args: &Args) -> Result<String, String> {
     // buffers per rank
     let _ = writeln!(o, "Buffers (from the contract's layout)");
     let mut rows = Vec::new();
-    for r in shown(n, me) {
+    let rooted = func.is_rooted().then_some(root);
+    for r in shown(n, me, rooted) {
         match r {
-            None => rows.push(vec!["…".into(), String::new(), String::new()]),
-            Some(r) => {
+            Shown::Elided(k) => rows.push(vec!["…".into(), elided(k), String::new()]),
+            Shown::Rank(r) => {
                 let l = lay(r);
                 rows.push(vec![
                     format!(
@@ -251,25 +324,9 @@ pub fn explain(args: &Args) -> Result<String, String> {
             Role::Unused,
             Role::Undefined,
         ] {
-            let ranks: Vec<usize> = (0..n)
-                .filter(|r| {
-                    let l = lay(*r);
-                    let (elems, rl) = if pick {
-                        (l.send_elems, l.send_role)
-                    } else {
-                        (l.recv_elems, l.recv_role)
-                    };
-                    rl == role
-                        && (elems > 0 || !matches!(role, Role::Read | Role::Written) || q == 0)
-                })
-                .collect();
-            if !ranks.is_empty() {
-                let _ = writeln!(
-                    o,
-                    "  {buf} {}: rank(s) {}",
-                    role.describe(),
-                    fmt_ranks(&ranks)
-                );
+            if let Some(ranks) = ranks_where(n, root, |r| has_role(func, n, r, root, q, pick, role))
+            {
+                let _ = writeln!(o, "  {buf} {}: rank(s) {ranks}", role.describe());
             }
         }
     }
@@ -294,12 +351,12 @@ pub fn explain(args: &Args) -> Result<String, String> {
         "Layout (rank-major blocks of {}; s→d: from rank s to rank d{legend})",
         size_text(q, dt)
     );
-    for r in shown(n, me) {
+    for r in shown(n, me, rooted) {
         match r {
-            None => {
-                let _ = writeln!(o, "  …");
+            Shown::Elided(k) => {
+                let _ = writeln!(o, "  … {}", elided(k));
             }
-            Some(r) => {
+            Shown::Rank(r) => {
                 let (s, v) = diagram(func, n, r, root, lay(r));
                 let _ = writeln!(o, "  rank {r:<3} sendbuff {s}");
                 let _ = writeln!(o, "           recvbuff {v}");
@@ -347,10 +404,11 @@ fn roots_section(func: Func, n: usize) -> String {
         };
         check_call(&raw, n, &|_| None)
     };
-    let valid: Vec<usize> = (0..=n).filter(|r| check(*r as i64).is_ok()).collect();
+    // check_call accepts exactly the roots 0..N (`roots_match_check_call`
+    // holds it to that for small N); listing them costs nothing per rank
     let mut s = format!(
         "Roots\n  valid roots: {} (communicator ranks, not device ids)\n",
-        fmt_ranks(&valid)
+        span(0, n - 1)
     );
     if let Err(e) = check(n as i64) {
         let _ = writeln!(s, "  root {n}: {}", e.message);
@@ -487,21 +545,23 @@ fn in_place_section(
 }
 
 fn blocks(labels: Vec<String>) -> String {
-    let labels = if labels.len() > 8 {
-        let mut v = labels[..3].to_vec();
-        v.push("…".into());
-        v.push(labels[labels.len() - 1].clone());
-        v
-    } else {
-        labels
-    };
     format!("[{}]", labels.join(" | "))
+}
+
+/// The blocks `label(0) | … | label(n-1)`; past 8, only the first three
+/// and the last, made without the N-1 others.
+fn blocks_of(n: usize, label: &dyn Fn(usize) -> String) -> String {
+    if n > 8 {
+        blocks(vec![label(0), label(1), label(2), "…".into(), label(n - 1)])
+    } else {
+        blocks((0..n).map(label).collect())
+    }
 }
 
 /// The send and recv buffers of rank `r` as labelled blocks.
 fn diagram(func: Func, n: usize, r: usize, root: usize, l: Layout) -> (String, String) {
     let text = |role: Role| format!("— {}", role.describe());
-    let all = |f: &dyn Fn(usize) -> String| blocks((0..n).map(f).collect());
+    let all = |f: &dyn Fn(usize) -> String| blocks_of(n, f);
     let send = match (l.send_role, func) {
         (Role::Read, Func::ReduceScatter | Func::AlltoAll | Func::Scatter) => {
             all(&|d| format!("{r}→{d}"))
@@ -584,6 +644,109 @@ fn c_call(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::summary::fmt_ranks;
+    use proptest::prelude::*;
+
+    const ROLES: [Role; 5] = [
+        Role::Read,
+        Role::Written,
+        Role::Ignored,
+        Role::Unused,
+        Role::Undefined,
+    ];
+
+    #[test]
+    fn ranks_where_matches_every_rank() {
+        for func in Func::COLLECTIVES {
+            for n in 1..=10 {
+                for root in 0..n {
+                    for q in [0, 2] {
+                        for send in [true, false] {
+                            for role in ROLES {
+                                let holds = |r| has_role(func, n, r, root, q, send, role);
+                                let every: Vec<usize> = (0..n).filter(|r| holds(*r)).collect();
+                                let want = (!every.is_empty()).then(|| fmt_ranks(&every));
+                                assert_eq!(
+                                    ranks_where(n, root, holds),
+                                    want,
+                                    "{func:?} N={n} root {root} q={q} send={send} {role:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn roots_match_check_call() {
+        for func in Func::COLLECTIVES.into_iter().filter(|f| f.is_rooted()) {
+            for n in 1..=10usize {
+                let valid: Vec<usize> = (0..=n + 1)
+                    .filter(|r| {
+                        let raw = RawCall {
+                            func,
+                            sendbuff: 0,
+                            recvbuff: 0,
+                            count: 1,
+                            datatype: 0,
+                            op: 0,
+                            root: *r as i32,
+                        };
+                        check_call(&raw, n, &|_| None).is_ok()
+                    })
+                    .collect();
+                let section = roots_section(func, n);
+                assert!(
+                    section.contains(&format!("valid roots: {} (", fmt_ranks(&valid))),
+                    "{section}"
+                );
+            }
+        }
+    }
+
+    proptest! {
+        /// Any N a communicator can have: the explanation is a few
+        /// kilobytes, its sizes are the closed forms, and every rank is
+        /// either listed or counted among the ranks not shown.
+        #[test]
+        fn any_n_is_explained_compactly(
+            n in prop_oneof![1usize..40, 1usize..=i32::MAX as usize],
+            q in 0usize..100_000,
+            func in proptest::sample::select(Func::COLLECTIVES.to_vec()),
+            me_frac in 0.0f64..1.0,
+            root_frac in 0.0f64..1.0,
+        ) {
+            let pick = |f: f64| ((n as f64 * f) as usize).min(n - 1);
+            let mut a = args(func, n, q);
+            a.rank = Some(pick(me_frac));
+            a.call.root = Some(pick(root_frac) as i64);
+            let t = explain(&a).unwrap();
+            prop_assert!(t.len() < 8000, "{} bytes", t.len());
+            // nccl-tests' size: N·q elements for the ops that move N blocks, else q
+            let per_call = match func {
+                Func::AllGather | Func::ReduceScatter | Func::AlltoAll | Func::Gather | Func::Scatter => n * q * 4,
+                _ => q * 4,
+            };
+            let line = format!("size = {per_call} bytes per call");
+            prop_assert!(t.contains(&line), "{}", t);
+            if func == Func::AllGather {
+                let line = format!("every recvbuff holds N × sendcount = {} elements ({} bytes)", n * q, n * q * 4);
+                prop_assert!(t.contains(&line), "{}", t);
+            }
+            let table = t.split("Buffers (from the contract's layout)\n").nth(1).unwrap();
+            let table = table.split("\n\n").next().unwrap();
+            let mut covered = 0;
+            for row in table.lines().skip(1) {
+                match row.split("(").nth(1).and_then(|r| r.strip_suffix(" ranks not shown)").or(r.strip_suffix(" rank not shown)"))) {
+                    Some(k) if row.trim_start().starts_with('…') => covered += k.parse::<usize>().unwrap(),
+                    _ => covered += 1,
+                }
+            }
+            prop_assert_eq!(covered, n, "{}", table);
+        }
+    }
 
     fn args(func: Func, n: usize, q: usize) -> Args {
         Args {

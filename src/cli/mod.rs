@@ -45,6 +45,21 @@ pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(FAILED)
 }
 
+/// Runs a command that launches ranks, unless a `RANKWISE_*` variable has a
+/// value it does not accept: then each bad variable is said (name, value,
+/// what is accepted) and the command never starts (exit 1).
+pub fn with_settings(cmd: &str, command: impl FnOnce() -> ExitCode) -> ExitCode {
+    match crate::settings::Settings::from_env() {
+        Ok(_) => command(),
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("rankwise {cmd}: {e}");
+            }
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
 /// clap value parser for a collective name (`all_reduce`, `AllReduce`, `ncclAllReduce`, …).
 pub fn parse_collective(s: &str) -> Result<Func, String> {
     match Func::parse(s) {
@@ -85,7 +100,11 @@ pub fn parse_redop(s: &str) -> Result<RedOp, String> {
     RedOp::parse(s).ok_or_else(|| "expected one of: sum, prod, max, min, avg".to_string())
 }
 
-/// Checks `--ranks` and that `ranks × count × size` fits in memory arithmetic.
+/// Checks `--ranks` and that `ranks × count × size` bytes fit the address
+/// space (`isize::MAX` bytes, the most any allocation or pointer offset can
+/// span). A refusal names the argument that is too large: `--ranks` when
+/// even one element per rank overflows, `--count` when even one rank's
+/// elements do, else both.
 pub fn check_size(
     ranks: usize,
     count: usize,
@@ -102,12 +121,30 @@ pub fn check_size(
             "--ranks {ranks} is more than the local engine runs here (at most {max}: one thread per rank)"
         ));
     }
-    ranks
-        .checked_mul(count)
-        .and_then(|e| e.checked_mul(dt.size()))
-        .filter(|b| *b <= isize::MAX as usize)
-        .map(|_| ())
-        .ok_or_else(|| format!("--count {count} is too large: {ranks} × {count} elements of {dt} overflow the address space"))
+    let limit = isize::MAX as u128;
+    let size = dt.size();
+    // ranks × count < 2^128 always fits; × size may not
+    let (n, q, b) = (ranks as u128, count as u128, size as u128);
+    if (n * q).checked_mul(b).is_some_and(|bytes| bytes <= limit) {
+        return Ok(());
+    }
+    let (dt, space) = (
+        dt.name(),
+        format!("the address space (at most {limit} bytes)"),
+    );
+    Err(if n * b > limit {
+        format!(
+            "--ranks {ranks} is too large: {ranks} ranks × {size} bytes ({dt}) overflow {space} even at count 1"
+        )
+    } else if q * b > limit {
+        format!(
+            "--count {count} is too large: {count} elements × {size} bytes ({dt}) overflow {space} even on one rank"
+        )
+    } else {
+        format!(
+            "--ranks {ranks} × --count {count} is too large: {ranks} × {count} elements × {size} bytes ({dt}) overflow {space}; lower --ranks or --count"
+        )
+    })
 }
 
 /// The call both `run` and `explain` take: the op and its arguments.
@@ -134,4 +171,74 @@ pub struct CallArgs {
     /// Use the op's in-place pointer equation
     #[arg(long)]
     pub in_place: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Sizes spread over the whole range and clustered at the limits.
+    fn size_arg() -> impl Strategy<Value = usize> {
+        let edge = isize::MAX as usize;
+        prop_oneof![
+            any::<usize>(),
+            0..4096usize,
+            (edge / 8 - 4)..(edge / 8 + 4),
+            (edge / 2 - 4)..(edge / 2 + 4),
+            (edge - 4)..=usize::MAX,
+            (1usize << 31)..(1usize << 33),
+        ]
+    }
+
+    proptest! {
+        /// Accepted exactly when N × count × size <= isize::MAX, computed
+        /// exactly; a refusal blames --ranks when N × size alone is over,
+        /// --count when count × size alone is, else both.
+        #[test]
+        fn sizes_are_refused_exactly_when_they_overflow(
+            n in size_arg(),
+            q in size_arg(),
+            dt in proptest::sample::select(DataType::ALL.to_vec()),
+        ) {
+            prop_assume!(n > 0);
+            let limit = isize::MAX as u128;
+            let big = |x: u128| x > limit;
+            let bytes = (n as u128).checked_mul(q as u128).and_then(|e| e.checked_mul(dt.size() as u128));
+            match check_size(n, q, dt, None) {
+                Ok(()) => prop_assert!(bytes.is_some_and(|b| !big(b)), "{n} × {q} × {}", dt.size()),
+                Err(e) => {
+                    prop_assert!(bytes.is_none_or(big), "{e}");
+                    let blame = if big(n as u128 * dt.size() as u128) {
+                        format!("--ranks {n} is too large")
+                    } else if big(q as u128 * dt.size() as u128) {
+                        format!("--count {q} is too large")
+                    } else {
+                        format!("--ranks {n} × --count {q} is too large")
+                    };
+                    prop_assert!(e.starts_with(&blame), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_issue_cases_blame_the_right_argument() {
+        let e = check_size(usize::MAX, 3, DataType::Int32, None).unwrap_err();
+        assert!(e.starts_with("--ranks 18446744073709551615 is too large: 18446744073709551615 ranks × 4 bytes (int32) overflow"), "{e}");
+        let e = check_size(4096, usize::MAX, DataType::Int32, None).unwrap_err();
+        assert!(
+            e.starts_with("--count 18446744073709551615 is too large"),
+            "{e}"
+        );
+        assert_eq!(
+            check_size(1 << 20, 1 << 39, DataType::Float64, None),
+            Ok(())
+        );
+        assert!(
+            check_size(1 << 20, 1 << 40, DataType::Float64, Some(256))
+                .unwrap_err()
+                .contains("at most 256")
+        );
+    }
 }

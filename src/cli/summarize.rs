@@ -1,8 +1,9 @@
 //! `rankwise summarize RUN_DIR`: reads a run's per-rank CSVs alone (no
 //! re-run), checks them against what the run's suite declares for its N,
-//! and prints the aggregated table and a totals line. Any missing rank
-//! file, missing, duplicated or unknown row, wrong row count or incorrect
-//! row fails it with a message naming the file and line.
+//! and prints the aggregated table and a totals line. Any missing or
+//! unreadable rank file, missing, duplicated or unknown row, wrong row
+//! count, identity column that is not the case's, or incorrect row fails it
+//! with a message naming the file and line.
 
 use super::{FAILED, fail};
 use crate::verify::summary;

@@ -25,7 +25,8 @@ pub struct Args {
     /// Engine to run on (only `local` is built)
     #[arg(long, default_value = "local")]
     pub engine: String,
-    /// Run directory to write (default: runs/<UTC timestamp>)
+    /// Run directory to write: a new or empty directory (default: a new
+    /// runs/<UTC timestamp>, with -2, -3, … when runs share a second)
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Print one JSON object instead of tables
@@ -67,7 +68,7 @@ pub fn run(args: Args) -> ExitCode {
     }
     let n = args.ranks;
     let run_id = runner::utc_run_id();
-    let out = match prepare_out(args.out.as_deref(), &run_id) {
+    let out = match runner::create_run_dir(args.out.as_deref(), Path::new("runs"), &run_id) {
         Ok(p) => p,
         Err(e) => return fail("verify", e),
     };
@@ -184,34 +185,6 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         ExitCode::from(FAILED)
     }
-}
-
-/// Creates the run directory: `--out` (which must not hold a run already)
-/// or `runs/<id>` (with a suffix if two runs share a second).
-fn prepare_out(out: Option<&Path>, run_id: &str) -> Result<PathBuf, String> {
-    let dir = match out {
-        Some(p) => {
-            if p.join("manifest.json").exists() || p.join("raw").exists() {
-                return Err(format!(
-                    "{} already holds a run: choose another --out (verify never overwrites a run)",
-                    p.display()
-                ));
-            }
-            p.to_path_buf()
-        }
-        None => {
-            let base = Path::new("runs").join(run_id);
-            let mut dir = base.clone();
-            let mut k = 2;
-            while dir.exists() {
-                dir = PathBuf::from(format!("{}-{k}", base.display()));
-                k += 1;
-            }
-            dir
-        }
-    };
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    Ok(dir)
 }
 
 fn print_text(

@@ -146,21 +146,115 @@ impl RankWriter {
     }
 }
 
-/// Reads a rank file: its rows, or the first line that does not parse.
-pub fn read_rank_file(path: &Path) -> Result<Vec<Row>, String> {
-    let mut reader =
-        csv::Reader::from_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// The largest rank file `summarize` reads. The largest verify writes (the
+/// full suite on 256 ranks) is about 4.3 MB (`bounds_hold_the_largest_run`).
+pub const MAX_RANK_FILE_BYTES: u64 = 64 << 20;
+/// The longest line of a rank file. The longest row verify writes (an
+/// uneven AlltoAll's output, about N²/2 elements, in both the expected and
+/// the actual column) is about 1.7 MB at N=256.
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+/// The largest manifest: a few hundred bytes in every run verify writes.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// Why a file of a run could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// Nothing at that path (a dangling symlink is not this: it says where it points).
+    Missing,
+    /// Something is there but is not a readable file within bounds: what it is.
+    Bad(String),
+}
+
+/// The bytes of the regular file at `path`, at most `max` of them; `shown`
+/// names it in messages and `what` says what it should be ("a rank file").
+/// Anything else at the path is said for what it is, and never opened: a
+/// FIFO would block and a device like /dev/zero never ends.
+pub fn read_bounded(path: &Path, shown: &str, what: &str, max: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let bad = |m: String| Err(ReadError::Bad(m));
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::Missing),
+        Err(e) => return bad(format!("cannot inspect {shown}: {e}")),
+        Ok(_) => {}
+    }
+    let md = match std::fs::metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return bad(format!("{shown} is a symlink loop, not {what}"));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let to = std::fs::read_link(path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "a missing file".into());
+            return bad(format!(
+                "{shown} is a symlink to {to}, which does not exist"
+            ));
+        }
+        Err(e) => return bad(format!("cannot inspect {shown}: {e}")),
+    };
+    let t = md.file_type();
+    let kind = if t.is_dir() {
+        return bad(format!("{shown} is a directory, not {what}"));
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        ""
+    };
+    if !t.is_file() {
+        return bad(format!("{shown} is a {kind}, not a regular file"));
+    }
+    if md.len() > max {
+        return bad(format!(
+            "{shown} is {} bytes: {what} is at most {max} bytes",
+            md.len()
+        ));
+    }
+    let file = std::fs::File::open(path)
+        .map_err(|e| ReadError::Bad(format!("cannot open {shown}: {e}")))?;
+    let mut bytes = Vec::new();
+    // a file that grows after the size check is still cut at the bound
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ReadError::Bad(format!("cannot read {shown}: {e}")))?;
+    if bytes.len() as u64 > max {
+        return bad(format!(
+            "{shown} holds more than {max} bytes: {what} is at most {max} bytes"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Reads a rank file (`shown` names it in messages): its rows, or what is
+/// wrong with it: not a bounded regular file, a line too long, or the
+/// first line that does not parse.
+pub fn read_rank_file(path: &Path, shown: &str) -> Result<Vec<Row>, ReadError> {
+    let bytes = read_bounded(path, shown, "a rank file", MAX_RANK_FILE_BYTES)?;
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.len() > MAX_LINE_BYTES {
+            return Err(ReadError::Bad(format!(
+                "{shown} line {} is longer than {MAX_LINE_BYTES} bytes: no row of a run is",
+                i + 1
+            )));
+        }
+    }
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
     let mut rows = Vec::new();
     for (i, r) in reader.deserialize::<Row>().enumerate() {
         match r {
             Ok(row) => rows.push(row),
             // line 1 is the header
             Err(e) => {
-                return Err(format!(
-                    "{} line {}: not a valid row: {e}",
-                    path.display(),
+                return Err(ReadError::Bad(format!(
+                    "{shown} line {}: not a valid row: {e}",
                     i + 2
-                ));
+                )));
             }
         }
     }
@@ -199,18 +293,15 @@ impl Manifest {
     }
     pub fn read(run: &Path) -> Result<Manifest, String> {
         let path = run.join(MANIFEST);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                format!(
-                    "{} has no {MANIFEST}: not a rankwise run directory (rankwise verify writes one)",
-                    run.display()
-                )
-            } else {
-                format!("cannot read {}: {e}", path.display())
-            }
+        let shown = path.display().to_string();
+        let bytes = read_bounded(&path, &shown, "a manifest", MAX_MANIFEST_BYTES).map_err(|e| match e {
+            ReadError::Missing => format!(
+                "{} has no {MANIFEST}: not a rankwise run directory (rankwise verify writes one)",
+                run.display()
+            ),
+            ReadError::Bad(why) => why,
         })?;
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not a valid manifest: {e}", path.display()))
+        serde_json::from_slice(&bytes).map_err(|e| format!("{shown} is not a valid manifest: {e}"))
     }
 }
 
@@ -260,8 +351,10 @@ mod tests {
         let mut w = RankWriter::create(&path).unwrap();
         w.write(&row).unwrap();
         w.finish().unwrap();
-        assert_eq!(read_rank_file(&path).unwrap(), vec![row]);
+        assert_eq!(read_rank_file(&path, "f").unwrap(), vec![row]);
         std::fs::write(&path, "garbage\n1,2\n").unwrap();
-        assert!(read_rank_file(&path).unwrap_err().contains("line 2"));
+        assert!(
+            matches!(read_rank_file(&path, "f"), Err(ReadError::Bad(e)) if e.starts_with("f line 2: not a valid row"))
+        );
     }
 }

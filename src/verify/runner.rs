@@ -13,7 +13,7 @@ use super::records::{self, Manifest, ManifestLayer, RankWriter, Row};
 use crate::core::{Error, ErrorKind};
 use crate::engine::local::{self, LaunchOptions};
 use crate::trace::Tracer;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// What one layer's run left besides its CSVs.
@@ -153,6 +153,111 @@ pub fn save_trace(out: &Path, run: &LayerRun) -> std::io::Result<()> {
     std::fs::write(dir.join(format!("{}.log", run.layer.name())), text)
 }
 
+/// How many runs may share one second (and so one run id) under one
+/// `runs` directory: `<id>`, `<id>-2`, … `<id>-10000`.
+pub const MAX_RUNS_PER_SECOND: usize = 10_000;
+
+/// Creates a run's directory and claims it for this run alone: `out` when
+/// given (it must not exist, or be an empty directory), else a new
+/// `<runs>/<run_id>` (`<run_id>-2`, `-3`, … when runs share a second).
+///
+/// Both steps are create-new operations, which the file system grants to
+/// one caller only: the directory (`mkdir`), then its `manifest.json`
+/// (`O_EXCL`), written in full later. So runs started together, in one
+/// process or many, never share a directory, and of several runs given one
+/// `--out` exactly one proceeds.
+pub fn create_run_dir(out: Option<&Path>, runs: &Path, run_id: &str) -> Result<PathBuf, String> {
+    let dir = match out {
+        Some(p) => {
+            create_out(p)?;
+            p.to_path_buf()
+        }
+        None => create_numbered(runs, run_id)?,
+    };
+    let taken = || {
+        format!(
+            "{} already holds a run ({}): choose another --out (verify never overwrites a run)",
+            dir.display(),
+            records::MANIFEST
+        )
+    };
+    match std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(dir.join(records::MANIFEST))
+    {
+        Ok(_) => Ok(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(taken()),
+        Err(e) => Err(format!(
+            "cannot create {}: {e}",
+            dir.join(records::MANIFEST).display()
+        )),
+    }
+}
+
+/// `--out`: made here, or an empty directory made before.
+fn create_out(p: &Path) -> Result<(), String> {
+    if let Some(parent) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    match std::fs::create_dir(p) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", p.display())),
+    }
+    if !p.is_dir() {
+        return Err(format!(
+            "{} exists and is not a directory: choose another --out",
+            p.display()
+        ));
+    }
+    if std::fs::symlink_metadata(p.join(records::MANIFEST)).is_ok() {
+        return Err(format!(
+            "{} already holds a run ({}): choose another --out (verify never overwrites a run)",
+            p.display(),
+            records::MANIFEST
+        ));
+    }
+    let mut entries =
+        std::fs::read_dir(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    let Some(first) = entries.next() else {
+        return Ok(());
+    };
+    let name = first
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Err(format!(
+        "{} is not empty (it holds {name}{}): choose another --out (verify writes only into a new or empty directory)",
+        p.display(),
+        if entries.next().is_some() {
+            ", …"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The first of `<runs>/<id>`, `<id>-2`, … that this call creates.
+fn create_numbered(runs: &Path, run_id: &str) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
+    for k in 1..=MAX_RUNS_PER_SECOND {
+        let dir = match k {
+            1 => runs.join(run_id),
+            k => runs.join(format!("{run_id}-{k}")),
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+        }
+    }
+    Err(format!(
+        "{} already holds {MAX_RUNS_PER_SECOND} runs with id {run_id}: choose a directory with --out",
+        runs.display()
+    ))
+}
+
 /// `20260710T073928Z`: the UTC time now, as the seed names its runs.
 pub fn utc_run_id() -> String {
     let secs = std::time::SystemTime::now()
@@ -187,6 +292,91 @@ pub fn format_utc(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Barrier;
+
+    /// `threads` threads each call `create_run_dir` at the same moment.
+    fn at_once(
+        threads: usize,
+        call: impl Fn() -> Result<std::path::PathBuf, String> + Sync,
+    ) -> Vec<Result<std::path::PathBuf, String>> {
+        let start = Barrier::new(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        call()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn runs_in_one_second_each_get_a_new_directory() {
+        const THREADS: usize = 16;
+        for _ in 0..20 {
+            let tmp = tempfile::tempdir().unwrap();
+            let runs = tmp.path().join("runs");
+            let made = at_once(THREADS, || create_run_dir(None, &runs, "20260101T000000Z"));
+            let mut dirs: Vec<_> = made.into_iter().map(|r| r.unwrap()).collect();
+            dirs.sort();
+            dirs.dedup();
+            assert_eq!(dirs.len(), THREADS, "two runs got one directory: {dirs:?}");
+            let mut expected: Vec<_> = (1..=THREADS)
+                .map(|k| match k {
+                    1 => runs.join("20260101T000000Z"),
+                    k => runs.join(format!("20260101T000000Z-{k}")),
+                })
+                .collect();
+            expected.sort();
+            assert_eq!(dirs, expected);
+        }
+    }
+
+    #[test]
+    fn one_out_directory_goes_to_one_run() {
+        const THREADS: usize = 16;
+        for _ in 0..20 {
+            let tmp = tempfile::tempdir().unwrap();
+            let out = tmp.path().join("deep").join("out");
+            let made = at_once(THREADS, || {
+                create_run_dir(Some(&out), Path::new("unused"), "x")
+            });
+            let won: Vec<_> = made.iter().filter(|r| r.is_ok()).collect();
+            assert_eq!(won.len(), 1, "{made:?}");
+            for r in &made {
+                if let Err(e) = r {
+                    assert!(e.contains("choose another --out"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_existing_out_must_be_an_empty_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert_eq!(
+            create_run_dir(Some(&empty), tmp.path(), "x"),
+            Ok(empty.clone())
+        );
+        std::fs::create_dir(empty.join("raw")).unwrap();
+        let e = create_run_dir(Some(&empty), tmp.path(), "x").unwrap_err();
+        assert!(e.ends_with("empty already holds a run (manifest.json): choose another --out (verify never overwrites a run)"), "{e}");
+        let notes = tmp.path().join("notes");
+        std::fs::create_dir(&notes).unwrap();
+        std::fs::write(notes.join("a.txt"), "").unwrap();
+        let e = create_run_dir(Some(&notes), tmp.path(), "x").unwrap_err();
+        assert!(e.ends_with("notes is not empty (it holds a.txt): choose another --out (verify writes only into a new or empty directory)"), "{e}");
+        let e = create_run_dir(Some(&notes.join("a.txt")), tmp.path(), "x").unwrap_err();
+        assert!(
+            e.ends_with("a.txt exists and is not a directory: choose another --out"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn utc_format_known_instants() {

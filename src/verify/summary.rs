@@ -3,18 +3,28 @@
 //! one record per (layer, operation, variant, pointer relation).
 //!
 //! A run passes only if every declared rank file exists, holds exactly the
-//! declared rows (none missing, none duplicated, none unknown), every row's
+//! declared rows (none missing, none duplicated, none unknown), every column
+//! that names a row's case (run id, layer, rank, world size, operation,
+//! variant, pointer relation, dtype, count) is the case's, every row's
 //! `expected` column is the suite's reference for that rank, and every row
 //! is correct. `verify` checks its own output through this same path.
+//!
+//! What it holds is bounded by the run, not by numbers the run states: at
+//! most [`MAX_RANKS`] ranks, one rank file in memory at a time, each read
+//! within `records`' size and line bounds.
 
 use super::cases::{self, Layer, Plan, Suite};
-use super::records::{self, Manifest, Row};
+use super::records::{self, Manifest, ReadError};
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
-/// The most ranks a manifest may declare (far above what the local engine
-/// runs; it keeps a corrupt manifest from asking for an absurd plan).
-pub const MAX_RANKS: usize = 1 << 16;
+/// The most ranks a manifest may declare: the most `rankwise verify` runs
+/// (`cli::MAX_LOCAL_RANKS`). Everything summarize holds per rank is
+/// bounded by it, whatever number a manifest states.
+pub const MAX_RANKS: usize = 256;
+
+/// Unexpected files named one by one per layer directory; the rest are counted.
+const EXTRA_FILES_NAMED: usize = 10;
 
 /// One aggregated record.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -68,10 +78,20 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
         )
     })?;
     if manifest.ranks == 0 || manifest.ranks > MAX_RANKS {
+        let held: Vec<String> = Layer::ALL
+            .iter()
+            .map(|l| {
+                format!(
+                    "raw/{l} holds {} rank file(s)",
+                    count_rank_files(&dir.join("raw").join(l.name()))
+                )
+            })
+            .collect();
         return Err(format!(
-            "{}/manifest.json declares {} ranks: a run has 1 to {MAX_RANKS}",
+            "{}/manifest.json declares {} ranks: rankwise verify writes runs of 1 to {MAX_RANKS} ranks ({})",
             dir.display(),
-            manifest.ranks
+            manifest.ranks,
+            held.join(", ")
         ));
     }
     let n = manifest.ranks;
@@ -84,30 +104,31 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
     for lp in &plan.layers {
         let layer = lp.layer.name();
         check_extra_files(dir, layer, n, &mut problems);
-        // (rank, case index) -> row
-        let mut rows: HashMap<(usize, usize), Row> = HashMap::new();
+        // a row names its case by (operation, variant)
+        let index: HashMap<(&str, &str), usize> = lp
+            .cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ((c.operation.as_str(), c.variant.as_str()), i))
+            .collect();
+        // (rank, case index) -> the row's pointer relation
+        let mut rows: HashMap<(usize, usize), String> = HashMap::new();
         // record keys that have a problem attached
         let mut bad: BTreeSet<(usize, String)> = BTreeSet::new();
+        let mut missing: Vec<usize> = Vec::new();
         let mut row_count = 0;
         for rank in 0..n {
             let path = records::rank_file(dir, layer, rank);
             let rel = format!("raw/{layer}/rank{rank}.csv");
-            if !path.exists() {
-                problems.push(format!(
-                    "missing rank file {rel}: the run declares {n} rank(s), so rank {rank} must have written one"
-                ));
-                for (i, c) in lp.cases.iter().enumerate() {
-                    bad.insert((i, c.relation(n, rank)));
-                }
-                continue;
-            }
-            let file_rows = match records::read_rank_file(&path) {
+            // a rank without rows fails its records by their absence
+            let file_rows = match records::read_rank_file(&path, &rel) {
                 Ok(r) => r,
-                Err(e) => {
+                Err(ReadError::Missing) => {
+                    missing.push(rank);
+                    continue;
+                }
+                Err(ReadError::Bad(e)) => {
                     problems.push(e);
-                    for (i, c) in lp.cases.iter().enumerate() {
-                        bad.insert((i, c.relation(n, rank)));
-                    }
                     continue;
                 }
             };
@@ -124,7 +145,7 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
             for (k, row) in file_rows.into_iter().enumerate() {
                 let line = k + 2;
                 let at = format!("{rel} line {line}");
-                let Some((i, case)) = lp.find(&row.operation, &row.variant) else {
+                let Some(&i) = index.get(&(row.operation.as_str(), row.variant.as_str())) else {
                     problems.push(format!(
                         "{at}: {} / {} is not a case of suite {} at N={n}",
                         row.operation,
@@ -133,6 +154,7 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
                     ));
                     continue;
                 };
+                let case = &lp.cases[i];
                 if let Some(first) = first_line.get(&i) {
                     problems.push(format!(
                         "{at}: duplicated row for {} / {} (first at line {first})",
@@ -143,6 +165,7 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
                 }
                 first_line.insert(i, line);
                 let mut row_problems = Vec::new();
+                // every column that says what the record is must be the case's
                 if row.run_id != manifest.run_id {
                     row_problems.push(format!(
                         "run id {} is not this run's ({})",
@@ -162,6 +185,20 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
                     row_problems.push(format!(
                         "world size column says {}, the run has {n}",
                         row.world_size
+                    ));
+                }
+                if row.dtype != case.dtype.name() {
+                    row_problems.push(format!(
+                        "dtype column says {}, the case's dtype is {}",
+                        row.dtype,
+                        case.dtype.name()
+                    ));
+                }
+                let count = case.count(n, rank);
+                if row.count != count {
+                    row_problems.push(format!(
+                        "count column says {}, the case's count on rank {rank} is {count}",
+                        row.count
                     ));
                 }
                 let relation = case.relation(n, rank);
@@ -202,7 +239,7 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
                         problems.push(format!("{at}: {} / {}: {p}", row.operation, row.variant));
                     }
                 }
-                rows.insert((rank, i), row);
+                rows.insert((rank, i), row.pointer_relation);
             }
             for (i, c) in lp.cases.iter().enumerate() {
                 if !first_line.contains_key(&i) {
@@ -214,13 +251,16 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
                 }
             }
         }
+        if let Some(p) = missing_files(layer, n, &missing) {
+            problems.push(p);
+        }
         // aggregate in declared order; relations in order of first rank
         let before = records.len();
         for (i, c) in lp.cases.iter().enumerate() {
             let mut mine: Vec<Record> = Vec::new();
             for rank in 0..n {
                 let relation = match rows.get(&(rank, i)) {
-                    Some(r) => r.pointer_relation.clone(),
+                    Some(r) => r.clone(),
                     None => c.relation(n, rank),
                 };
                 let present = rows.contains_key(&(rank, i));
@@ -290,26 +330,78 @@ fn check_manifest(m: &Manifest, plan: &Plan, problems: &mut Vec<String>) {
     }
 }
 
+/// One problem for the declared ranks that wrote no file in `layer`:
+/// `missing rank file raw/native/rank3.csv: …`, or one line for many.
+fn missing_files(layer: &str, n: usize, missing: &[usize]) -> Option<String> {
+    let (&first, &last) = (missing.first()?, missing.last()?);
+    let why = format!("the run declares {n} rank(s), so each must have written one");
+    Some(if missing.len() == 1 {
+        format!(
+            "missing rank file raw/{layer}/rank{first}.csv: the run declares {n} rank(s), so rank {first} must have written one"
+        )
+    } else if last - first + 1 == missing.len() {
+        format!(
+            "missing rank files raw/{layer}/rank{first}.csv .. rank{last}.csv ({} files): {why}",
+            missing.len()
+        )
+    } else {
+        format!(
+            "missing rank files raw/{layer}/rank<r>.csv for ranks {} ({} files): {why}",
+            fmt_ranks(missing),
+            missing.len()
+        )
+    })
+}
+
+/// `rank<r>.csv` entries in a layer directory, counted without keeping them.
+fn count_rank_files(layer_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(layer_dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| rank_of(&e.file_name().to_string_lossy()).is_some())
+        .count()
+}
+
+/// `rank12.csv` -> 12; anything else (`rank012.csv` too) -> None.
+fn rank_of(name: &str) -> Option<usize> {
+    let r = name
+        .strip_prefix("rank")
+        .and_then(|s| s.strip_suffix(".csv"))
+        .and_then(|s| s.parse::<usize>().ok())?;
+    (name == format!("rank{r}.csv")).then_some(r)
+}
+
+/// Files in `raw/<layer>/` that no rank of the run writes: the first few by
+/// name, then how many more, so a directory of millions costs a few lines.
 fn check_extra_files(dir: &Path, layer: &str, n: usize, problems: &mut Vec<String>) {
     let Ok(entries) = std::fs::read_dir(dir.join("raw").join(layer)) else {
         return;
     };
-    let mut extra: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| {
-            let rank = name
-                .strip_prefix("rank")
-                .and_then(|s| s.strip_suffix(".csv"))
-                .and_then(|s| s.parse::<usize>().ok());
-            !matches!(rank, Some(r) if r < n && *name == format!("rank{r}.csv"))
-        })
-        .collect();
-    extra.sort();
-    for name in extra {
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    let mut total = 0usize;
+    for e in entries.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if matches!(rank_of(&name), Some(r) if r < n) {
+            continue;
+        }
+        total += 1;
+        named.insert(name);
+        if named.len() > EXTRA_FILES_NAMED {
+            named.pop_last();
+        }
+    }
+    for name in &named {
         problems.push(format!(
             "unexpected file raw/{layer}/{name}: a {n}-rank run has rank0.csv..rank{}.csv",
             n - 1
+        ));
+    }
+    if total > named.len() {
+        problems.push(format!(
+            "and {} more unexpected files in raw/{layer}",
+            total - named.len()
         ));
     }
 }
@@ -470,6 +562,63 @@ pub fn totals_line(s: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summarize_reads_every_run_verify_writes() {
+        assert_eq!(MAX_RANKS, crate::cli::MAX_LOCAL_RANKS);
+    }
+
+    /// The largest run verify writes (the full suite on MAX_RANKS ranks)
+    /// fits the reading bounds with room to spare: each row's length is
+    /// estimated from its expected column (written twice: expected and
+    /// actual) and the other columns' text plus 300 bytes for addresses.
+    #[test]
+    fn bounds_hold_the_largest_run() {
+        let n = MAX_RANKS;
+        let plan = cases::plan(Suite::Full, n);
+        let mut longest = 0;
+        for lp in &plan.layers {
+            for rank in [0, n - 1] {
+                let mut file = 0;
+                for c in &lp.cases {
+                    let line = 2 * records::expected_text(&c.expect(n, rank)).len()
+                        + c.relation(n, rank).len()
+                        + c.operation.len()
+                        + c.variant.len()
+                        + c.note.len()
+                        + 300;
+                    longest = longest.max(line);
+                    file += line + 1;
+                }
+                assert!(
+                    4 * file < records::MAX_RANK_FILE_BYTES as usize,
+                    "{} rank {rank}: {file} bytes",
+                    lp.layer
+                );
+            }
+        }
+        assert!(4 * longest < records::MAX_LINE_BYTES, "{longest} bytes");
+    }
+
+    #[test]
+    fn missing_files_are_one_line() {
+        assert_eq!(
+            missing_files("native", 4, &[3]).unwrap(),
+            "missing rank file raw/native/rank3.csv: the run declares 4 rank(s), so rank 3 must have written one"
+        );
+        assert_eq!(
+            missing_files("native", 200, &(4..200).collect::<Vec<_>>()).unwrap(),
+            "missing rank files raw/native/rank4.csv .. rank199.csv (196 files): the run declares 200 rank(s), so each must have written one"
+        );
+        assert_eq!(
+            missing_files("framework", 8, &[1, 3, 4]).unwrap(),
+            "missing rank files raw/framework/rank<r>.csv for ranks 1,3-4 (3 files): the run declares 8 rank(s), so each must have written one"
+        );
+        assert_eq!(missing_files("native", 4, &[]), None);
+        assert_eq!(rank_of("rank12.csv"), Some(12));
+        assert_eq!(rank_of("rank012.csv"), None);
+        assert_eq!(rank_of("rank.csv"), None);
+    }
 
     #[test]
     fn rank_ranges() {

@@ -18,6 +18,7 @@ pub(crate) mod world;
 
 use crate::api::Comm;
 use crate::core::{Error, ErrorKind, Result};
+use crate::settings::{SettingError, Settings};
 use crate::trace::Tracer;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use world::World;
 #[derive(Clone)]
 pub struct LaunchOptions {
     /// Longest any wait may last before it fails with `Timeout` (default
-    /// 300 s, or `RANKWISE_TIMEOUT` seconds).
+    /// 300 s, or `RANKWISE_TIMEOUT` seconds: see [`crate::settings`]).
     pub timeout: Duration,
     pub tracer: Tracer,
     /// Poison mode (default off, or `RANKWISE_POISON=1`): after each call,
@@ -48,24 +49,34 @@ pub struct LaunchOptions {
     pub pin_threads: bool,
 }
 
+/// The options `RANKWISE_TIMEOUT`, `RANKWISE_POISON` and the trace
+/// variables ask for. A bad variable cannot make this fail or panic: its
+/// default is used instead and the first such call says so on stderr
+/// ([`Settings::from_env_or_defaults`]); [`LaunchOptions::from_env`]
+/// refuses bad variables instead.
 impl Default for LaunchOptions {
     fn default() -> Self {
-        let secs = std::env::var("RANKWISE_TIMEOUT")
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|s| *s > 0.0);
-        let poison = std::env::var("RANKWISE_POISON").is_ok_and(|v| !v.is_empty() && v != "0");
-        LaunchOptions {
-            timeout: Duration::from_secs_f64(secs.unwrap_or(300.0)),
-            tracer: Tracer::from_env(),
-            poison,
-            check_agreement: true,
-            pin_threads: false,
-        }
+        LaunchOptions::from_settings(&Settings::from_env_or_defaults())
     }
 }
 
 impl LaunchOptions {
+    /// The options the `RANKWISE_*` variables ask for, or every variable
+    /// whose value is not one it accepts.
+    pub fn from_env() -> std::result::Result<LaunchOptions, Vec<SettingError>> {
+        Settings::from_env().map(|s| LaunchOptions::from_settings(&s))
+    }
+    /// The options `settings` describes, with the cross-rank agreement check
+    /// on and threads unpinned.
+    pub fn from_settings(settings: &Settings) -> LaunchOptions {
+        LaunchOptions {
+            timeout: settings.timeout,
+            tracer: Tracer::from_settings(settings),
+            poison: settings.poison,
+            check_agreement: true,
+            pin_threads: false,
+        }
+    }
     pub fn with_timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
