@@ -360,3 +360,26 @@ fn typed_buffers_of_n_blocks_must_have_n_blocks() {
     assert_eq!(e.kind, ErrorKind::BadLength, "{e}");
     assert!(e.message.contains("expected 3 ranks × 4 = 12"), "{e}");
 }
+
+/// A timeout longer than any deadline a clock can hold means "never time
+/// out", not a panic; a rank that arrives late is still waited for.
+#[test]
+fn a_timeout_past_any_clock_waits_without_panicking() {
+    let res = local::launch_each(
+        LaunchOptions::default().with_timeout(Duration::MAX),
+        2,
+        |c| {
+            if c.rank() == 1 {
+                // late enough that rank 0 parks with its deadline
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let mut x = [c.rank() as u64 + 1; 2];
+            c.all_reduce(&mut x, RedOp::Sum)?;
+            Ok(x)
+        },
+    )
+    .unwrap();
+    for r in res {
+        assert_eq!(r.unwrap(), [3, 3]);
+    }
+}

@@ -490,7 +490,8 @@ impl World {
             }
             round += 1;
         }
-        let deadline = Instant::now() + self.timeout;
+        // a timeout past what an Instant can hold never expires
+        let deadline = Instant::now().checked_add(self.timeout);
         let state = &self.threads.ranks[me];
         *lock(&state.wait) = Some(Wait {
             world: self.clone(),
@@ -506,7 +507,7 @@ impl World {
             if self.has_failed() {
                 break Err(self.failure(me));
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 self.fail(self.timeout_error(me, &what()));
                 continue;
             }
