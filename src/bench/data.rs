@@ -393,6 +393,42 @@ mod tests {
         }
     }
 
+    /// NCCL's integer Avg: the sum wrapped to the element type, divided by
+    /// N toward zero, N held in a wide integer (never in the element type).
+    fn nccl_int_avg(codes: &[u64], bits: u32, signed: bool, n: i128) -> i128 {
+        let sum: i128 = codes.iter().map(|&c| c as i128).sum();
+        let m = sum.rem_euclid(1 << bits);
+        let wrapped = if signed && m >= 1 << (bits - 1) {
+            m - (1 << bits)
+        } else {
+            m
+        };
+        wrapped / n
+    }
+
+    #[test]
+    fn integer_avg_is_nccls_at_any_rank_count() {
+        // int8 at 200 ranks and uint8 at 256: N does not fit the element type
+        for (dt, bits, signed) in [
+            (DataType::Int8, 8, true),
+            (DataType::Uint8, 8, false),
+            (DataType::Int32, 32, true),
+        ] {
+            for n in [2, 3, 17, 127, 128, 200, 255, 256] {
+                let p = Pattern::new(Func::AllReduce, dt, RedOp::Avg, n, 0, 5);
+                for j in 0..600 {
+                    let codes: Vec<u64> = (0..n).map(|r| p.input(r, j)).collect();
+                    let want = nccl_int_avg(&codes, bits, signed, n as i128);
+                    assert_eq!(
+                        p.expected(0, 600, j),
+                        Expect::Int(want as u64),
+                        "{dt} N={n} element {j}: inputs {codes:?}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn copies_tell_blocks_apart() {
         let p = Pattern::new(Func::AlltoAll, DataType::Float8e5m2, RedOp::Sum, 4, 0, 3);
