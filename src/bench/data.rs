@@ -220,9 +220,17 @@ impl Pattern {
 
     /// Rank `rank`'s send buffer as elements of `T`.
     pub fn inputs<T: Element>(&self, conv: &mut Converter<T>, rank: usize, q: usize) -> Vec<T> {
-        (0..self.send_len(q))
-            .map(|i| conv.int(self.input(rank, i)))
-            .collect()
+        self.inputs_in(conv, rank, 0..self.send_len(q))
+    }
+
+    /// Elements `range` of rank `rank`'s send buffer.
+    pub fn inputs_in<T: Element>(
+        &self,
+        conv: &mut Converter<T>,
+        rank: usize,
+        range: std::ops::Range<usize>,
+    ) -> Vec<T> {
+        range.map(|i| conv.int(self.input(rank, i))).collect()
     }
 }
 

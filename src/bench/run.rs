@@ -17,7 +17,9 @@ use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
 use super::machine::Probe;
 use super::{Measure, Options, Row};
 use crate::api::Comm;
-use crate::core::{DataType, Element, Func, RedOp, Result, footprint_elems};
+use crate::core::{
+    DataType, Element, Error, ErrorKind, Func, RedOp, Result, footprint_elems, layout,
+};
 use crate::engine::local::last_level_cache;
 use crate::engine::local::{self, LaunchOptions};
 use crate::with_element_type;
@@ -145,6 +147,35 @@ impl Reprobe {
     }
 }
 
+/// Elements of the two buffers every rank allocates for `plans` (rows of
+/// one datatype): the first holds the send buffer out of place and the
+/// whole region in place, the second the receive buffer out of place, each
+/// followed by a guard zone. Every rank uses the same buffers for every
+/// root, so they are the root's layout (CONTRACTS.md §1), the largest of
+/// any rank's; an in-place region is the larger of its two buffers. `None`
+/// when a count does not fit in the address space.
+pub fn buffer_elems<'a>(
+    plans: impl IntoIterator<Item = &'a Plan>,
+    nranks: usize,
+) -> Option<(usize, usize)> {
+    let mut most = (0, 0);
+    for p in plans {
+        // `layout` multiplies the count by the ranks unchecked
+        nranks.checked_mul(p.q)?;
+        let root = p.root.unwrap_or(0);
+        let l = layout(p.func, nranks, root, root, p.q);
+        let first = l.send_elems.max(l.recv_elems).checked_add(GUARD_ELEMS)?;
+        let second = l.recv_elems.checked_add(GUARD_ELEMS)?;
+        most = (most.0.max(first), most.1.max(second));
+    }
+    Some(most)
+}
+
+/// Elements the checker holds at once per rank, in each of its (at most
+/// three) host vectors: outputs and inputs are written and compared chunk
+/// by chunk, so checking needs no copy of a whole buffer.
+pub const CHECK_CHUNK: usize = 8192;
+
 /// Runs every planned row; `on_row` sees each finished row (called on rank 0).
 /// `copy_bw` is the machine's copy bandwidth (all threads) for the copy
 /// bound of rows that fit in cache; rows that stream from memory
@@ -161,22 +192,28 @@ pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Resu
     let reprobe = reprobe.as_ref();
     let launch = LaunchOptions::default().with_pinned_threads(opts.pin);
     let mut per_rank = local::launch_with(launch, opts.nranks, |c| {
-        let mut rows = Vec::with_capacity(plans.len());
+        // only rank 0's rows are returned: the others keep none
+        let mut rows = Vec::with_capacity(if c.rank() == 0 { plans.len() } else { 0 });
         // one pair of buffers per datatype, sized for its largest row
         for dtype in opts.dtypes.iter().copied() {
-            let mine: Vec<&Plan> = plans.iter().filter(|p| p.dtype == dtype).collect();
-            if mine.is_empty() {
+            let mine = || plans.iter().filter(move |p| p.dtype == dtype);
+            if mine().next().is_none() {
                 continue;
             }
-            let elems = mine.iter().map(|p| opts.nranks * p.q).max().unwrap_or(0) + GUARD_ELEMS;
-            let a = c.alloc_elems(elems, dtype);
-            let b = c.alloc_elems(elems, dtype);
-            for p in mine {
+            let (ea, eb) = buffer_elems(mine(), opts.nranks).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidUsage,
+                    format!("the {dtype} rows' buffers do not fit in the address space"),
+                )
+            })?;
+            let a = c.alloc_elems(ea, dtype);
+            let b = c.alloc_elems(eb, dtype);
+            for p in mine() {
                 let row = with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw, reprobe)?);
                 if c.rank() == 0 {
                     on_row(&row);
+                    rows.push(row);
                 }
-                rows.push(row);
             }
             c.free(a)?;
             c.free(b)?;
@@ -286,9 +323,8 @@ fn measure<T: Element>(
     let bf = bufs(p, &pattern(0), rank, a, b, in_place);
 
     // out of place, the timed calls compute the first checked result
-    let mut inputs = Vec::new();
     if !in_place {
-        inputs = prepare(c, p, &pattern(0), &mut conv, &bf, rank)?;
+        prepare(c, p, &pattern(0), &mut conv, &bf, rank)?;
     }
     for _ in 0..opts.warmup {
         call(c, p, &bf)?;
@@ -318,10 +354,10 @@ fn measure<T: Element>(
     for k in 0..opts.check {
         let pat = pattern(k as u64);
         if in_place || k > 0 {
-            inputs = prepare(c, p, &pat, &mut conv, &bf, rank)?;
+            prepare(c, p, &pat, &mut conv, &bf, rank)?;
             call(c, p, &bf)?;
         }
-        wrong += check(c, p, &pat, &mut conv, &bf, rank, &inputs, in_place)?;
+        wrong += check(c, p, &pat, &mut conv, &bf, rank, in_place)?;
     }
     // a call's time is its slowest rank's; #wrong sums every rank's
     c.all_reduce(&mut times, RedOp::Max)?;
@@ -359,7 +395,14 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Poisons the output and its guard, then writes this rank's inputs; returns them.
+/// The ranges of [`CHECK_CHUNK`] elements that cover `0..len`.
+fn chunks(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..len)
+        .step_by(CHECK_CHUNK)
+        .map(move |lo| lo..len.min(lo + CHECK_CHUNK))
+}
+
+/// Poisons the output and its guard, then writes this rank's inputs.
 fn prepare<T: Element>(
     c: &mut Comm,
     p: &Plan,
@@ -367,12 +410,14 @@ fn prepare<T: Element>(
     conv: &mut Converter<T>,
     bf: &Bufs,
     rank: usize,
-) -> Result<Vec<T>> {
+) -> Result<()> {
     let es = p.dtype.size();
     c.fill(bf.out_base, (bf.guard_at + GUARD_ELEMS) * es, POISON)?;
-    let inputs = pat.inputs(conv, rank, p.q);
-    c.write(bf.send, &inputs)?;
-    Ok(inputs)
+    for part in chunks(pat.send_len(p.q)) {
+        let at = bf.send + part.start * es;
+        c.write(at, &pat.inputs_in(conv, rank, part))?;
+    }
+    Ok(())
 }
 
 /// Wrong elements on this rank: output mismatches, guard elements written,
@@ -385,23 +430,26 @@ fn check<T: Element>(
     conv: &mut Converter<T>,
     bf: &Bufs,
     rank: usize,
-    inputs: &[T],
     in_place: bool,
 ) -> Result<u64> {
     let es = p.dtype.size();
     let mut wrong = 0;
     if pat.has_output(rank) {
-        let len = pat.recv_len(p.q);
-        let got = c.read::<T>(bf.recv, len)?;
-        let expected: Vec<T> = (0..len)
-            .map(|j| conv.expect(pat.expected(rank, p.q, j)))
-            .collect();
-        wrong += count_wrong(&got, &expected);
+        for part in chunks(pat.recv_len(p.q)) {
+            let got = c.read::<T>(bf.recv + part.start * es, part.len())?;
+            let expected: Vec<T> = part
+                .map(|j| conv.expect(pat.expected(rank, p.q, j)))
+                .collect();
+            wrong += count_wrong(&got, &expected);
+        }
         let guard = c.read::<u8>(bf.out_base + bf.guard_at * es, GUARD_ELEMS * es)?;
         wrong += guard.chunks(es).filter(|e| count_clobbered(e) > 0).count() as u64;
     }
     if !in_place {
-        wrong += count_wrong(&c.read::<T>(bf.send, inputs.len())?, inputs);
+        for part in chunks(pat.send_len(p.q)) {
+            let got = c.read::<T>(bf.send + part.start * es, part.len())?;
+            wrong += count_wrong(&got, &pat.inputs_in(conv, rank, part));
+        }
     }
     Ok(wrong)
 }
@@ -427,6 +475,101 @@ mod tests {
         // 4 ranks × (4q + q) f32 = 80·q bytes
         assert!(from_memory(&row(Func::ReduceScatter, llc2 / 80 + 1), 4));
         assert!(!from_memory(&row(Func::ReduceScatter, llc2 / 80 - 1), 4));
+    }
+
+    fn one(func: Func, q: usize) -> Plan {
+        Plan {
+            func,
+            dtype: DataType::Float32,
+            op: None,
+            root: Some(1),
+            q,
+        }
+    }
+
+    #[test]
+    fn buffers_are_the_roots_layout_and_a_guard() {
+        // (send, receive) of the root for q = 10 on 4 ranks, from
+        // CONTRACTS.md §1; the first buffer also holds the in-place region
+        let g = GUARD_ELEMS;
+        let cases = [
+            (Func::AllReduce, 10 + g, 10 + g),
+            (Func::Reduce, 10 + g, 10 + g),
+            (Func::Broadcast, 10 + g, 10 + g),
+            (Func::AllGather, 40 + g, 40 + g),
+            (Func::ReduceScatter, 40 + g, 10 + g),
+            (Func::AlltoAll, 40 + g, 40 + g),
+            (Func::Gather, 40 + g, 40 + g),
+            (Func::Scatter, 40 + g, 10 + g),
+        ];
+        for (func, first, second) in cases {
+            assert_eq!(
+                buffer_elems([&one(func, 10)], 4),
+                Some((first, second)),
+                "{func}"
+            );
+        }
+        // one pair serves every row of a datatype: each buffer its largest
+        let rows = [one(Func::ReduceScatter, 10), one(Func::AllGather, 3)];
+        assert_eq!(buffer_elems(&rows, 4), Some((40 + g, 12 + g)));
+        // a count the address space cannot hold is not laid out
+        assert_eq!(
+            buffer_elems([&one(Func::AllGather, usize::MAX / 2)], 4),
+            None
+        );
+        assert_eq!(buffer_elems([&one(Func::AllReduce, usize::MAX)], 1), None);
+    }
+
+    #[test]
+    fn chunks_cover_every_element_once() {
+        for len in [0, 1, CHECK_CHUNK - 1, CHECK_CHUNK, 3 * CHECK_CHUNK + 7] {
+            let parts: Vec<_> = chunks(len).collect();
+            assert_eq!(parts.len(), len.div_ceil(CHECK_CHUNK), "{len}");
+            let mut next = 0;
+            for p in parts {
+                assert_eq!(p.start, next);
+                assert!(!p.is_empty() && p.len() <= CHECK_CHUNK);
+                next = p.end;
+            }
+            assert_eq!(next, len);
+        }
+    }
+
+    #[test]
+    fn the_checker_finds_one_wrong_element_in_any_chunk() {
+        // 2 ranks, AllGather of 3 chunks and a bit per rank, out of place
+        let q = 3 * CHECK_CHUNK + 5;
+        let p = Plan {
+            func: Func::AllGather,
+            dtype: DataType::Int32,
+            op: None,
+            root: None,
+            q,
+        };
+        let got = local::launch(2, |c| {
+            let pat = Pattern::new(p.func, p.dtype, RedOp::Sum, 2, 0, 9);
+            let mut conv = Converter::<i32>::new(2);
+            let (ea, eb) = buffer_elems([&p], 2).unwrap();
+            let (a, b) = (c.alloc_elems(ea, p.dtype), c.alloc_elems(eb, p.dtype));
+            let bf = bufs(&p, &pat, c.rank(), a, b, false);
+            prepare(c, &p, &pat, &mut conv, &bf, c.rank())?;
+            call(c, &p, &bf)?;
+            let right = check(c, &p, &pat, &mut conv, &bf, c.rank(), false)?;
+            // rank 1 breaks an output element in the last chunk of the
+            // second block and an input element in the second chunk
+            if c.rank() == 1 {
+                let j = q + 3 * CHECK_CHUNK + 1;
+                let v = c.read::<i32>(bf.recv + 4 * j, 1)?[0];
+                c.write(bf.recv + 4 * j, &[v + 1])?;
+                let i = CHECK_CHUNK + 2;
+                let v = c.read::<i32>(bf.send + 4 * i, 1)?[0];
+                c.write(bf.send + 4 * i, &[v ^ 1])?;
+            }
+            let wrong = check(c, &p, &pat, &mut conv, &bf, c.rank(), false)?;
+            Ok((right, wrong))
+        })
+        .unwrap();
+        assert_eq!(got, vec![(0, 0), (0, 2)]);
     }
 
     #[test]
