@@ -63,6 +63,14 @@ fn stream(d: &mut [u8], s: &[u8]) {
     copy_streaming(d, s)
 }
 
+/// The cores this process may run on (`std::thread::available_parallelism`):
+/// the probe copies with one thread per core.
+pub fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
 /// Buffers for measuring the copy bandwidth again during a run: on a shared
 /// machine it drifts, so rows that stream from memory are compared with
 /// copies made between their timed calls (`run`).
@@ -81,9 +89,7 @@ impl Default for Probe {
 impl Probe {
     /// [`PROBE_BYTES`] twice per core, every page touched.
     pub fn new() -> Probe {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let cores = cores();
         let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..cores)
             .map(|t| (vec![t as u8 + 1; PROBE_BYTES], vec![0u8; PROBE_BYTES]))
             .collect();

@@ -50,45 +50,74 @@ impl Plan {
 /// The rows `opts` asks for, in nccl-tests' order (datatype, op, root, size);
 /// sizes too small for one element per rank are left out (see [`skipped`]).
 pub fn plan(opts: &Options) -> Vec<Plan> {
-    let n = opts.nranks;
+    let sizes = opts.sizes();
     let mut plans = Vec::new();
     for &func in &opts.funcs {
         for &dtype in &opts.dtypes {
-            let ops: Vec<Option<RedOp>> = if func.reduces() {
-                opts.ops.iter().copied().map(Some).collect()
-            } else {
-                vec![None]
-            };
-            let roots: Vec<Option<usize>> = if func.is_rooted() {
-                match opts.root {
-                    Some(r) => vec![Some(r)],
-                    None => (0..n).map(Some).collect(),
-                }
-            } else {
-                vec![None]
-            };
-            for &op in &ops {
-                for &root in &roots {
-                    let mut last_q = None;
-                    for bytes in opts.sizes() {
-                        let q = per_rank_count(func, n, dtype, bytes);
-                        if q == 0 || last_q == Some(q) {
-                            continue;
-                        }
-                        last_q = Some(q);
-                        plans.push(Plan {
-                            func,
-                            dtype,
-                            op,
-                            root,
-                            q,
-                        });
-                    }
+            let qs = counts(opts, &sizes, func, dtype);
+            for op in ops(opts, func) {
+                for root in roots(opts, func) {
+                    plans.extend(qs.iter().map(|&q| Plan {
+                        func,
+                        dtype,
+                        op,
+                        root,
+                        q,
+                    }));
                 }
             }
         }
     }
     plans
+}
+
+/// How many rows [`plan`] makes, without making them (the options may ask
+/// for more than memory holds).
+pub fn plan_len(opts: &Options) -> u128 {
+    let sizes = opts.sizes();
+    let mut rows = 0u128;
+    for &func in &opts.funcs {
+        let ops = if func.reduces() { opts.ops.len() } else { 1 };
+        let roots = match (func.is_rooted(), opts.root) {
+            (true, None) => opts.nranks,
+            _ => 1,
+        };
+        for &dtype in &opts.dtypes {
+            let qs = counts(opts, &sizes, func, dtype).len();
+            rows += ops as u128 * roots as u128 * qs as u128;
+        }
+    }
+    rows
+}
+
+/// The reduction ops of `func`'s rows (`None` for a copy).
+fn ops(opts: &Options, func: Func) -> Vec<Option<RedOp>> {
+    if func.reduces() {
+        opts.ops.iter().copied().map(Some).collect()
+    } else {
+        vec![None]
+    }
+}
+
+/// The roots of `func`'s rows (`None` for an unrooted collective).
+fn roots(opts: &Options, func: Func) -> Vec<Option<usize>> {
+    match (func.is_rooted(), opts.root) {
+        (true, Some(r)) => vec![Some(r)],
+        (true, None) => (0..opts.nranks).map(Some).collect(),
+        (false, _) => vec![None],
+    }
+}
+
+/// The per-rank counts of the sweep for `func` and `dtype`: each size's,
+/// without those below one element per rank and without repeats.
+fn counts(opts: &Options, sizes: &[usize], func: Func, dtype: DataType) -> Vec<usize> {
+    let mut qs: Vec<usize> = sizes
+        .iter()
+        .map(|&b| per_rank_count(func, opts.nranks, dtype, b))
+        .filter(|&q| q > 0)
+        .collect();
+    qs.dedup();
+    qs
 }
 
 /// The per-rank count for nccl-tests' `size` in bytes (§6: the size is
@@ -180,7 +209,11 @@ pub const CHECK_CHUNK: usize = 8192;
 /// `copy_bw` is the machine's copy bandwidth (all threads) for the copy
 /// bound of rows that fit in cache; rows that stream from memory
 /// ([`from_memory`]) measure it between their timed calls ([`Reprobe`]).
+/// Options that [`Options::check`] refuses are refused before any thread
+/// starts.
 pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Result<Vec<Row>> {
+    opts.check()
+        .map_err(|e| Error::new(ErrorKind::InvalidUsage, e))?;
     let plans = plan(opts);
     let reprobe = plans
         .iter()
@@ -477,6 +510,23 @@ mod tests {
         assert!(!from_memory(&row(Func::ReduceScatter, llc2 / 80 - 1), 4));
     }
 
+    fn opts(funcs: &[Func], nranks: usize, min: usize, max: usize) -> Options {
+        Options {
+            funcs: funcs.to_vec(),
+            nranks,
+            min_bytes: min,
+            max_bytes: max,
+            factor: 2.0,
+            dtypes: vec![DataType::Float32],
+            ops: vec![RedOp::Sum],
+            root: Some(0),
+            iters: 20,
+            warmup: 5,
+            check: 1,
+            pin: false,
+        }
+    }
+
     fn one(func: Func, q: usize) -> Plan {
         Plan {
             func,
@@ -518,6 +568,20 @@ mod tests {
             None
         );
         assert_eq!(buffer_elems([&one(Func::AllReduce, usize::MAX)], 1), None);
+    }
+
+    #[test]
+    fn plan_len_counts_the_plan_without_making_it() {
+        let mut o = opts(&Func::COLLECTIVES, 3, 1, 1 << 20);
+        o.dtypes = DataType::ALL.to_vec();
+        o.ops = RedOp::BUILTIN.to_vec();
+        for root in [Some(2), None] {
+            o.root = root;
+            assert_eq!(plan_len(&o), plan(&o).len() as u128);
+        }
+        // every root of 256 ranks, every datatype and op: counted, not made
+        o.nranks = 256;
+        assert!(plan_len(&o) > 100_000);
     }
 
     #[test]
