@@ -1,7 +1,7 @@
 //! The `rankwise bench` command line: nccl-tests' flags, parsed into
 //! [`Options`], and the command's output and exit code.
 
-use super::limits;
+use super::limits::{self, ASSUMED_AVAILABLE, Bytes};
 use super::{Options, Report, machine, machine::Machine, plot, run, table};
 use crate::cli::{MAX_LOCAL_RANKS, fail};
 use crate::core::{DataType, Func, RedOp};
@@ -168,12 +168,25 @@ impl BenchArgs {
 }
 
 /// Runs the command: exit 0 when every checked element was right, 1 when
-/// any was wrong or the arguments were, 2 when the engine refused a call.
+/// any was wrong or the arguments were (or the sweep needs more memory
+/// than there is), 2 when the engine refused a call.
 pub fn main(args: BenchArgs) -> ExitCode {
     let opts = match args.options() {
         Ok(o) => o,
         Err(e) => return fail("bench", e),
     };
+    // what the sweep needs, before the probe or a rank allocates anything
+    let plans = run::plan(&opts);
+    let avail = machine::available_memory();
+    if let Err(why) = &avail.machine {
+        eprintln!(
+            "rankwise bench: {why}: assuming {} of memory is available",
+            Bytes(ASSUMED_AVAILABLE)
+        );
+    }
+    if let Err(e) = run::fits(&opts, &plans, &avail) {
+        return fail("bench", e);
+    }
     let machine = Machine::probe(3);
     let out = std::io::stdout();
     let table = !args.json;
@@ -195,7 +208,6 @@ pub fn main(args: BenchArgs) -> ExitCode {
             }
         }
     }
-    let plans = run::plan(&opts);
     let bar = if std::io::stderr().is_terminal() {
         let b =
             ProgressBar::with_draw_target(Some(plans.len() as u64), ProgressDrawTarget::stderr());
@@ -226,7 +238,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
         bar.set_message(format!("{} {}B", r.func, r.size));
         bar.inc(1);
     };
-    let rows = match run::run(&opts, machine.copy_all(), &on_row) {
+    let rows = match run::run_checked(&opts, &plans, machine.copy_all(), &on_row) {
         Ok(rows) => rows,
         Err(e) => {
             bar.finish_and_clear();

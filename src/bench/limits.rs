@@ -1,8 +1,11 @@
-//! What `rankwise bench` accepts, as pure functions: the size sweep and the
-//! bounds on ranks, calls and rows. Every number the command line gives is
-//! checked here before anything is allocated or any thread starts: a sweep
-//! either fits in these bounds or is refused with a message that says what
-//! was given and what is allowed.
+//! What `rankwise bench` accepts, as pure functions: the size sweep, the
+//! bounds on ranks, calls and rows, and the comparison of the memory a
+//! sweep needs with the memory there is. Every number the command line
+//! gives is checked here before anything is allocated or any thread starts:
+//! a sweep either fits in these bounds or is refused with a message that
+//! says what was given and what is allowed.
+
+use std::fmt;
 
 /// Most sizes a sweep may make. nccl-tests' default sweep (8 B to 128 MiB,
 /// ×2) has 25; a factor of 1.05 from 8 B to 1 GiB has 384.
@@ -131,6 +134,136 @@ pub fn rows(count: u128) -> Result<(), String> {
     Ok(())
 }
 
+/// The memory one run needs, by what it is for, in bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// every rank's buffers for the datatype that needs the most (the
+    /// buffers of one datatype are freed before the next is allocated);
+    /// `None` when that is more than 2^64 bytes
+    pub buffers: Option<u64>,
+    /// whose buffers those are, for the message
+    pub largest: String,
+    /// everything else the run writes: thread stacks, the checker's chunks,
+    /// the timing, the rows and the copy-bandwidth probe's buffers
+    pub rest: u64,
+    /// address space the run maps without writing it (`malloc`'s per-thread
+    /// arenas): it counts against `ulimit -v`, not against the machine's memory
+    pub reserved: u64,
+}
+
+impl Need {
+    /// Memory written: what the machine must have.
+    pub fn memory(&self) -> Option<u64> {
+        self.buffers?.checked_add(self.rest)
+    }
+    /// Address space mapped: what the process's limits must allow.
+    pub fn address_space(&self) -> Option<u64> {
+        self.memory()?.checked_add(self.reserved)
+    }
+}
+
+/// One limit on the memory a process may map (`ulimit -v`, `ulimit -d`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessLimit {
+    /// how the user sets it, e.g. `address space (ulimit -v)`
+    pub name: &'static str,
+    pub limit: u64,
+    /// what the process already maps against it
+    pub used: u64,
+}
+
+impl ProcessLimit {
+    pub fn left(&self) -> u64 {
+        self.limit.saturating_sub(self.used)
+    }
+}
+
+/// Where the memory available to this process comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Available {
+    /// `MemAvailable` of `/proc/meminfo`, or why it could not be read
+    pub machine: Result<u64, String>,
+    /// the process's own limits that are set (not unlimited)
+    pub process: Vec<ProcessLimit>,
+}
+
+/// What a machine whose free memory cannot be read is assumed to have.
+pub const ASSUMED_AVAILABLE: u64 = 4 << 30;
+
+impl Available {
+    /// The machine's available memory, or [`ASSUMED_AVAILABLE`].
+    pub fn machine_bytes(&self) -> u64 {
+        *self.machine.as_ref().unwrap_or(&ASSUMED_AVAILABLE)
+    }
+}
+
+/// Whether the run fits in the machine's memory and in every limit of the
+/// process; if not, how much it needs, how much there is and why.
+pub fn fits(need: &Need, avail: &Available) -> Result<(), String> {
+    let (Some(buffers), Some(memory), Some(address_space)) =
+        (need.buffers, need.memory(), need.address_space())
+    else {
+        return Err(format!(
+            "this sweep needs more than 2^64 bytes of memory (buffers for {}): lower -e or --ranks",
+            need.largest
+        ));
+    };
+    let parts = format!(
+        "{} of buffers for {}, {} for threads, checking, timing and probes",
+        Bytes(buffers),
+        need.largest,
+        Bytes(need.rest)
+    );
+    let have = avail.machine_bytes();
+    if memory > have {
+        let source = match &avail.machine {
+            Ok(_) => "MemAvailable in /proc/meminfo".to_string(),
+            Err(why) => format!("{why}, so this much is assumed"),
+        };
+        return Err(format!(
+            "this sweep needs {} of memory ({}) but {} is available ({source}): lower -e or --ranks",
+            Bytes(memory),
+            parts,
+            Bytes(have)
+        ));
+    }
+    for l in &avail.process {
+        if address_space > l.left() {
+            return Err(format!(
+                "this sweep needs {} of address space ({}, {} reserved by malloc's thread arenas) but the {} limit of {} leaves {} (the process maps {} already): lower -e or --ranks, or raise the limit",
+                Bytes(address_space),
+                parts,
+                Bytes(need.reserved),
+                l.name,
+                Bytes(l.limit),
+                Bytes(l.left()),
+                Bytes(l.used)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A byte count for people: `512 B`, `3.00 KiB`, `16.00 GiB`.
+#[derive(Debug, Clone, Copy)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut v = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{v:.2} {}", UNITS[unit])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +385,73 @@ mod tests {
                 .unwrap_err()
                 .contains("100001 rows")
         );
+    }
+
+    fn need(buffers: Option<u64>, rest: u64, reserved: u64) -> Need {
+        Need {
+            buffers,
+            largest: "2 ranks of float rows up to 8 bytes".into(),
+            rest,
+            reserved,
+        }
+    }
+
+    #[test]
+    fn memory_is_compared_with_the_machine_and_the_limits() {
+        let roomy = Available {
+            machine: Ok(10 << 30),
+            process: vec![],
+        };
+        assert_eq!(fits(&need(Some(6 << 30), 4 << 30, 1 << 40), &roomy), Ok(()));
+        let e = fits(&need(Some(6 << 30), (4 << 30) + 1, 0), &roomy).unwrap_err();
+        assert!(
+            e.contains("needs 10.00 GiB of memory")
+                && e.contains("6.00 GiB of buffers for 2 ranks of float rows up to 8 bytes")
+                && e.contains("10.00 GiB is available (MemAvailable"),
+            "{e}"
+        );
+        // the arenas' address space counts against ulimit -v only
+        let limited = Available {
+            machine: Ok(10 << 30),
+            process: vec![ProcessLimit {
+                name: "address space (ulimit -v)",
+                limit: 4 << 30,
+                used: 1 << 30,
+            }],
+        };
+        assert_eq!(fits(&need(Some(2 << 30), 0, 1 << 30), &limited), Ok(()));
+        let e = fits(&need(Some(2 << 30), 0, (1 << 30) + 1), &limited).unwrap_err();
+        assert!(
+            e.contains("needs 3.00 GiB of address space")
+                && e.contains("limit of 4.00 GiB leaves 3.00 GiB")
+                && e.contains("maps 1.00 GiB already"),
+            "{e}"
+        );
+        let e = fits(&need(None, 0, 0), &roomy).unwrap_err();
+        assert!(e.contains("more than 2^64 bytes"), "{e}");
+        assert!(fits(&need(Some(u64::MAX), 1, 0), &roomy).is_err());
+    }
+
+    #[test]
+    fn unreadable_memory_falls_back_to_a_stated_amount() {
+        let blind = Available {
+            machine: Err("/proc/meminfo cannot be read (no such file)".into()),
+            process: vec![],
+        };
+        assert_eq!(fits(&need(Some(ASSUMED_AVAILABLE), 0, 0), &blind), Ok(()));
+        let e = fits(&need(Some(ASSUMED_AVAILABLE), 1, 0), &blind).unwrap_err();
+        assert!(
+            e.contains("4.00 GiB is available (/proc/meminfo cannot be read (no such file), so this much is assumed)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn byte_counts_read_as_people_write_them() {
+        assert_eq!(Bytes(512).to_string(), "512 B");
+        assert_eq!(Bytes(1536).to_string(), "1.50 KiB");
+        assert_eq!(Bytes(16 << 30).to_string(), "16.00 GiB");
+        assert_eq!(Bytes(u64::MAX).to_string(), "16.00 EiB");
     }
 
     fn factor() -> impl Strategy<Value = f64> {

@@ -3,9 +3,10 @@
 //! This module owns everything the benchmark needs and nothing the engines
 //! need: the command's options ([`cli`]), the size sweep and the bounds
 //! every input is checked against before anything is allocated
-//! ([`limits`]), the row plan and the run itself ([`run`]), verifiable data and the element-wise checker behind `#wrong`
-//! ([`data`]), the machine probe (cores, memory-copy bandwidth,
-//! [`machine`]), the copy bound of every collective ([`bound`]),
+//! ([`limits`]), the row plan, the memory it needs and the run itself
+//! ([`run`]), verifiable data and the element-wise checker behind `#wrong`
+//! ([`data`]), the machine probe (cores, memory-copy bandwidth, available
+//! memory, [`machine`]), the copy bound of every collective ([`bound`]),
 //! and the outputs: the nccl-tests table ([`table`]), JSON, and an SVG plot
 //! ([`plot`]).
 //!
@@ -49,7 +50,8 @@ pub struct Options {
 
 impl Options {
     /// Whether the options are inside [`limits`]' bounds: ranks, sizes,
-    /// calls per row and the number of rows.
+    /// calls per row and the number of rows (not memory: that is the
+    /// machine's, [`run::memory_needed`]).
     pub fn check(&self) -> Result<(), String> {
         limits::ranks(self.nranks, crate::cli::MAX_LOCAL_RANKS)?;
         limits::sweep(self.min_bytes, self.max_bytes, self.factor)?;

@@ -14,7 +14,8 @@
 
 use super::bound::copy_bound_secs;
 use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
-use super::machine::Probe;
+use super::limits::{self, Available, Need};
+use super::machine::{self, PROBE_BYTES, Probe};
 use super::{Measure, Options, Row};
 use crate::api::Comm;
 use crate::core::{
@@ -205,16 +206,106 @@ pub fn buffer_elems<'a>(
 /// by chunk, so checking needs no copy of a whole buffer.
 pub const CHECK_CHUNK: usize = 8192;
 
+/// Thread stack of a rank: Rust's default for spawned threads, and its
+/// guard page.
+const STACK_BYTES: u64 = (2 << 20) + 4096;
+
+/// Address space glibc's `malloc` maps for each thread arena it makes (it
+/// makes one for a thread that finds the others busy, up to 8 per CPU).
+const ARENA_BYTES: u64 = 64 << 20;
+
+/// What one row costs rank 0 besides its buffers: its plan, its figures,
+/// and its line of table or JSON.
+const ROW_BYTES: u64 = (std::mem::size_of::<Plan>() + std::mem::size_of::<Row>() + 1024) as u64;
+
+/// The memory the run of `plans` needs ([`Need`]), counted with checked
+/// arithmetic: every rank's two buffers for the datatype that needs the
+/// most ([`buffer_elems`]; the buffers of one datatype are freed before the
+/// next), plus per rank a thread stack, the checker's chunks and the timed
+/// calls' times, plus the rows, plus the copy-bandwidth probe's buffers
+/// (one pair per core; the machine probe before the run and the probe
+/// between timed calls do not overlap). Reserved besides: a `malloc` arena
+/// for each thread that may run at once (main, ranks, probe threads), at
+/// most 8 per online CPU, and one more while an arena is being made (glibc
+/// maps twice an arena's size to align it).
+pub fn memory_needed(opts: &Options, plans: &[Plan], cores: usize, cpus: usize) -> Need {
+    let n = opts.nranks;
+    let mut buffers = Some(0u64);
+    let mut largest = String::from("no row");
+    for &dtype in &opts.dtypes {
+        let mine = || plans.iter().filter(|p| p.dtype == dtype);
+        let Some(top) = mine().map(|p| p.size(n)).max() else {
+            continue;
+        };
+        let bytes = buffer_elems(mine(), n)
+            .and_then(|(a, b)| a.checked_add(b))
+            .and_then(|e| e.checked_mul(dtype.size()))
+            .and_then(|e| e.checked_mul(n))
+            .and_then(|e| u64::try_from(e).ok());
+        if bytes.is_none() || bytes > buffers {
+            largest = format!("{n} ranks of {dtype} rows up to {top} bytes");
+            buffers = bytes;
+        }
+        if bytes.is_none() {
+            break;
+        }
+    }
+    // the rest is bounded by Options::check; saturating keeps unchecked
+    // options from wrapping
+    let [n, cores, cpus, iters, rows] = [n, cores, cpus, opts.iters, plans.len()].map(|x| x as u64);
+    let widest = opts.dtypes.iter().map(|d| d.size()).max().unwrap_or(0) as u64;
+    let per_rank = STACK_BYTES
+        + 3 * CHECK_CHUNK as u64 * widest
+        // the converter's tables (`data::Converter`)
+        + 4096 * widest
+        + 256 * 16
+        // each timed call's time, a copy to take the median, and a probe per call
+        + (3 * 8u64).saturating_mul(iters);
+    let rest = n
+        .saturating_mul(per_rank)
+        .saturating_add(rows.saturating_mul(ROW_BYTES))
+        .saturating_add((2 * PROBE_BYTES as u64).saturating_mul(cores));
+    let arenas = (1 + n).saturating_add(cores).min(8 * cpus) + 1;
+    Need {
+        buffers,
+        largest,
+        rest,
+        reserved: arenas.saturating_mul(ARENA_BYTES),
+    }
+}
+
+/// Whether the run of `plans` fits in `avail` ([`memory_needed`] on this
+/// machine's cores, [`limits::fits`]).
+pub fn fits(opts: &Options, plans: &[Plan], avail: &Available) -> std::result::Result<(), String> {
+    let need = memory_needed(opts, plans, machine::cores(), machine::online_cpus());
+    limits::fits(&need, avail)
+}
+
 /// Runs every planned row; `on_row` sees each finished row (called on rank 0).
 /// `copy_bw` is the machine's copy bandwidth (all threads) for the copy
 /// bound of rows that fit in cache; rows that stream from memory
 /// ([`from_memory`]) measure it between their timed calls ([`Reprobe`]).
-/// Options that [`Options::check`] refuses are refused before any thread
-/// starts.
+/// Options that [`Options::check`] refuses, and a run that does not fit in
+/// the memory there is ([`fits`]), are refused before any thread starts or
+/// any buffer is allocated.
 pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Result<Vec<Row>> {
-    opts.check()
-        .map_err(|e| Error::new(ErrorKind::InvalidUsage, e))?;
+    let refused = |e| Error::new(ErrorKind::InvalidUsage, e);
+    opts.check().map_err(refused)?;
     let plans = plan(opts);
+    fits(opts, &plans, &machine::available_memory()).map_err(refused)?;
+    run_checked(opts, &plans, copy_bw, on_row)
+}
+
+/// [`run`] for a caller that has checked the options and that [`plan`]'s
+/// rows fit (`rankwise bench` does, before it probes the machine: checking
+/// again after the probe would count twice the address space the probe's
+/// threads left behind).
+pub fn run_checked(
+    opts: &Options,
+    plans: &[Plan],
+    copy_bw: f64,
+    on_row: &(dyn Fn(&Row) + Sync),
+) -> Result<Vec<Row>> {
     let reprobe = plans
         .iter()
         .any(|p| from_memory(p, opts.nranks))
@@ -568,6 +659,31 @@ mod tests {
             None
         );
         assert_eq!(buffer_elems([&one(Func::AllReduce, usize::MAX)], 1), None);
+    }
+
+    #[test]
+    fn memory_needed_counts_every_ranks_buffers() {
+        // AllReduce of 2^30 floats on 2 ranks: 2 ranks × 2 buffers × (2^30 + 64) × 4
+        let o = opts(&[Func::AllReduce], 2, 4 << 30, 4 << 30);
+        let plans = plan(&o);
+        let need = memory_needed(&o, &plans, 2, 2);
+        assert_eq!(need.buffers, Some(2 * 2 * ((1 << 30) + 64) * 4));
+        assert!(
+            need.largest
+                .contains("2 ranks of float rows up to 4294967296 bytes")
+        );
+        // stacks, chunks, times, rows, and 2 pairs of probe buffers
+        let probe = 2 * 2 * PROBE_BYTES as u64;
+        assert!(need.rest >= probe + 2 * (2 << 20) && need.rest < probe + (8 << 20));
+        // arenas: main, 2 ranks, 2 probe threads, and one being made
+        assert_eq!(need.reserved, 6 * ARENA_BYTES);
+        // at most 8 arenas per CPU
+        let wide = opts(&[Func::AllReduce], 256, 8, 8);
+        let need = memory_needed(&wide, &plan(&wide), 2, 2);
+        assert_eq!(need.reserved, 17 * ARENA_BYTES);
+        // more than 2^64 bytes is said, not wrapped
+        let o = opts(&[Func::AllGather], 4, 1 << 62, 1 << 62);
+        assert_eq!(memory_needed(&o, &plan(&o), 1, 1).buffers, None);
     }
 
     #[test]

@@ -1,14 +1,116 @@
 //! Bad inputs: bench. Sizes, factor, ranks and calls are checked before
-//! any thread starts.
+//! any thread starts, and the memory a sweep needs is compared with what
+//! the machine and the process's limits allow before anything is
+//! allocated (the rows run under `ulimit -v` 4 GiB, so a sweep that needs
+//! more address space is refused by that limit on any machine).
 
 use super::{Bad, bad};
 
 pub const ROWS: &[Bad] = &[
-    // sizes
+    // sizes: what the machine cannot hold is refused, saying how much it needs
+    bad(
+        &[
+            "bench",
+            "all_reduce",
+            "--ranks",
+            "2",
+            "-b",
+            "64G",
+            "-e",
+            "64G",
+        ],
+        1,
+        &[
+            "this sweep needs",
+            "256.00 GiB of buffers for 2 ranks of float rows up to 68719476736 bytes",
+            "lower -e or --ranks",
+        ],
+    ),
+    bad(
+        &[
+            "bench",
+            "all_reduce",
+            "--ranks",
+            "2",
+            "-b",
+            "4G",
+            "-e",
+            "4G",
+        ],
+        1,
+        &[
+            "this sweep needs",
+            "16.00 GiB of buffers for 2 ranks of float rows up to 4294967296 bytes",
+        ],
+    ),
+    bad(
+        &["bench", "all_reduce", "--ranks", "2", "-b", "8", "-e", "4G"],
+        1,
+        &["16.00 GiB of buffers for 2 ranks of float rows up to 4294967296 bytes"],
+    ),
+    bad(
+        &[
+            "bench",
+            "all_reduce",
+            "--ranks",
+            "2",
+            "-b",
+            "1G",
+            "-e",
+            "1G",
+        ],
+        1,
+        &[
+            "this sweep needs",
+            "4.00 GiB of buffers",
+            "lower -e or --ranks",
+        ],
+    ),
+    bad(
+        &[
+            "bench",
+            "all_reduce",
+            "-b",
+            "9223372036854775808",
+            "-e",
+            "9223372036854775808",
+        ],
+        1,
+        &[
+            "needs more than 2^64 bytes of memory",
+            "9223372036854775808 bytes",
+        ],
+    ),
     bad(
         &["bench", "all_reduce", "-b", "9223372036854775808"],
         1,
         &["-b 9223372036854775808 is larger than -e 67108864"],
+    ),
+    bad(
+        &[
+            "bench",
+            "all_reduce",
+            "-b",
+            "18446744073709551615",
+            "-e",
+            "18446744073709551615",
+        ],
+        1,
+        &["needs more than 2^64 bytes of memory"],
+    ),
+    bad(
+        &[
+            "bench",
+            "all_gather",
+            "-d",
+            "int8",
+            "-b",
+            "18446744073709551615",
+            "-e",
+            "18446744073709551615",
+        ],
+        1,
+        &["needs more than 2^64 bytes of memory"],
     ),
     bad(
         &["bench", "all_reduce", "-b", "18446744073709551615"],
