@@ -1,7 +1,9 @@
 //! The `rankwise bench` command line: nccl-tests' flags, parsed into
 //! [`Options`], and the command's output and exit code.
 
-use super::{Options, Report, machine::Machine, plot, run, table};
+use super::limits::{self, ASSUMED_AVAILABLE, Bytes};
+use super::{Options, Report, machine, machine::Machine, plot, run, table};
+use crate::cli::{MAX_LOCAL_RANKS, fail};
 use crate::core::{DataType, Func, RedOp};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
@@ -22,7 +24,7 @@ pub struct BenchArgs {
     /// a comma-separated list, or `all`
     #[arg(value_name = "OP")]
     pub collective: String,
-    /// Number of ranks [default: the number of cores]
+    /// Number of ranks, at most 256 [default: the number of cores, at most 256]
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Smallest size in bytes (nccl-tests' size: suffixes K, M, G = 2^10, 2^20, 2^30)
@@ -84,10 +86,17 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         Some('g') => (&body[..body.len() - 1], 1 << 30),
         _ => (body, 1),
     };
-    let v: u64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size: use a number of bytes with an optional K, M or G suffix (e.g. 8, 64K, 128M, 1G)"))?;
+    let too_large = || format!("`{s}` is too large: a size is at most {} bytes", usize::MAX);
+    let v: u64 = num.trim().parse().map_err(|e: std::num::ParseIntError| {
+        if *e.kind() == std::num::IntErrorKind::PosOverflow {
+            too_large()
+        } else {
+            format!("`{s}` is not a size: use a number of bytes with an optional K, M or G suffix (e.g. 8, 64K, 128M, 1G)")
+        }
+    })?;
     v.checked_mul(mult)
         .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| format!("`{s}` is too large"))
+        .ok_or_else(too_large)
 }
 
 fn parse_funcs(s: &str) -> Result<Vec<Func>, String> {
@@ -106,16 +115,14 @@ fn parse_funcs(s: &str) -> Result<Vec<Func>, String> {
 }
 
 impl BenchArgs {
-    /// The options these flags describe, or what is wrong with them.
+    /// The options these flags describe, or what is wrong with them: every
+    /// bound of [`super::limits`] but memory is checked here.
     pub fn options(&self) -> Result<Options, String> {
-        let nranks = self.ranks.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        });
-        if nranks == 0 {
-            return Err("--ranks must be at least 1".into());
-        }
+        let nranks = self
+            .ranks
+            .unwrap_or_else(|| machine::cores().min(MAX_LOCAL_RANKS));
+        // before anything is made per rank
+        limits::ranks(nranks, MAX_LOCAL_RANKS)?;
         let funcs = parse_funcs(&self.collective)?;
         let dtypes = if self.dtype.eq_ignore_ascii_case("all") {
             DataType::ALL.to_vec()
@@ -135,36 +142,13 @@ impl BenchArgs {
         let root = if self.root.eq_ignore_ascii_case("all") {
             None
         } else {
-            let r: usize = self
-                .root
-                .parse()
-                .map_err(|_| format!("-r takes a rank or all, not `{}`", self.root))?;
-            if r >= nranks {
-                return Err(format!(
-                    "root {r} is out of range: valid roots are 0..={}",
-                    nranks - 1
-                ));
-            }
-            Some(r)
+            Some(
+                self.root
+                    .parse()
+                    .map_err(|_| format!("-r takes a rank or all, not `{}`", self.root))?,
+            )
         };
-        if self.min_bytes > self.max_bytes {
-            return Err(format!(
-                "-b {} is larger than -e {}",
-                self.min_bytes, self.max_bytes
-            ));
-        }
-        if self.factor.partial_cmp(&1.0) != Some(std::cmp::Ordering::Greater)
-            && self.min_bytes != self.max_bytes
-        {
-            return Err(format!(
-                "-f must be greater than 1 to step from -b to -e, not {}",
-                self.factor
-            ));
-        }
-        if self.iters == 0 {
-            return Err("-n must be at least 1".into());
-        }
-        Ok(Options {
+        let opts = Options {
             funcs,
             nranks,
             min_bytes: self.min_bytes,
@@ -177,20 +161,32 @@ impl BenchArgs {
             warmup: self.warmup,
             check: self.check,
             pin: !self.no_pin,
-        })
+        };
+        opts.check()?;
+        Ok(opts)
     }
 }
 
 /// Runs the command: exit 0 when every checked element was right, 1 when
-/// any was wrong, 2 when the run could not be done.
+/// any was wrong or the arguments were (or the sweep needs more memory
+/// than there is), 2 when the engine refused a call.
 pub fn main(args: BenchArgs) -> ExitCode {
     let opts = match args.options() {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("rankwise bench: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail("bench", e),
     };
+    // what the sweep needs, before the probe or a rank allocates anything
+    let plans = run::plan(&opts);
+    let avail = machine::available_memory();
+    if let Err(why) = &avail.machine {
+        eprintln!(
+            "rankwise bench: {why}: assuming {} of memory is available",
+            Bytes(ASSUMED_AVAILABLE)
+        );
+    }
+    if let Err(e) = run::fits(&opts, &plans, &avail) {
+        return fail("bench", e);
+    }
     let machine = Machine::probe(3);
     let out = std::io::stdout();
     let table = !args.json;
@@ -212,7 +208,6 @@ pub fn main(args: BenchArgs) -> ExitCode {
             }
         }
     }
-    let plans = run::plan(&opts);
     let bar = if std::io::stderr().is_terminal() {
         let b =
             ProgressBar::with_draw_target(Some(plans.len() as u64), ProgressDrawTarget::stderr());
@@ -243,7 +238,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
         bar.set_message(format!("{} {}B", r.func, r.size));
         bar.inc(1);
     };
-    let rows = match run::run(&opts, machine.copy_all(), &on_row) {
+    let rows = match run::run_checked(&opts, &plans, machine.copy_all(), &on_row) {
         Ok(rows) => rows,
         Err(e) => {
             bar.finish_and_clear();
@@ -301,7 +296,63 @@ mod tests {
         assert_eq!(parse_size("128M"), Ok(128 << 20));
         assert_eq!(parse_size("1G"), Ok(1 << 30));
         assert_eq!(parse_size("64KiB"), Ok(65536));
-        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("12Q").unwrap_err().contains("is not a size"));
+        assert!(parse_size("-8").unwrap_err().contains("is not a size"));
+        assert_eq!(parse_size("18446744073709551615"), Ok(18446744073709551615));
+        for big in [
+            "18446744073709551616",
+            "99999999999999999999999",
+            "17179869184G",
+        ] {
+            assert_eq!(
+                parse_size(big).unwrap_err(),
+                format!("`{big}` is too large: a size is at most 18446744073709551615 bytes")
+            );
+        }
+    }
+
+    fn refused(args: &[&str]) -> String {
+        let argv = [&["x"], args].concat();
+        Cmd::try_parse_from(argv)
+            .unwrap()
+            .args
+            .options()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn out_of_bounds_flags_are_refused_before_anything_runs() {
+        let e = refused(&["allreduce", "--ranks", "18446744073709551615"]);
+        assert!(e.contains("at most 256: one thread per rank"), "{e}");
+        assert!(refused(&["allreduce", "--ranks", "0"]).contains("at least 1"));
+        let e = refused(&["allreduce", "-b", "0", "-e", "0"]);
+        assert!(e.contains("start at 1"), "{e}");
+        let e = refused(&["allreduce", "-f", "1.0000000001"]);
+        assert!(e.contains("a sweep has at most 512"), "{e}");
+        let e = refused(&["allreduce", "-n", "0"]);
+        assert_eq!(e, "-n must be at least 1, not 0");
+        let e = refused(&["allreduce", "-c", "18446744073709551615"]);
+        assert!(e.contains("at most 100000"), "{e}");
+        // 4 bytes of int8 on 8 ranks is less than one element per rank
+        let e = refused(&[
+            "reduce_scatter",
+            "--ranks",
+            "8",
+            "-b",
+            "1",
+            "-e",
+            "4",
+            "-d",
+            "int8",
+        ]);
+        assert!(
+            e.contains("ReduceScatter of int8 on 8 ranks needs at least 8 bytes"),
+            "{e}"
+        );
+        let e = refused(&[
+            "all", "--ranks", "256", "-r", "all", "-d", "all", "-o", "all",
+        ]);
+        assert!(e.contains("at most 100000 are run at once"), "{e}");
     }
 
     #[test]

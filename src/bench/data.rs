@@ -220,9 +220,17 @@ impl Pattern {
 
     /// Rank `rank`'s send buffer as elements of `T`.
     pub fn inputs<T: Element>(&self, conv: &mut Converter<T>, rank: usize, q: usize) -> Vec<T> {
-        (0..self.send_len(q))
-            .map(|i| conv.int(self.input(rank, i)))
-            .collect()
+        self.inputs_in(conv, rank, 0..self.send_len(q))
+    }
+
+    /// Elements `range` of rank `rank`'s send buffer.
+    pub fn inputs_in<T: Element>(
+        &self,
+        conv: &mut Converter<T>,
+        rank: usize,
+        range: std::ops::Range<usize>,
+    ) -> Vec<T> {
+        range.map(|i| conv.int(self.input(rank, i))).collect()
     }
 }
 
@@ -388,6 +396,42 @@ mod tests {
                     exact_in::<f64>(func, op, n);
                     exact_in::<F8E4M3>(func, op, n);
                     exact_in::<F8E5M2>(func, op, n);
+                }
+            }
+        }
+    }
+
+    /// NCCL's integer Avg: the sum wrapped to the element type, divided by
+    /// N toward zero, N held in a wide integer (never in the element type).
+    fn nccl_int_avg(codes: &[u64], bits: u32, signed: bool, n: i128) -> i128 {
+        let sum: i128 = codes.iter().map(|&c| c as i128).sum();
+        let m = sum.rem_euclid(1 << bits);
+        let wrapped = if signed && m >= 1 << (bits - 1) {
+            m - (1 << bits)
+        } else {
+            m
+        };
+        wrapped / n
+    }
+
+    #[test]
+    fn integer_avg_is_nccls_at_any_rank_count() {
+        // int8 at 200 ranks and uint8 at 256: N does not fit the element type
+        for (dt, bits, signed) in [
+            (DataType::Int8, 8, true),
+            (DataType::Uint8, 8, false),
+            (DataType::Int32, 32, true),
+        ] {
+            for n in [2, 3, 17, 127, 128, 200, 255, 256] {
+                let p = Pattern::new(Func::AllReduce, dt, RedOp::Avg, n, 0, 5);
+                for j in 0..600 {
+                    let codes: Vec<u64> = (0..n).map(|r| p.input(r, j)).collect();
+                    let want = nccl_int_avg(&codes, bits, signed, n as i128);
+                    assert_eq!(
+                        p.expected(0, 600, j),
+                        Expect::Int(want as u64),
+                        "{dt} N={n} element {j}: inputs {codes:?}"
+                    );
                 }
             }
         }

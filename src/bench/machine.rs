@@ -1,5 +1,6 @@
-//! What the machine can do: cores, and the memory-copy bandwidth with one
-//! thread and with every thread, the denominator of the copy bound.
+//! What the machine can do: cores, the memory-copy bandwidth with one
+//! thread and with every thread (the denominator of the copy bound), and
+//! the memory a run may use ([`available_memory`]).
 //!
 //! Bandwidth is bytes copied per second (a copy of B bytes reads B and writes
 //! B). Two copy kernels are measured, the C library's `memcpy` and the
@@ -7,6 +8,7 @@
 //! and the bound uses the faster: the bound is what the machine can do, not
 //! what one routine does.
 
+use super::limits::{Available, ProcessLimit};
 use crate::engine::local::memory::copy_streaming;
 use std::time::Instant;
 
@@ -63,6 +65,33 @@ fn stream(d: &mut [u8], s: &[u8]) {
     copy_streaming(d, s)
 }
 
+/// The cores this process may run on (`std::thread::available_parallelism`):
+/// the probe copies with one thread per core.
+pub fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// The CPUs online (`/sys/devices/system/cpu/online`), which is what
+/// glibc's `malloc` counts when it bounds its arenas; the cores this
+/// process may use ([`cores`]) when that cannot be read.
+pub fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|t| cpu_list_len(&t))
+        .unwrap_or_else(cores)
+}
+
+/// The number of CPUs in a kernel CPU list such as `0-3,8,10-11`.
+pub fn cpu_list_len(list: &str) -> Option<usize> {
+    list.trim().split(',').try_fold(0usize, |total, part| {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (usize, usize) = (lo.parse().ok()?, hi.parse().ok()?);
+        total.checked_add(hi.checked_sub(lo)?.checked_add(1)?)
+    })
+}
+
 /// Buffers for measuring the copy bandwidth again during a run: on a shared
 /// machine it drifts, so rows that stream from memory are compared with
 /// copies made between their timed calls (`run`).
@@ -81,9 +110,7 @@ impl Default for Probe {
 impl Probe {
     /// [`PROBE_BYTES`] twice per core, every page touched.
     pub fn new() -> Probe {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let cores = cores();
         let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..cores)
             .map(|t| (vec![t as u8 + 1; PROBE_BYTES], vec![0u8; PROBE_BYTES]))
             .collect();
@@ -146,4 +173,91 @@ fn rate(
         best = best.min(secs);
     }
     bytes as f64 / best
+}
+
+/// The memory this process may use now: the machine's `MemAvailable`, and
+/// the address-space and data limits (`ulimit -v`, `ulimit -d`) less what
+/// the process already maps. Read from `/proc`; where it cannot be read the
+/// answer says why (and [`Available::machine_bytes`] assumes a stated amount).
+pub fn available_memory() -> Available {
+    let machine = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| format!("/proc/meminfo cannot be read ({e})"))
+        .and_then(|t| {
+            kib_field(&t, "MemAvailable").ok_or_else(|| "/proc/meminfo has no MemAvailable".into())
+        });
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let process = [
+        ("address space (ulimit -v)", "Max address space", "VmSize"),
+        ("data (ulimit -d)", "Max data size", "VmData"),
+    ]
+    .into_iter()
+    .filter_map(|(name, limit, used)| {
+        Some(ProcessLimit {
+            name,
+            limit: soft_limit(&limits, limit)?,
+            used: kib_field(&status, used).unwrap_or(0),
+        })
+    })
+    .collect();
+    Available { machine, process }
+}
+
+/// A `Name:   1234 kB` line of `/proc/meminfo` or `/proc/self/status`, in bytes.
+pub fn kib_field(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+        let mut words = rest.split_whitespace();
+        let kib: u64 = words.next()?.parse().ok()?;
+        (words.next() == Some("kB"))
+            .then_some(kib)?
+            .checked_mul(1024)
+    })
+}
+
+/// The soft limit, in bytes, on the `limit` line of `/proc/self/limits`;
+/// `None` when it is unlimited or not there.
+pub fn soft_limit(text: &str, limit: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(limit)?;
+        let mut words = rest.split_whitespace();
+        let soft = words.next()?;
+        // the units column: bytes for every memory limit
+        (words.nth(1) == Some("bytes")).then_some(())?;
+        soft.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_figures_are_read_from_proc_text() {
+        let meminfo =
+            "MemTotal:       24683584 kB\nMemFree:  100 kB\nMemAvailable:   22132848 kB\n";
+        assert_eq!(kib_field(meminfo, "MemAvailable"), Some(22_132_848 * 1024));
+        assert_eq!(kib_field(meminfo, "MemAvail"), None, "whole names only");
+        assert_eq!(kib_field("MemAvailable: lots\n", "MemAvailable"), None);
+        assert_eq!(kib_field("MemAvailable: 5 MB\n", "MemAvailable"), None);
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max data size             unlimited            unlimited            bytes     \n\
+                      Max address space         4294967296           8589934592           bytes     \n";
+        let limits: String = limits
+            .lines()
+            .map(|l| l.trim_start().to_string() + "\n")
+            .collect();
+        assert_eq!(soft_limit(&limits, "Max address space"), Some(4 << 30));
+        assert_eq!(soft_limit(&limits, "Max data size"), None, "unlimited");
+        assert_eq!(soft_limit(&limits, "Max stack size"), None, "absent");
+    }
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        assert_eq!(cpu_list_len("0-1\n"), Some(2));
+        assert_eq!(cpu_list_len("0"), Some(1));
+        assert_eq!(cpu_list_len("0-3,8,10-11"), Some(7));
+        assert_eq!(cpu_list_len("3-1"), None);
+        assert_eq!(cpu_list_len(""), None);
+    }
 }

@@ -1,11 +1,14 @@
 //! `rankwise bench`: nccl-tests' sweep and table for rankwise's engines.
 //!
 //! This module owns everything the benchmark needs and nothing the engines
-//! need: the command's options ([`cli`]), the size sweep and row plan
+//! need: the command's options ([`cli`]), the size sweep and the bounds
+//! every input is checked against before anything is allocated
+//! ([`limits`]), the row plan, the memory it needs and the run itself
 //! ([`run`]), verifiable data and the element-wise checker behind `#wrong`
-//! ([`data`]), the machine probe (cores, memory-copy bandwidth, [`machine`]),
-//! the copy bound of every collective ([`bound`]), and the outputs: the
-//! nccl-tests table ([`table`]), JSON, and an SVG plot ([`plot`]).
+//! ([`data`]), the machine probe (cores, memory-copy bandwidth, available
+//! memory, [`machine`]), the copy bound of every collective ([`bound`]),
+//! and the outputs: the nccl-tests table ([`table`]), JSON, and an SVG plot
+//! ([`plot`]).
 //!
 //! Bandwidth follows CONTRACTS.md §6 through [`Func::alg_bytes`] and
 //! [`Func::bus_factor`]; a row's time is the median over the timed calls of
@@ -14,6 +17,7 @@
 pub mod bound;
 pub mod cli;
 pub mod data;
+pub mod limits;
 pub mod machine;
 pub mod plot;
 pub mod run;
@@ -45,21 +49,46 @@ pub struct Options {
 }
 
 impl Options {
-    /// The sweep: `min_bytes`, then × `factor` up to `max_bytes`.
-    pub fn sizes(&self) -> Vec<usize> {
-        let mut out = Vec::new();
-        let mut s = self.min_bytes.max(1) as f64;
-        while s <= self.max_bytes as f64 * (1.0 + 1e-9) {
-            let b = s.round() as usize;
-            if out.last() != Some(&b) {
-                out.push(b);
-            }
-            if self.factor <= 1.0 {
-                break;
-            }
-            s *= self.factor;
+    /// Whether the options are inside [`limits`]' bounds: ranks, sizes,
+    /// calls per row and the number of rows (not memory: that is the
+    /// machine's, [`run::memory_needed`]).
+    pub fn check(&self) -> Result<(), String> {
+        limits::ranks(self.nranks, crate::cli::MAX_LOCAL_RANKS)?;
+        limits::sweep(self.min_bytes, self.max_bytes, self.factor)?;
+        limits::calls("-n", self.iters, 1)?;
+        limits::calls("-w", self.warmup, 0)?;
+        limits::calls("-c", self.check, 0)?;
+        if let Some(r) = self.root
+            && r >= self.nranks
+        {
+            return Err(format!(
+                "root {r} is out of range: valid roots are 0..={}",
+                self.nranks - 1
+            ));
         }
-        out
+        let rows = run::plan_len(self);
+        if rows == 0 {
+            // the smallest size that holds one element per rank (§6)
+            let (least, func, dtype) = self
+                .funcs
+                .iter()
+                .flat_map(|&f| self.dtypes.iter().map(move |&d| (f, d)))
+                .map(|(f, d)| (f.alg_bytes(self.nranks, 1, d.size()), f, d))
+                .min_by_key(|x| x.0)
+                .ok_or("no collective or datatype to run")?;
+            return Err(format!(
+                "no size from -b {} to -e {} holds one element per rank: {func} of {dtype} on {} ranks needs at least {least} bytes",
+                self.min_bytes, self.max_bytes, self.nranks
+            ));
+        }
+        limits::rows(rows)
+    }
+
+    /// The sweep ([`limits::sweep`]); empty for the options
+    /// [`BenchArgs::options`] refuses (a size of 0, `-b` above `-e`, a
+    /// factor that makes more than [`limits::MAX_SIZES`] sizes).
+    pub fn sizes(&self) -> Vec<usize> {
+        limits::sweep(self.min_bytes, self.max_bytes, self.factor).unwrap_or_default()
     }
 }
 

@@ -14,10 +14,13 @@
 
 use super::bound::copy_bound_secs;
 use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
-use super::machine::Probe;
+use super::limits::{self, Available, Need};
+use super::machine::{self, PROBE_BYTES, Probe};
 use super::{Measure, Options, Row};
 use crate::api::Comm;
-use crate::core::{DataType, Element, Func, RedOp, Result, footprint_elems};
+use crate::core::{
+    DataType, Element, Error, ErrorKind, Func, RedOp, Result, footprint_elems, layout,
+};
 use crate::engine::local::last_level_cache;
 use crate::engine::local::{self, LaunchOptions};
 use crate::with_element_type;
@@ -48,45 +51,74 @@ impl Plan {
 /// The rows `opts` asks for, in nccl-tests' order (datatype, op, root, size);
 /// sizes too small for one element per rank are left out (see [`skipped`]).
 pub fn plan(opts: &Options) -> Vec<Plan> {
-    let n = opts.nranks;
+    let sizes = opts.sizes();
     let mut plans = Vec::new();
     for &func in &opts.funcs {
         for &dtype in &opts.dtypes {
-            let ops: Vec<Option<RedOp>> = if func.reduces() {
-                opts.ops.iter().copied().map(Some).collect()
-            } else {
-                vec![None]
-            };
-            let roots: Vec<Option<usize>> = if func.is_rooted() {
-                match opts.root {
-                    Some(r) => vec![Some(r)],
-                    None => (0..n).map(Some).collect(),
-                }
-            } else {
-                vec![None]
-            };
-            for &op in &ops {
-                for &root in &roots {
-                    let mut last_q = None;
-                    for bytes in opts.sizes() {
-                        let q = per_rank_count(func, n, dtype, bytes);
-                        if q == 0 || last_q == Some(q) {
-                            continue;
-                        }
-                        last_q = Some(q);
-                        plans.push(Plan {
-                            func,
-                            dtype,
-                            op,
-                            root,
-                            q,
-                        });
-                    }
+            let qs = counts(opts, &sizes, func, dtype);
+            for op in ops(opts, func) {
+                for root in roots(opts, func) {
+                    plans.extend(qs.iter().map(|&q| Plan {
+                        func,
+                        dtype,
+                        op,
+                        root,
+                        q,
+                    }));
                 }
             }
         }
     }
     plans
+}
+
+/// How many rows [`plan`] makes, without making them (the options may ask
+/// for more than memory holds).
+pub fn plan_len(opts: &Options) -> u128 {
+    let sizes = opts.sizes();
+    let mut rows = 0u128;
+    for &func in &opts.funcs {
+        let ops = if func.reduces() { opts.ops.len() } else { 1 };
+        let roots = match (func.is_rooted(), opts.root) {
+            (true, None) => opts.nranks,
+            _ => 1,
+        };
+        for &dtype in &opts.dtypes {
+            let qs = counts(opts, &sizes, func, dtype).len();
+            rows += ops as u128 * roots as u128 * qs as u128;
+        }
+    }
+    rows
+}
+
+/// The reduction ops of `func`'s rows (`None` for a copy).
+fn ops(opts: &Options, func: Func) -> Vec<Option<RedOp>> {
+    if func.reduces() {
+        opts.ops.iter().copied().map(Some).collect()
+    } else {
+        vec![None]
+    }
+}
+
+/// The roots of `func`'s rows (`None` for an unrooted collective).
+fn roots(opts: &Options, func: Func) -> Vec<Option<usize>> {
+    match (func.is_rooted(), opts.root) {
+        (true, Some(r)) => vec![Some(r)],
+        (true, None) => (0..opts.nranks).map(Some).collect(),
+        (false, _) => vec![None],
+    }
+}
+
+/// The per-rank counts of the sweep for `func` and `dtype`: each size's,
+/// without those below one element per rank and without repeats.
+fn counts(opts: &Options, sizes: &[usize], func: Func, dtype: DataType) -> Vec<usize> {
+    let mut qs: Vec<usize> = sizes
+        .iter()
+        .map(|&b| per_rank_count(func, opts.nranks, dtype, b))
+        .filter(|&q| q > 0)
+        .collect();
+    qs.dedup();
+    qs
 }
 
 /// The per-rank count for nccl-tests' `size` in bytes (§6: the size is
@@ -145,12 +177,135 @@ impl Reprobe {
     }
 }
 
+/// Elements of the two buffers every rank allocates for `plans` (rows of
+/// one datatype): the first holds the send buffer out of place and the
+/// whole region in place, the second the receive buffer out of place, each
+/// followed by a guard zone. Every rank uses the same buffers for every
+/// root, so they are the root's layout (CONTRACTS.md §1), the largest of
+/// any rank's; an in-place region is the larger of its two buffers. `None`
+/// when a count does not fit in the address space.
+pub fn buffer_elems<'a>(
+    plans: impl IntoIterator<Item = &'a Plan>,
+    nranks: usize,
+) -> Option<(usize, usize)> {
+    let mut most = (0, 0);
+    for p in plans {
+        // `layout` multiplies the count by the ranks unchecked
+        nranks.checked_mul(p.q)?;
+        let root = p.root.unwrap_or(0);
+        let l = layout(p.func, nranks, root, root, p.q);
+        let first = l.send_elems.max(l.recv_elems).checked_add(GUARD_ELEMS)?;
+        let second = l.recv_elems.checked_add(GUARD_ELEMS)?;
+        most = (most.0.max(first), most.1.max(second));
+    }
+    Some(most)
+}
+
+/// Elements the checker holds at once per rank, in each of its (at most
+/// three) host vectors: outputs and inputs are written and compared chunk
+/// by chunk, so checking needs no copy of a whole buffer.
+pub const CHECK_CHUNK: usize = 8192;
+
+/// Thread stack of a rank: Rust's default for spawned threads, and its
+/// guard page.
+const STACK_BYTES: u64 = (2 << 20) + 4096;
+
+/// Address space glibc's `malloc` maps for each thread arena it makes (it
+/// makes one for a thread that finds the others busy, up to 8 per CPU).
+const ARENA_BYTES: u64 = 64 << 20;
+
+/// What one row costs rank 0 besides its buffers: its plan, its figures,
+/// and its line of table or JSON.
+const ROW_BYTES: u64 = (std::mem::size_of::<Plan>() + std::mem::size_of::<Row>() + 1024) as u64;
+
+/// The memory the run of `plans` needs ([`Need`]), counted with checked
+/// arithmetic: every rank's two buffers for the datatype that needs the
+/// most ([`buffer_elems`]; the buffers of one datatype are freed before the
+/// next), plus per rank a thread stack, the checker's chunks and the timed
+/// calls' times, plus the rows, plus the copy-bandwidth probe's buffers
+/// (one pair per core; the machine probe before the run and the probe
+/// between timed calls do not overlap). Reserved besides: a `malloc` arena
+/// for each thread that may run at once (main, ranks, probe threads), at
+/// most 8 per online CPU, and one more while an arena is being made (glibc
+/// maps twice an arena's size to align it).
+pub fn memory_needed(opts: &Options, plans: &[Plan], cores: usize, cpus: usize) -> Need {
+    let n = opts.nranks;
+    let mut buffers = Some(0u64);
+    let mut largest = String::from("no row");
+    for &dtype in &opts.dtypes {
+        let mine = || plans.iter().filter(|p| p.dtype == dtype);
+        let Some(top) = mine().map(|p| p.size(n)).max() else {
+            continue;
+        };
+        let bytes = buffer_elems(mine(), n)
+            .and_then(|(a, b)| a.checked_add(b))
+            .and_then(|e| e.checked_mul(dtype.size()))
+            .and_then(|e| e.checked_mul(n))
+            .and_then(|e| u64::try_from(e).ok());
+        if bytes.is_none() || bytes > buffers {
+            largest = format!("{n} ranks of {dtype} rows up to {top} bytes");
+            buffers = bytes;
+        }
+        if bytes.is_none() {
+            break;
+        }
+    }
+    // the rest is bounded by Options::check; saturating keeps unchecked
+    // options from wrapping
+    let [n, cores, cpus, iters, rows] = [n, cores, cpus, opts.iters, plans.len()].map(|x| x as u64);
+    let widest = opts.dtypes.iter().map(|d| d.size()).max().unwrap_or(0) as u64;
+    let per_rank = STACK_BYTES
+        + 3 * CHECK_CHUNK as u64 * widest
+        // the converter's tables (`data::Converter`)
+        + 4096 * widest
+        + 256 * 16
+        // each timed call's time, a copy to take the median, and a probe per call
+        + (3 * 8u64).saturating_mul(iters);
+    let rest = n
+        .saturating_mul(per_rank)
+        .saturating_add(rows.saturating_mul(ROW_BYTES))
+        .saturating_add((2 * PROBE_BYTES as u64).saturating_mul(cores));
+    let arenas = (1 + n).saturating_add(cores).min(8 * cpus) + 1;
+    Need {
+        buffers,
+        largest,
+        rest,
+        reserved: arenas.saturating_mul(ARENA_BYTES),
+    }
+}
+
+/// Whether the run of `plans` fits in `avail` ([`memory_needed`] on this
+/// machine's cores, [`limits::fits`]).
+pub fn fits(opts: &Options, plans: &[Plan], avail: &Available) -> std::result::Result<(), String> {
+    let need = memory_needed(opts, plans, machine::cores(), machine::online_cpus());
+    limits::fits(&need, avail)
+}
+
 /// Runs every planned row; `on_row` sees each finished row (called on rank 0).
 /// `copy_bw` is the machine's copy bandwidth (all threads) for the copy
 /// bound of rows that fit in cache; rows that stream from memory
 /// ([`from_memory`]) measure it between their timed calls ([`Reprobe`]).
+/// Options that [`Options::check`] refuses, and a run that does not fit in
+/// the memory there is ([`fits`]), are refused before any thread starts or
+/// any buffer is allocated.
 pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Result<Vec<Row>> {
+    let refused = |e| Error::new(ErrorKind::InvalidUsage, e);
+    opts.check().map_err(refused)?;
     let plans = plan(opts);
+    fits(opts, &plans, &machine::available_memory()).map_err(refused)?;
+    run_checked(opts, &plans, copy_bw, on_row)
+}
+
+/// [`run`] for a caller that has checked the options and that [`plan`]'s
+/// rows fit (`rankwise bench` does, before it probes the machine: checking
+/// again after the probe would count twice the address space the probe's
+/// threads left behind).
+pub fn run_checked(
+    opts: &Options,
+    plans: &[Plan],
+    copy_bw: f64,
+    on_row: &(dyn Fn(&Row) + Sync),
+) -> Result<Vec<Row>> {
     let reprobe = plans
         .iter()
         .any(|p| from_memory(p, opts.nranks))
@@ -161,22 +316,28 @@ pub fn run(opts: &Options, copy_bw: f64, on_row: &(dyn Fn(&Row) + Sync)) -> Resu
     let reprobe = reprobe.as_ref();
     let launch = LaunchOptions::default().with_pinned_threads(opts.pin);
     let mut per_rank = local::launch_with(launch, opts.nranks, |c| {
-        let mut rows = Vec::with_capacity(plans.len());
+        // only rank 0's rows are returned: the others keep none
+        let mut rows = Vec::with_capacity(if c.rank() == 0 { plans.len() } else { 0 });
         // one pair of buffers per datatype, sized for its largest row
         for dtype in opts.dtypes.iter().copied() {
-            let mine: Vec<&Plan> = plans.iter().filter(|p| p.dtype == dtype).collect();
-            if mine.is_empty() {
+            let mine = || plans.iter().filter(move |p| p.dtype == dtype);
+            if mine().next().is_none() {
                 continue;
             }
-            let elems = mine.iter().map(|p| opts.nranks * p.q).max().unwrap_or(0) + GUARD_ELEMS;
-            let a = c.alloc_elems(elems, dtype);
-            let b = c.alloc_elems(elems, dtype);
-            for p in mine {
+            let (ea, eb) = buffer_elems(mine(), opts.nranks).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidUsage,
+                    format!("the {dtype} rows' buffers do not fit in the address space"),
+                )
+            })?;
+            let a = c.alloc_elems(ea, dtype);
+            let b = c.alloc_elems(eb, dtype);
+            for p in mine() {
                 let row = with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw, reprobe)?);
                 if c.rank() == 0 {
                     on_row(&row);
+                    rows.push(row);
                 }
-                rows.push(row);
             }
             c.free(a)?;
             c.free(b)?;
@@ -286,9 +447,8 @@ fn measure<T: Element>(
     let bf = bufs(p, &pattern(0), rank, a, b, in_place);
 
     // out of place, the timed calls compute the first checked result
-    let mut inputs = Vec::new();
     if !in_place {
-        inputs = prepare(c, p, &pattern(0), &mut conv, &bf, rank)?;
+        prepare(c, p, &pattern(0), &mut conv, &bf, rank)?;
     }
     for _ in 0..opts.warmup {
         call(c, p, &bf)?;
@@ -318,10 +478,10 @@ fn measure<T: Element>(
     for k in 0..opts.check {
         let pat = pattern(k as u64);
         if in_place || k > 0 {
-            inputs = prepare(c, p, &pat, &mut conv, &bf, rank)?;
+            prepare(c, p, &pat, &mut conv, &bf, rank)?;
             call(c, p, &bf)?;
         }
-        wrong += check(c, p, &pat, &mut conv, &bf, rank, &inputs, in_place)?;
+        wrong += check(c, p, &pat, &mut conv, &bf, rank, in_place)?;
     }
     // a call's time is its slowest rank's; #wrong sums every rank's
     c.all_reduce(&mut times, RedOp::Max)?;
@@ -359,7 +519,14 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Poisons the output and its guard, then writes this rank's inputs; returns them.
+/// The ranges of [`CHECK_CHUNK`] elements that cover `0..len`.
+fn chunks(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..len)
+        .step_by(CHECK_CHUNK)
+        .map(move |lo| lo..len.min(lo + CHECK_CHUNK))
+}
+
+/// Poisons the output and its guard, then writes this rank's inputs.
 fn prepare<T: Element>(
     c: &mut Comm,
     p: &Plan,
@@ -367,12 +534,14 @@ fn prepare<T: Element>(
     conv: &mut Converter<T>,
     bf: &Bufs,
     rank: usize,
-) -> Result<Vec<T>> {
+) -> Result<()> {
     let es = p.dtype.size();
     c.fill(bf.out_base, (bf.guard_at + GUARD_ELEMS) * es, POISON)?;
-    let inputs = pat.inputs(conv, rank, p.q);
-    c.write(bf.send, &inputs)?;
-    Ok(inputs)
+    for part in chunks(pat.send_len(p.q)) {
+        let at = bf.send + part.start * es;
+        c.write(at, &pat.inputs_in(conv, rank, part))?;
+    }
+    Ok(())
 }
 
 /// Wrong elements on this rank: output mismatches, guard elements written,
@@ -385,23 +554,26 @@ fn check<T: Element>(
     conv: &mut Converter<T>,
     bf: &Bufs,
     rank: usize,
-    inputs: &[T],
     in_place: bool,
 ) -> Result<u64> {
     let es = p.dtype.size();
     let mut wrong = 0;
     if pat.has_output(rank) {
-        let len = pat.recv_len(p.q);
-        let got = c.read::<T>(bf.recv, len)?;
-        let expected: Vec<T> = (0..len)
-            .map(|j| conv.expect(pat.expected(rank, p.q, j)))
-            .collect();
-        wrong += count_wrong(&got, &expected);
+        for part in chunks(pat.recv_len(p.q)) {
+            let got = c.read::<T>(bf.recv + part.start * es, part.len())?;
+            let expected: Vec<T> = part
+                .map(|j| conv.expect(pat.expected(rank, p.q, j)))
+                .collect();
+            wrong += count_wrong(&got, &expected);
+        }
         let guard = c.read::<u8>(bf.out_base + bf.guard_at * es, GUARD_ELEMS * es)?;
         wrong += guard.chunks(es).filter(|e| count_clobbered(e) > 0).count() as u64;
     }
     if !in_place {
-        wrong += count_wrong(&c.read::<T>(bf.send, inputs.len())?, inputs);
+        for part in chunks(pat.send_len(p.q)) {
+            let got = c.read::<T>(bf.send + part.start * es, part.len())?;
+            wrong += count_wrong(&got, &pat.inputs_in(conv, rank, part));
+        }
     }
     Ok(wrong)
 }
@@ -427,6 +599,157 @@ mod tests {
         // 4 ranks × (4q + q) f32 = 80·q bytes
         assert!(from_memory(&row(Func::ReduceScatter, llc2 / 80 + 1), 4));
         assert!(!from_memory(&row(Func::ReduceScatter, llc2 / 80 - 1), 4));
+    }
+
+    fn opts(funcs: &[Func], nranks: usize, min: usize, max: usize) -> Options {
+        Options {
+            funcs: funcs.to_vec(),
+            nranks,
+            min_bytes: min,
+            max_bytes: max,
+            factor: 2.0,
+            dtypes: vec![DataType::Float32],
+            ops: vec![RedOp::Sum],
+            root: Some(0),
+            iters: 20,
+            warmup: 5,
+            check: 1,
+            pin: false,
+        }
+    }
+
+    fn one(func: Func, q: usize) -> Plan {
+        Plan {
+            func,
+            dtype: DataType::Float32,
+            op: None,
+            root: Some(1),
+            q,
+        }
+    }
+
+    #[test]
+    fn buffers_are_the_roots_layout_and_a_guard() {
+        // (send, receive) of the root for q = 10 on 4 ranks, from
+        // CONTRACTS.md §1; the first buffer also holds the in-place region
+        let g = GUARD_ELEMS;
+        let cases = [
+            (Func::AllReduce, 10 + g, 10 + g),
+            (Func::Reduce, 10 + g, 10 + g),
+            (Func::Broadcast, 10 + g, 10 + g),
+            (Func::AllGather, 40 + g, 40 + g),
+            (Func::ReduceScatter, 40 + g, 10 + g),
+            (Func::AlltoAll, 40 + g, 40 + g),
+            (Func::Gather, 40 + g, 40 + g),
+            (Func::Scatter, 40 + g, 10 + g),
+        ];
+        for (func, first, second) in cases {
+            assert_eq!(
+                buffer_elems([&one(func, 10)], 4),
+                Some((first, second)),
+                "{func}"
+            );
+        }
+        // one pair serves every row of a datatype: each buffer its largest
+        let rows = [one(Func::ReduceScatter, 10), one(Func::AllGather, 3)];
+        assert_eq!(buffer_elems(&rows, 4), Some((40 + g, 12 + g)));
+        // a count the address space cannot hold is not laid out
+        assert_eq!(
+            buffer_elems([&one(Func::AllGather, usize::MAX / 2)], 4),
+            None
+        );
+        assert_eq!(buffer_elems([&one(Func::AllReduce, usize::MAX)], 1), None);
+    }
+
+    #[test]
+    fn memory_needed_counts_every_ranks_buffers() {
+        // AllReduce of 2^30 floats on 2 ranks: 2 ranks × 2 buffers × (2^30 + 64) × 4
+        let o = opts(&[Func::AllReduce], 2, 4 << 30, 4 << 30);
+        let plans = plan(&o);
+        let need = memory_needed(&o, &plans, 2, 2);
+        assert_eq!(need.buffers, Some(2 * 2 * ((1 << 30) + 64) * 4));
+        assert!(
+            need.largest
+                .contains("2 ranks of float rows up to 4294967296 bytes")
+        );
+        // stacks, chunks, times, rows, and 2 pairs of probe buffers
+        let probe = 2 * 2 * PROBE_BYTES as u64;
+        assert!(need.rest >= probe + 2 * (2 << 20) && need.rest < probe + (8 << 20));
+        // arenas: main, 2 ranks, 2 probe threads, and one being made
+        assert_eq!(need.reserved, 6 * ARENA_BYTES);
+        // at most 8 arenas per CPU
+        let wide = opts(&[Func::AllReduce], 256, 8, 8);
+        let need = memory_needed(&wide, &plan(&wide), 2, 2);
+        assert_eq!(need.reserved, 17 * ARENA_BYTES);
+        // more than 2^64 bytes is said, not wrapped
+        let o = opts(&[Func::AllGather], 4, 1 << 62, 1 << 62);
+        assert_eq!(memory_needed(&o, &plan(&o), 1, 1).buffers, None);
+    }
+
+    #[test]
+    fn plan_len_counts_the_plan_without_making_it() {
+        let mut o = opts(&Func::COLLECTIVES, 3, 1, 1 << 20);
+        o.dtypes = DataType::ALL.to_vec();
+        o.ops = RedOp::BUILTIN.to_vec();
+        for root in [Some(2), None] {
+            o.root = root;
+            assert_eq!(plan_len(&o), plan(&o).len() as u128);
+        }
+        // every root of 256 ranks, every datatype and op: counted, not made
+        o.nranks = 256;
+        assert!(plan_len(&o) > 100_000);
+    }
+
+    #[test]
+    fn chunks_cover_every_element_once() {
+        for len in [0, 1, CHECK_CHUNK - 1, CHECK_CHUNK, 3 * CHECK_CHUNK + 7] {
+            let parts: Vec<_> = chunks(len).collect();
+            assert_eq!(parts.len(), len.div_ceil(CHECK_CHUNK), "{len}");
+            let mut next = 0;
+            for p in parts {
+                assert_eq!(p.start, next);
+                assert!(!p.is_empty() && p.len() <= CHECK_CHUNK);
+                next = p.end;
+            }
+            assert_eq!(next, len);
+        }
+    }
+
+    #[test]
+    fn the_checker_finds_one_wrong_element_in_any_chunk() {
+        // 2 ranks, AllGather of 3 chunks and a bit per rank, out of place
+        let q = 3 * CHECK_CHUNK + 5;
+        let p = Plan {
+            func: Func::AllGather,
+            dtype: DataType::Int32,
+            op: None,
+            root: None,
+            q,
+        };
+        let got = local::launch(2, |c| {
+            let pat = Pattern::new(p.func, p.dtype, RedOp::Sum, 2, 0, 9);
+            let mut conv = Converter::<i32>::new(2);
+            let (ea, eb) = buffer_elems([&p], 2).unwrap();
+            let (a, b) = (c.alloc_elems(ea, p.dtype), c.alloc_elems(eb, p.dtype));
+            let bf = bufs(&p, &pat, c.rank(), a, b, false);
+            prepare(c, &p, &pat, &mut conv, &bf, c.rank())?;
+            call(c, &p, &bf)?;
+            let right = check(c, &p, &pat, &mut conv, &bf, c.rank(), false)?;
+            // rank 1 breaks an output element in the last chunk of the
+            // second block and an input element in the second chunk
+            if c.rank() == 1 {
+                let j = q + 3 * CHECK_CHUNK + 1;
+                let v = c.read::<i32>(bf.recv + 4 * j, 1)?[0];
+                c.write(bf.recv + 4 * j, &[v + 1])?;
+                let i = CHECK_CHUNK + 2;
+                let v = c.read::<i32>(bf.send + 4 * i, 1)?[0];
+                c.write(bf.send + 4 * i, &[v ^ 1])?;
+            }
+            let wrong = check(c, &p, &pat, &mut conv, &bf, c.rank(), false)?;
+            Ok((right, wrong))
+        })
+        .unwrap();
+        assert_eq!(got, vec![(0, 0), (0, 2)]);
     }
 
     #[test]
