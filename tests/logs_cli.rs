@@ -120,9 +120,9 @@ fn summary_prints_calls_and_bytes() {
 }
 
 #[test]
-fn bad_input_exits_2_without_a_panic() {
+fn bad_input_exits_1_without_a_panic() {
     let o = rankwise(&["logs", "analyze", "/nonexistent/rank0.log"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("cannot read '/nonexistent/rank0.log'"),
         "{}",
@@ -132,15 +132,16 @@ fn bad_input_exits_2_without_a_panic() {
 
     let dir = tempfile::tempdir().unwrap();
     let o = rankwise(&["logs", "summary", dir.path().to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no log files found"), "{}", stderr(&o));
 
     let f = dir.path().join("app.log");
     std::fs::write(&f, "hello\nworld\n").unwrap();
     let o = rankwise(&["logs", "analyze", f.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no NCCL lines"), "{}", stderr(&o));
 
+    // a usage error is clap's
     let o = rankwise(&["logs", "analyze"]);
     assert_eq!(o.status.code(), Some(2));
 }

@@ -1,7 +1,9 @@
 //! `rankwise logs analyze|summary FILE|DIR...`
 //!
-//! Exit codes: 0 when no problem was found, 1 when a divergence, hang or
-//! mismatch was diagnosed, 2 for bad input (a missing file, no NCCL lines).
+//! Exit codes, as for every rankwise command: 0 when no problem was found;
+//! 1 when a divergence, hang or mismatch was diagnosed, or for bad input (a
+//! missing file, no NCCL lines, no call that could be read); 2 for clap's
+//! usage errors.
 
 use super::analyze::{analyze, summarize};
 use super::ingest::{Options, collect, expand_paths};
@@ -45,9 +47,12 @@ pub struct SummaryArgs {
     pub input: InputArgs,
 }
 
+/// Exit code of bad input (and of a diagnosed problem).
+const FAILED: u8 = 1;
+
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("rankwise logs: {msg}");
-    ExitCode::from(2)
+    ExitCode::from(FAILED)
 }
 
 fn emit(text: &str) {
@@ -95,7 +100,7 @@ pub fn run(cmd: LogsCommand) -> ExitCode {
                 emit(&analysis_text(&a));
             }
             if a.problems > 0 {
-                ExitCode::from(1)
+                ExitCode::from(FAILED)
             } else {
                 ExitCode::SUCCESS
             }
