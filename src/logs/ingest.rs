@@ -93,6 +93,16 @@ pub struct Loc {
     pub line: u64,
 }
 
+impl Loc {
+    /// Line `line` of a segment, before the merge gives it its file and offset.
+    fn at(line: u32) -> Loc {
+        Loc {
+            file: 0,
+            line: u64::from(line),
+        }
+    }
+}
+
 /// What a process said about one comm pointer (one epoch of it: a pointer
 /// reused after `Destroy COMPLETE` starts a new stream).
 #[derive(Clone, Debug, Default)]
@@ -104,9 +114,18 @@ pub struct Stream {
     pub calls: Vec<CallRec>,
     /// `(file, first call index)` runs: which file each call came from.
     pub file_runs: Vec<(u32, u32)>,
+    /// The rank its init lines state (the first one stated), and where.
     pub rank: Option<u32>,
+    pub rank_at: Loc,
+    /// nranks as its init lines state it (the first one stated), and where.
     pub nranks_init: Option<u32>,
+    pub nranks_init_at: Loc,
+    /// nranks as its COLL lines state it (`[nranks=N]`, the first one), and where.
     pub nranks_coll: Option<u32>,
+    pub nranks_coll_at: Loc,
+    /// A later line of the stream that states a different nranks than the
+    /// first line of its kind: (value, where, stated by an init line).
+    pub nranks_other: Option<(u32, Loc, bool)>,
     pub comm_id: Option<u64>,
     pub parent: Option<u64>,
     pub color: Option<i64>,
@@ -637,8 +656,17 @@ impl SegState {
                         });
                         let idx = self.stream(&head, c.comm, line);
                         let s = &mut self.streams[idx];
-                        if c.nranks.is_some() {
-                            s.nranks_coll = c.nranks;
+                        if let Some(n) = c.nranks {
+                            match s.nranks_coll {
+                                None => {
+                                    s.nranks_coll = Some(n);
+                                    s.nranks_coll_at = Loc::at(line);
+                                }
+                                Some(m) if m != n && s.nranks_other.is_none() => {
+                                    s.nranks_other = Some((n, Loc::at(line), false));
+                                }
+                                Some(_) => {}
+                            }
                         }
                         s.calls.push(CallRec {
                             sig,
@@ -658,8 +686,23 @@ impl SegState {
                             idx = self.stream(&head, i.comm, line);
                         }
                         let s = &mut self.streams[idx];
-                        s.rank = i.rank.or(s.rank);
-                        s.nranks_init = i.nranks.or(s.nranks_init);
+                        let here = Loc::at(line);
+                        if s.rank.is_none() && i.rank.is_some() {
+                            s.rank = i.rank;
+                            s.rank_at = here;
+                        }
+                        if let Some(n) = i.nranks {
+                            match s.nranks_init {
+                                None => {
+                                    s.nranks_init = Some(n);
+                                    s.nranks_init_at = here;
+                                }
+                                Some(m) if m != n && s.nranks_other.is_none() => {
+                                    s.nranks_other = Some((n, here, true));
+                                }
+                                Some(_) => {}
+                            }
+                        }
                         s.comm_id = i.comm_id.or(s.comm_id);
                         s.parent = i.parent.or(s.parent);
                         s.color = i.color.or(s.color);
@@ -790,6 +833,10 @@ impl Merger {
             let first = loc(s.first.line);
             let last = loc(s.last.line);
             let ended = s.ended.map(|(p, l)| (p, loc(l.line)));
+            s.rank_at = loc(s.rank_at.line);
+            s.nranks_init_at = loc(s.nranks_init_at.line);
+            s.nranks_coll_at = loc(s.nranks_coll_at.line);
+            s.nranks_other = s.nranks_other.map(|(n, l, init)| (n, loc(l.line), init));
             match self.index.get(&(host, s.pid, s.comm, epoch)) {
                 None => {
                     self.index
@@ -834,9 +881,36 @@ impl Merger {
                         d.file_runs.push((file, d.calls.len() as u32));
                     }
                     d.calls.extend_from_slice(&s.calls);
-                    d.rank = d.rank.or(s.rank);
-                    d.nranks_init = d.nranks_init.or(s.nranks_init);
-                    d.nranks_coll = s.nranks_coll.or(d.nranks_coll);
+                    if d.rank.is_none() {
+                        (d.rank, d.rank_at) = (s.rank, s.rank_at);
+                    }
+                    // The first statement of each kind is kept; a different
+                    // later one is remembered for the report.
+                    for (mine, mine_at, theirs, theirs_at, init) in [
+                        (
+                            &mut d.nranks_init,
+                            &mut d.nranks_init_at,
+                            s.nranks_init,
+                            s.nranks_init_at,
+                            true,
+                        ),
+                        (
+                            &mut d.nranks_coll,
+                            &mut d.nranks_coll_at,
+                            s.nranks_coll,
+                            s.nranks_coll_at,
+                            false,
+                        ),
+                    ] {
+                        match (*mine, theirs) {
+                            (None, Some(_)) => (*mine, *mine_at) = (theirs, theirs_at),
+                            (Some(m), Some(n)) if m != n && d.nranks_other.is_none() => {
+                                d.nranks_other = Some((n, theirs_at, init));
+                            }
+                            _ => {}
+                        }
+                    }
+                    d.nranks_other = d.nranks_other.or(s.nranks_other);
                     d.comm_id = d.comm_id.or(s.comm_id);
                     d.parent = d.parent.or(s.parent);
                     d.color = d.color.or(s.color);

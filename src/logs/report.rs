@@ -3,7 +3,7 @@
 //! The text report's first line is the verdict, one sentence; the details
 //! follow. The JSON form is the same structures serialized (`--json`).
 
-use super::analyze::{Analysis, CallView, Severity, Summary, fmt_ranks};
+use super::analyze::{Analysis, CallView, Severity, Summary, fmt_ranges, fmt_ranks};
 use std::fmt::Write;
 
 fn plural(n: u64, word: &str) -> String {
@@ -80,7 +80,7 @@ pub fn analysis_text(a: &Analysis) -> String {
         let missing = if cm.ranks_missing.is_empty() {
             String::new()
         } else {
-            format!(", missing {}", fmt_ranks(&cm.ranks_missing))
+            format!(", missing {}", fmt_ranges(&cm.ranks_missing))
         };
         writeln!(
             t,

@@ -1,5 +1,197 @@
-//! Bad inputs: logs.
+//! Bad inputs: `rankwise logs analyze|summary`.
+//!
+//! The logs are built from the lines of a real NCCL 2.28.9 capture
+//! (tests/fixtures/nccl-2.28.9-1rank-init-coll.log), moved to other ranks,
+//! processes and comm pointers, or with one number changed.
 
-use super::Bad;
+use super::{Bad, bad};
+use std::path::Path;
 
-pub const ROWS: &[Bad] = &[];
+const FIXTURE: &str = include_str!("../fixtures/nccl-2.28.9-1rank-init-coll.log");
+
+/// The fixture's first line that contains `needle`.
+fn line(needle: &str) -> &'static str {
+    FIXTURE
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no {needle:?} line in the fixture"))
+}
+
+/// Its `ncclCommInitRankConfig … - Init COMPLETE` line (rank 0 of 1).
+fn init_line() -> &'static str {
+    line("- Init COMPLETE")
+}
+
+/// Its COLL lines (four calls on one comm, `[nranks=1]`).
+fn coll_lines() -> Vec<&'static str> {
+    FIXTURE
+        .lines()
+        .filter(|l| l.contains(": opCount "))
+        .collect()
+}
+
+/// A fixture line as rank `r` of an `n`-rank communicator: its own process,
+/// device and comm pointer, and `n` wherever the line states nranks.
+fn as_rank(l: &str, r: u32, n: &str) -> String {
+    l.replace(
+        "vm:473:473 [0]",
+        &format!("vm:{}:{} [{r}]", 473 + r, 473 + r),
+    )
+    .replace(
+        "comm 0x209db0f0",
+        &format!("comm 0x{:x}", 0x209db0f0 + 0x10_0000 * r),
+    )
+    .replace("rank 0 nranks 1", &format!("rank {r} nranks {n}"))
+    .replace("rank 0 nRanks 1", &format!("rank {r} nRanks {n}"))
+    .replace("[nranks=1]", &format!("[nranks={n}]"))
+}
+
+fn write(dir: &Path, name: &str, lines: &[String]) {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+/// A 4-rank run: each rank's init line states `init_nranks[r]`, its COLL
+/// lines `[nranks=4]`.
+fn four_ranks(dir: &Path, name: &str, init_nranks: [&str; 4]) {
+    let mut lines: Vec<String> = (0..4)
+        .map(|r| as_rank(init_line(), r, init_nranks[r as usize]))
+        .collect();
+    for l in coll_lines() {
+        for r in 0..4 {
+            lines.push(as_rank(l, r, "4"));
+        }
+    }
+    write(dir, name, &lines);
+}
+
+/// The 118-byte topology line with nranks 4294967295, then the fixture's calls.
+fn nranks_u32_max(dir: &Path) {
+    let mut lines = vec![as_rank(line("nRanks 1 nNodes"), 0, "4294967295")];
+    lines.extend(coll_lines().iter().map(|l| l.to_string()));
+    write(dir, "huge.log", &lines);
+}
+
+/// nranks 4294967295 in every COLL line and no init line.
+fn coll_nranks_u32_max(dir: &Path) {
+    let lines: Vec<String> = coll_lines()
+        .iter()
+        .map(|l| as_rank(l, 0, "4294967295"))
+        .collect();
+    write(dir, "huge.log", &lines);
+}
+
+/// rank 4294967294 of 4294967295 in the init line.
+fn rank_u32_max(dir: &Path) {
+    let mut lines =
+        vec![init_line().replace("rank 0 nranks 1", "rank 4294967294 nranks 4294967295")];
+    lines.extend(coll_lines().iter().map(|l| l.to_string()));
+    write(dir, "huge.log", &lines);
+}
+
+fn nranks_0_and_1(dir: &Path) {
+    four_ranks(dir, "job.log", ["4", "0", "1", "4"]);
+}
+
+fn every_init_nranks_1(dir: &Path) {
+    four_ranks(dir, "job.log", ["1", "1", "1", "1"]);
+}
+
+/// Ranks 0, 1, 2 and one stating rank 7 of 4.
+fn rank_7_of_4(dir: &Path) {
+    let mut lines: Vec<String> = (0..4).map(|r| as_rank(init_line(), r, "4")).collect();
+    lines[3] = lines[3].replace("rank 3 nranks 4", "rank 7 nranks 4");
+    for l in coll_lines() {
+        for r in 0..4 {
+            lines.push(as_rank(l, r, "4"));
+        }
+    }
+    write(dir, "job.log", &lines);
+}
+
+pub const ROWS: &[Bad] = &[
+    Bad {
+        args: &["logs", "analyze", "{dir}/huge.log"],
+        env: &[],
+        setup: nranks_u32_max,
+        code: 0,
+        says: &[
+            "the lines of comm 0x209db0f0 disagree on nranks: nranks 1 in rank 0's COLL lines (",
+            "huge.log:2); nranks 4294967295 (more than the 16777216 accepted) in rank 0's init line (",
+            "huge.log:1); using 1",
+        ],
+    },
+    Bad {
+        args: &["logs", "summary", "{dir}/huge.log"],
+        env: &[],
+        setup: nranks_u32_max,
+        code: 0,
+        says: &["(nranks 1)", "AllReduce"],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/huge.log"],
+        env: &[],
+        setup: coll_nranks_u32_max,
+        code: 0,
+        says: &[
+            "nranks 4294967295 (more than the 16777216 accepted) in comm 0x209db0f0 on vm:473's COLL lines (",
+            "huge.log:1)",
+            "using 1, the number of streams found",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/huge.log"],
+        env: &[],
+        setup: rank_u32_max,
+        code: 0,
+        says: &[
+            "nranks 4294967295 (more than the 16777216 accepted) in comm 0x209db0f0 on vm:473's init line (",
+            "comm 0x209db0f0 on vm:473 states rank 4294967294 (",
+            "huge.log:1), outside 0..=0 of commId 0x67c0057cd53cedc1 (nranks 1); it is left out",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/job.log"],
+        env: &[],
+        setup: nranks_0_and_1,
+        code: 0,
+        says: &[
+            "ranks seen 0-3",
+            "the lines of commId 0x67c0057cd53cedc1 disagree on nranks: ",
+            "nranks 0 (no communicator has 0 ranks) in rank 1's init line (",
+            "job.log:2); nranks 1 in rank 2's init line (",
+            "job.log:3); nranks 4 in rank 0's init line (",
+            "using 4",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/job.log"],
+        env: &[],
+        setup: every_init_nranks_1,
+        code: 0,
+        says: &[
+            "ranks seen 0-3",
+            "nranks 1 in rank 0's init line (",
+            "nranks 4 in rank 0's COLL lines (",
+            "using 4, stated most often among the values that hold ranks 0..=3",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/job.log"],
+        env: &[],
+        setup: rank_7_of_4,
+        code: 0,
+        says: &[
+            "ranks seen 0-2, missing 3",
+            "comm 0x20cdb0f0 on vm:476 states rank 7 (",
+            "job.log:4), outside 0..=3 of commId 0x67c0057cd53cedc1 (nranks 4); it is left out",
+        ],
+    },
+    bad(
+        &["logs", "analyze", "{dir}/no-such.log"],
+        1,
+        &["rankwise logs: cannot read '", "no-such.log'"],
+    ),
+    bad(&["logs", "analyze"], 2, &["FILE|DIR"]),
+];
