@@ -145,3 +145,49 @@ fn bad_input_exits_1_without_a_panic() {
     let o = rankwise(&["logs", "analyze"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// The fixture with every COLL line's count made unreadable (`count x3`),
+/// and without its WARN line: nothing left to analyse.
+fn every_call_malformed(dir: &Path) -> (PathBuf, String, usize) {
+    let text = std::fs::read_to_string(fixtures().join("nccl-2.28.9-1rank-init-coll.log")).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.contains(" NCCL WARN "))
+        .map(|l| {
+            if l.contains(": opCount ") {
+                l.replacen(" count ", " count x", 1)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let first = lines.iter().position(|l| l.contains(": opCount ")).unwrap();
+    let path = dir.join("broken.log");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    (path, lines[first].clone(), first + 1)
+}
+
+#[test]
+fn a_log_whose_every_call_is_malformed_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first, line_no) = every_call_malformed(dir.path());
+    for cmd in ["analyze", "summary"] {
+        let o = rankwise(&["logs", cmd, path.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{cmd}: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{cmd}");
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "rankwise logs: no call could be read: all 4 COLL lines in 1 file are malformed (count, datatype or comm missing or unreadable; 4 malformed NCCL lines in all); the first is {}:{line_no}: {first}\n",
+                path.display()
+            ),
+            "{cmd}"
+        );
+    }
+}

@@ -256,6 +256,8 @@ pub enum FindingKind {
     NranksConflict,
     /// An init line states a rank at or above the communicator's nranks.
     RankOutOfRange,
+    /// COLL lines that could not be read: calls that are not checked.
+    MalformedCalls,
     ZeroCount,
 }
 
@@ -267,7 +269,7 @@ impl FindingKind {
             | RootMismatch | UnmatchedSend | UnmatchedRecv | P2pMismatch | InvalidPeer
             | InvalidRoot | InvalidType | InvalidOp => Severity::Error,
             NcclWarning | MissingRanks | DuplicateRank | RepeatedLog | NranksConflict
-            | RankOutOfRange => Severity::Warning,
+            | RankOutOfRange | MalformedCalls => Severity::Warning,
             ZeroCount => Severity::Info,
         }
     }
@@ -1543,6 +1545,12 @@ pub fn analyze(c: &Collected) -> Analysis {
     for r in &c.repeats {
         findings.push(Finding::new(FindingKind::RepeatedLog, None, r.clone()));
     }
+    if let Some(f) = malformed_calls_note(
+        c,
+        "such a call is not checked, and the rank that logged it may look as if it skipped a call",
+    ) {
+        findings.push(f);
+    }
     // errors first, then warnings, then info; stable within a severity
     findings.sort_by_key(|f| f.severity);
     let problems = findings
@@ -1559,6 +1567,28 @@ pub fn analyze(c: &Collected) -> Analysis {
         findings,
         findings_omitted: omitted,
     }
+}
+
+/// COLL lines that could not be read: how many, what that means
+/// (`consequence`, said of one call), and the first one.
+fn malformed_calls_note(c: &Collected, consequence: &str) -> Option<Finding> {
+    let (loc, text) = c.first_malformed_call.as_ref()?;
+    let n = c.counts.malformed_calls;
+    let mut f = Finding::new(
+        FindingKind::MalformedCalls,
+        None,
+        format!(
+            "{} could not be read (count, datatype or comm missing or unreadable): {consequence}; the first is {}: {text}",
+            if n == 1 {
+                "1 COLL line".to_string()
+            } else {
+                format!("{n} COLL lines")
+            },
+            loc_str(c, *loc),
+        ),
+    );
+    f.location = Some(loc_str(c, *loc));
+    Some(f)
 }
 
 fn verdict(c: &Collected, comms: &[CommReport], findings: &[Finding]) -> String {
@@ -1684,6 +1714,9 @@ fn pick_headline<'a>(errors: &[&'a Finding]) -> Option<&'a Finding> {
 pub struct Summary {
     pub counts: super::ingest::Counts,
     pub communicators: Vec<CommSummary>,
+    /// COLL lines that could not be read (and so are not counted): how
+    /// many, and the first one.
+    pub malformed_calls: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1769,6 +1802,7 @@ pub fn summarize(c: &Collected) -> Summary {
     Summary {
         counts: c.counts,
         communicators,
+        malformed_calls: malformed_calls_note(c, "such a call is not counted").map(|f| f.message),
     }
 }
 
@@ -2158,6 +2192,51 @@ mod tests {
         assert_eq!(
             dup[0].message,
             "comm 0x103 on h:13 states rank 1 of commId 0xabc (x:4), and so does comm 0x101 on h:11 (x:2); comm 0x103 on h:13 has 1 call and is left out"
+        );
+    }
+
+    #[test]
+    fn malformed_coll_lines_are_a_warning_with_the_first_line() {
+        let mut t = String::new();
+        for r in 0..2 {
+            init(&mut t, r, 2, 0x5);
+        }
+        for k in 0..3 {
+            for r in 0..2 {
+                call(&mut t, r, 2, "AllReduce", k, 8, 7, 0, 0);
+            }
+        }
+        // rank 1's call #1 (line 6) loses its datatype
+        let t: String = t
+            .lines()
+            .enumerate()
+            .map(|(i, l)| {
+                if i == 5 {
+                    l.replace("datatype 7", "datatype")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let a = analyze(&collect_bytes("x", t.as_bytes()));
+        let f = findings_of(&a, FindingKind::MalformedCalls);
+        assert_eq!(f.len(), 1, "{:#?}", a.findings);
+        assert_eq!(f[0].location.as_deref(), Some("x:6"));
+        let line6 = t.lines().nth(5).unwrap();
+        assert!(
+            f[0].message.starts_with("1 COLL line could not be read (count, datatype or comm missing or unreadable): such a call is not checked")
+                && f[0].message.ends_with(&format!("; the first is x:6: {line6}")),
+            "{}",
+            f[0].message
+        );
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        assert!(
+            s.malformed_calls
+                .as_deref()
+                .is_some_and(|m| m.contains("such a call is not counted; the first is x:6: ")),
+            "{:?}",
+            s.malformed_calls
         );
     }
 }

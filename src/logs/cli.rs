@@ -72,13 +72,36 @@ fn read(input: &InputArgs) -> Result<super::ingest::Collected, ExitCode> {
         },
     )
     .map_err(fail)?;
-    if collected.counts.nccl_lines == 0 {
+    let c = &collected.counts;
+    let files_word = format!(
+        "{} file{}",
+        collected.files.len(),
+        if collected.files.len() == 1 { "" } else { "s" }
+    );
+    if c.nccl_lines == 0 {
         return Err(fail(format!(
-            "no NCCL lines in the {} lines read from {} file{} (were the logs written with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?)",
-            collected.counts.lines,
-            files.len(),
-            if files.len() == 1 { "" } else { "s" }
+            "no NCCL lines in the {} lines read from {files_word} (were the logs written with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?)",
+            c.lines,
         )));
+    }
+    if c.calls == 0 {
+        if let Some((loc, text)) = &collected.first_malformed_call {
+            return Err(fail(format!(
+                "no call could be read: all {} COLL lines in {files_word} are malformed (count, datatype or comm missing or unreadable; {} malformed NCCL lines in all); the first is {}:{}: {text}",
+                c.malformed_calls,
+                c.malformed_lines,
+                collected.files[loc.file as usize].path,
+                loc.line,
+            )));
+        }
+        // A rank whose only call NCCL rejected logs a WARN and no COLL
+        // line: that is still worth analysing.
+        if c.warn_lines == 0 {
+            return Err(fail(format!(
+                "no call in the {} NCCL lines of {files_word}: no COLL line (were the logs written with NCCL_DEBUG_SUBSYS including COLL?)",
+                c.nccl_lines,
+            )));
+        }
     }
     Ok(collected)
 }

@@ -14,7 +14,7 @@
 //! each), never with the size of the text: lines are read into one reused
 //! buffer and parsed in place; a line longer than the buffer is cut.
 
-use super::parse::{Body, Head, InitPhase, Line, OpKind, Parser, WarnKind};
+use super::parse::{Body, Broken, Head, InitPhase, Line, OpKind, Parser, WarnKind};
 use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -184,6 +184,8 @@ pub struct Counts {
     pub not_nccl_lines: u64,
     /// NCCL COLL/init lines with a required field missing or unreadable.
     pub malformed_lines: u64,
+    /// Of those, COLL lines: calls that could not be read.
+    pub malformed_calls: u64,
     /// Calls skipped because another file had already logged them.
     pub repeated_calls: u64,
 }
@@ -198,6 +200,7 @@ impl Counts {
         self.other_nccl_lines += o.other_nccl_lines;
         self.not_nccl_lines += o.not_nccl_lines;
         self.malformed_lines += o.malformed_lines;
+        self.malformed_calls += o.malformed_calls;
         self.repeated_calls += o.repeated_calls;
     }
 }
@@ -225,6 +228,21 @@ pub struct Collected {
     /// Calls of a process that a later file repeats (the same run logged
     /// twice, e.g. a per-rank file and a console copy): the repeat is skipped.
     pub repeats: Vec<String>,
+    /// The first COLL line that could not be read, and its text (cut to
+    /// [`SHOWN_TEXT`] bytes).
+    pub first_malformed_call: Option<(Loc, String)>,
+}
+
+/// The most bytes of a line quoted in a report.
+pub const SHOWN_TEXT: usize = 200;
+
+/// A line's text as quoted in a report: lossy UTF-8, cut to [`SHOWN_TEXT`] bytes.
+fn quoted(line: &[u8]) -> String {
+    let line = &line[..line.len().min(SHOWN_TEXT + 1)];
+    match line.len() > SHOWN_TEXT {
+        true => format!("{}…", String::from_utf8_lossy(&line[..SHOWN_TEXT])),
+        false => String::from_utf8_lossy(line).into_owned(),
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -545,6 +563,8 @@ struct SegState {
     bumps: FxMap<StreamKey, u32>,
     warnings: Vec<WarnRec>,
     counts: Counts,
+    /// The segment's first malformed COLL line: (line, quoted text).
+    first_malformed_call: Option<(u32, String)>,
 }
 
 impl SegState {
@@ -561,6 +581,7 @@ impl SegState {
             bumps: FxMap::default(),
             warnings: Vec::new(),
             counts: Counts::default(),
+            first_malformed_call: None,
         }
     }
 
@@ -633,9 +654,15 @@ impl SegState {
         let line = u32::try_from(self.counts.lines).unwrap_or(u32::MAX);
         match self.parser.parse(raw) {
             Line::NotNccl => self.counts.not_nccl_lines += 1,
-            Line::Malformed => {
+            Line::Malformed(what) => {
                 self.counts.nccl_lines += 1;
                 self.counts.malformed_lines += 1;
+                if what == Broken::Call {
+                    self.counts.malformed_calls += 1;
+                    if self.first_malformed_call.is_none() {
+                        self.first_malformed_call = Some((line, quoted(raw)));
+                    }
+                }
             }
             Line::Nccl(head, body) => {
                 self.counts.nccl_lines += 1;
@@ -928,6 +955,11 @@ impl Merger {
             let key = (hosts[key.0 as usize], key.1, key.2);
             *self.base.entry(key).or_insert(0) += n;
         }
+        if self.out.first_malformed_call.is_none() {
+            self.out.first_malformed_call = st
+                .first_malformed_call
+                .map(|(line, text)| (loc(u64::from(line)), text));
+        }
         for mut w in st.warnings {
             w.host = hosts[w.host as usize];
             w.loc = loc(w.loc.line);
@@ -1104,6 +1136,62 @@ h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datat
         );
         assert!(c.streams[0].ended.is_some());
         assert_eq!(c.streams[1].loc(0).line, 5);
+    }
+
+    #[test]
+    fn malformed_coll_lines_are_counted_and_the_first_is_kept() {
+        let good = "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x10 [nranks=1] stream (nil)";
+        let bad_count = good.replace("count 4", "count four");
+        let no_comm = good.replace("comm 0x10 ", "");
+        let bad_init = "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x10 rank r nranks 1 cudaDev 0 nvmlDev 0 busId 0 commId 0xa - Init COMPLETE";
+        let lines = [good, bad_init, good, &bad_count, &no_comm, good];
+        let text = lines.join("\n");
+        let c = collect_bytes("x", text.as_bytes());
+        assert_eq!(
+            (
+                c.counts.calls,
+                c.counts.malformed_lines,
+                c.counts.malformed_calls
+            ),
+            (3, 3, 2)
+        );
+        let (loc, quoted) = c.first_malformed_call.unwrap();
+        assert_eq!((loc.file, loc.line), (0, 4));
+        assert_eq!(quoted, bad_count);
+
+        // split into segments, the first one in file order is kept
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.log");
+        let mut big = String::new();
+        for i in 0..2000 {
+            big += if i == 1500 || i == 1900 {
+                &bad_count
+            } else {
+                good
+            };
+            big.push('\n');
+        }
+        std::fs::write(&path, &big).unwrap();
+        for threads in [1, 2] {
+            let c = collect(
+                std::slice::from_ref(&path),
+                Options {
+                    threads,
+                    segment_bytes: 4096,
+                },
+            )
+            .unwrap();
+            assert_eq!(c.counts.malformed_calls, 2);
+            assert_eq!(c.first_malformed_call.unwrap().0.line, 1501);
+        }
+
+        // a long line is quoted in part
+        let long = good
+            .replace("stream (nil)", &"x".repeat(1000))
+            .replace("count 4", "count -4");
+        let c = collect_bytes("x", long.as_bytes());
+        let quoted = c.first_malformed_call.unwrap().1;
+        assert_eq!(quoted, format!("{}…", &long[..SHOWN_TEXT]));
     }
 
     #[test]

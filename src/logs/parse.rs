@@ -253,7 +253,17 @@ pub enum Line<'a> {
     /// Not an NCCL line (application output, blank line, binary noise).
     NotNccl,
     /// Looks like an NCCL COLL or init line but a required field is missing or unreadable.
-    Malformed,
+    Malformed(Broken),
+}
+
+/// What a malformed line looked like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Broken {
+    /// A COLL line (`Op: opCount …`): a call that cannot be checked.
+    Call,
+    /// An init line.
+    Init,
 }
 
 /// A reusable line parser (holds the marker searcher).
@@ -308,12 +318,22 @@ impl Parser {
         let body = match level {
             Level::Info => match parse_info(msg) {
                 Some(b) => b,
-                None => return Line::Malformed,
+                None => return Line::Malformed(broken_kind(msg)),
             },
             Level::Warn => Body::Warn(parse_warn(msg)),
             Level::Trace => Body::Other,
         };
         Line::Nccl(head, body)
+    }
+}
+
+/// Whether a message `parse_info` rejected was a COLL line or an init line
+/// (worked out again only for the rare malformed line, off the hot path).
+fn broken_kind(msg: &[u8]) -> Broken {
+    let mut toks = Tokens::new(msg);
+    match (toks.next(), toks.next()) {
+        (Some([.., b':']), Some(b"opCount")) => Broken::Call,
+        _ => Broken::Init,
     }
 }
 
@@ -962,19 +982,26 @@ mod tests {
             p(
                 "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 datatype 7 op 0 root 0 comm 0x5 [nranks=2] stream (nil)"
             ),
-            Line::Malformed
+            Line::Malformed(Broken::Call)
         );
         assert_eq!(
             p(
                 "h:1:1 [0] NCCL INFO AllReduce: opCount zz sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 0 comm 0x5 [nranks=2] stream (nil)"
             ),
-            Line::Malformed
+            Line::Malformed(Broken::Call)
         );
         assert_eq!(
             p(
                 "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 0 comm"
             ),
-            Line::Malformed
+            Line::Malformed(Broken::Call)
+        );
+        // an init line without its rank
+        assert_eq!(
+            p(
+                "vm:473:473 [0] NCCL INFO ncclCommInitRankConfig comm 0x209db0f0 rank x nranks 1 cudaDev 0 nvmlDev 0 busId 60 commId 0x67c0057cd53cedc1 - Init COMPLETE"
+            ),
+            Line::Malformed(Broken::Init)
         );
     }
 
@@ -1000,7 +1027,7 @@ mod tests {
         ] {
             for line in text.lines() {
                 let parsed = parser.parse(line.as_bytes());
-                assert_ne!(parsed, Line::Malformed, "{line}");
+                assert!(!matches!(parsed, Line::Malformed(_)), "{line}");
                 if line.contains(" NCCL INFO ") && line.contains(": opCount ") {
                     assert!(matches!(parsed, Line::Nccl(_, Body::Coll(_))), "{line}");
                 }

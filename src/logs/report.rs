@@ -201,6 +201,9 @@ pub fn summary_text(s: &Summary) -> String {
         s.counts.calls, s.counts.lines
     )
     .unwrap();
+    if let Some(m) = &s.malformed_calls {
+        writeln!(t, "{m}").unwrap();
+    }
     for cm in &s.communicators {
         writeln!(t).unwrap();
         writeln!(t, "{} (nranks {})", cm.name, cm.nranks).unwrap();

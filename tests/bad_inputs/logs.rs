@@ -110,6 +110,28 @@ fn rank_7_of_4(dir: &Path) {
     write(dir, "job.log", &lines);
 }
 
+/// The 4-rank run with every COLL line's count unreadable (`count x3`).
+fn every_call_malformed(dir: &Path) {
+    four_ranks(dir, "job.log", ["4", "4", "4", "4"]);
+    let text = std::fs::read_to_string(dir.join("job.log")).unwrap();
+    std::fs::write(dir.join("job.log"), text.replace(" count ", " count x")).unwrap();
+}
+
+/// The whole fixture (its WARN line too) with every COLL line missing its comm.
+fn every_call_without_comm(dir: &Path) {
+    let lines: Vec<String> = FIXTURE
+        .lines()
+        .map(|l| l.replace(" comm 0x209db0f0 [nranks", " [nranks"))
+        .collect();
+    write(dir, "fixture.log", &lines);
+}
+
+/// Init lines only (NCCL_DEBUG_SUBSYS=INIT).
+fn init_lines_only(dir: &Path) {
+    let lines: Vec<String> = (0..4).map(|r| as_rank(init_line(), r, "4")).collect();
+    write(dir, "init.log", &lines);
+}
+
 pub const ROWS: &[Bad] = &[
     Bad {
         args: &["logs", "analyze", "{dir}/huge.log"],
@@ -186,6 +208,42 @@ pub const ROWS: &[Bad] = &[
             "ranks seen 0-2, missing 3",
             "comm 0x20cdb0f0 on vm:476 states rank 7 (",
             "job.log:4), outside 0..=3 of commId 0x67c0057cd53cedc1 (nranks 4); it is left out",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/job.log"],
+        env: &[],
+        setup: every_call_malformed,
+        code: 1,
+        says: &[
+            "rankwise logs: no call could be read: all 16 COLL lines in 1 file are malformed (count, datatype or comm missing or unreadable; 16 malformed NCCL lines in all); the first is ",
+            "job.log:5: vm:473:473 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f908ee00000 recvbuff 0x7f908ee00000 count x3 datatype 4",
+        ],
+    },
+    Bad {
+        args: &["logs", "summary", "{dir}/job.log"],
+        env: &[],
+        setup: every_call_malformed,
+        code: 1,
+        says: &["no call could be read: all 16 COLL lines", "job.log:5: "],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/fixture.log"],
+        env: &[],
+        setup: every_call_without_comm,
+        code: 1,
+        says: &[
+            "no call could be read: all 4 COLL lines in 1 file are malformed",
+            "fixture.log:91: vm:473:473 [0] NCCL INFO AllReduce: opCount 0 ",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/init.log"],
+        env: &[],
+        setup: init_lines_only,
+        code: 1,
+        says: &[
+            "rankwise logs: no call in the 4 NCCL lines of 1 file: no COLL line (were the logs written with NCCL_DEBUG_SUBSYS including COLL?)",
         ],
     },
     bad(
