@@ -191,3 +191,61 @@ fn a_log_whose_every_call_is_malformed_is_bad_input() {
         );
     }
 }
+
+/// The problems listed (lines `  - …` after `problems:`).
+fn problems(out: &str) -> Vec<&str> {
+    out.lines()
+        .skip_while(|l| *l != "problems:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  - "))
+        .collect()
+}
+
+#[test]
+fn a_log_given_twice_lists_its_warn_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("rank0.log");
+    std::fs::copy(fixtures().join("nccl-2.28.9-1rank-init-coll.log"), &f).unwrap();
+    let copy = dir.path().join("console.log");
+    std::fs::copy(&f, &copy).unwrap();
+    let f = f.to_str().unwrap();
+    let dot = format!("{}/./rank0.log", dir.path().display());
+    for (second, note) in [
+        (
+            f,
+            format!("  {f}: also given as {f}, the same file; read once"),
+        ),
+        (
+            &dot,
+            format!("  {f}: also given as {dot}, the same file; read once"),
+        ),
+        (
+            copy.to_str().unwrap(),
+            format!(
+                "  - {} repeats the 4 calls of vm:473 comm 0x209db0f0 already read from {f}; skipped, with that process's WARN lines there",
+                copy.display()
+            ),
+        ),
+    ] {
+        let o = rankwise(&["logs", "analyze", f, second]);
+        assert_eq!(o.status.code(), Some(1));
+        let out = stdout(&o);
+        let listed = problems(&out);
+        assert_eq!(listed.len(), 1, "{out}");
+        assert!(
+            listed[0]
+                .contains("WARN Broadcast : invalid root 1 (root should be in the 0..1 range)"),
+            "{out}"
+        );
+        assert!(out.lines().any(|l| l == note), "{note:?} not in\n{out}");
+        let o = rankwise(&["logs", "analyze", "--json", f, second]);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let roots = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "invalid_root")
+            .count();
+        assert_eq!(roots, 1, "{second}");
+    }
+}

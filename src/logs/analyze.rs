@@ -721,7 +721,7 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                         FindingKind::RepeatedLog,
                         Some(&name),
                         format!(
-                            "{} repeats the {} calls of {}:{} comm {} already read from {}; skipped",
+                            "{} repeats the {} calls of {}:{} comm {} already read from {}; skipped, with that process's WARN lines there",
                             file(s),
                             s.calls.len(),
                             c.hosts[s.host as usize],
@@ -1469,7 +1469,17 @@ pub fn analyze(c: &Collected) -> Analysis {
     let mut omitted_warn = 0u64;
     let procs = by_process(c, &groups);
     let mut listed: HashMap<FindingKind, usize> = HashMap::new();
+    // A file that repeats a process's calls repeats its WARN lines too.
+    let repeated: std::collections::HashSet<(u32, u32, u32)> = c
+        .repeated_procs
+        .iter()
+        .chain(groups.iter().flat_map(|g| &g.repeated))
+        .copied()
+        .collect();
     for w in &c.warnings {
+        if repeated.contains(&(w.loc.file, w.host, w.pid)) {
+            continue;
+        }
         let (kind, what) = match w.kind {
             WarnKind::InvalidRoot(_) => (FindingKind::InvalidRoot, "invalid root"),
             WarnKind::InvalidType(_) => (FindingKind::InvalidType, "invalid datatype"),
@@ -1713,6 +1723,7 @@ fn pick_headline<'a>(errors: &[&'a Finding]) -> Option<&'a Finding> {
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub counts: super::ingest::Counts,
+    pub files: Vec<super::ingest::FileInfo>,
     pub communicators: Vec<CommSummary>,
     /// COLL lines that could not be read (and so are not counted): how
     /// many, and the first one.
@@ -1801,6 +1812,7 @@ pub fn summarize(c: &Collected) -> Summary {
         .collect();
     Summary {
         counts: c.counts,
+        files: c.files.clone(),
         communicators,
         malformed_calls: malformed_calls_note(c, "such a call is not counted").map(|f| f.message),
     }

@@ -214,6 +214,22 @@ pub struct FileInfo {
     /// A problem met while reading (a truncated gzip stream, an I/O error);
     /// the lines before it were used.
     pub note: Option<String>,
+    /// Other paths given for this same file (the same path twice, a link
+    /// to it, a directory holding it): the file is read once.
+    pub also_given_as: Vec<String>,
+}
+
+/// What makes two paths one file: its device and inode.
+#[cfg(unix)]
+fn file_id(meta: &std::fs::Metadata, _path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// What makes two paths one file: where it resolves to.
+#[cfg(not(unix))]
+fn file_id(_meta: &std::fs::Metadata, path: &Path) -> io::Result<PathBuf> {
+    path.canonicalize()
 }
 
 /// Everything read from the input.
@@ -228,6 +244,9 @@ pub struct Collected {
     /// Calls of a process that a later file repeats (the same run logged
     /// twice, e.g. a per-rank file and a console copy): the repeat is skipped.
     pub repeats: Vec<String>,
+    /// `(file, host, pid)`: a process whose calls in that file repeat what
+    /// an earlier file holds; its WARN lines there are repeats too.
+    pub repeated_procs: Vec<(u32, u32, u32)>,
     /// The first COLL line that could not be read, and its text (cut to
     /// [`SHOWN_TEXT`] bytes).
     pub first_malformed_call: Option<(Loc, String)>,
@@ -325,15 +344,29 @@ struct Segment {
 
 /// Read and parse all files.
 pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError> {
-    let mut infos = Vec::with_capacity(files.len());
+    let mut infos: Vec<FileInfo> = Vec::with_capacity(files.len());
+    // A file named twice is read once: its lines would otherwise be
+    // reported twice (every WARN line, say).
+    let mut kept: Vec<&PathBuf> = Vec::with_capacity(files.len());
+    let mut ids = HashMap::new();
     let mut segments = Vec::new();
-    for (i, path) in files.iter().enumerate() {
+    for path in files {
         let unreadable = |e| InputError::Unreadable {
             path: path.display().to_string(),
             source: e,
         };
         let mut f = File::open(path).map_err(unreadable)?;
-        let bytes = f.metadata().map_err(unreadable)?.len();
+        let meta = f.metadata().map_err(unreadable)?;
+        let id = file_id(&meta, path).map_err(unreadable)?;
+        if let Some(&k) = ids.get(&id) {
+            let info: &mut FileInfo = &mut infos[k];
+            info.also_given_as.push(path.display().to_string());
+            continue;
+        }
+        let i = kept.len();
+        ids.insert(id, i);
+        kept.push(path);
+        let bytes = meta.len();
         let mut magic = [0u8; 2];
         let gzip = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
         infos.push(FileInfo {
@@ -342,6 +375,7 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
             gzip,
             lines: 0,
             note: None,
+            also_given_as: Vec::new(),
         });
         let seg = opts.segment_bytes.max(1);
         if gzip || bytes <= seg {
@@ -384,7 +418,7 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(seg) = segments.get(i) else { break };
-            let r = read_segment(&files[seg.file as usize], seg, &mut splitter);
+            let r = read_segment(kept[seg.file as usize], seg, &mut splitter);
             *lock(&results[i]) = Some(r);
             let mut guard = merger.lock().unwrap_or_else(|p| p.into_inner());
             let (m, done) = &mut *guard;
@@ -422,6 +456,7 @@ pub fn collect_bytes(name: &str, text: &[u8]) -> Collected {
         gzip: false,
         lines: 0,
         note: None,
+        also_given_as: Vec::new(),
     }]);
     m.add(0, SegResult { st, note: None });
     m.finish()
@@ -892,8 +927,9 @@ impl Merger {
                     if self.repeated.contains(&(file, g)) || (new_file && restarts) {
                         if self.repeated.insert((file, g)) {
                             let first_file = d.file_runs[0].0 as usize;
+                            self.out.repeated_procs.push((file, host, s.pid));
                             self.out.repeats.push(format!(
-                                "{} repeats the calls of {}:{} comm 0x{:x} already read from {}; skipped",
+                                "{} repeats the calls of {}:{} comm 0x{:x} already read from {}; skipped, with that process's WARN lines there",
                                 self.out.files[f].path,
                                 self.out.hosts[host as usize],
                                 s.pid,
@@ -1192,6 +1228,53 @@ h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datat
         let c = collect_bytes("x", long.as_bytes());
         let quoted = c.first_malformed_call.unwrap().1;
         assert_eq!(quoted, format!("{}…", &long[..SHOWN_TEXT]));
+    }
+
+    #[test]
+    fn a_file_given_twice_is_read_once() {
+        let text = synthetic_text();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("all.log");
+        std::fs::write(&path, &text).unwrap();
+        let hard = dir.path().join("hard.log");
+        std::fs::hard_link(&path, &hard).unwrap();
+        let soft = dir.path().join("soft.log");
+        std::os::unix::fs::symlink(&path, &soft).unwrap();
+        let copy = dir.path().join("copy.log");
+        std::fs::write(&copy, &text).unwrap();
+        let given = [
+            path.clone(),
+            hard.clone(),
+            path.clone(),
+            soft.clone(),
+            copy.clone(),
+        ];
+        for segment_bytes in [64 << 20, 4096] {
+            let c = collect(
+                &given,
+                Options {
+                    threads: 2,
+                    segment_bytes,
+                },
+            )
+            .unwrap();
+            let paths: Vec<&str> = c.files.iter().map(|f| f.path.as_str()).collect();
+            assert_eq!(paths, [path.to_str().unwrap(), copy.to_str().unwrap()]);
+            assert_eq!(
+                c.files[0].also_given_as,
+                [
+                    hard.to_str().unwrap(),
+                    path.to_str().unwrap(),
+                    soft.to_str().unwrap()
+                ]
+            );
+            assert!(c.files[1].also_given_as.is_empty());
+            let lines = text
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count() as u64;
+            assert_eq!(c.counts.lines, 2 * lines);
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! follow. The JSON form is the same structures serialized (`--json`).
 
 use super::analyze::{Analysis, CallView, Severity, Summary, fmt_ranges, fmt_ranks};
+use super::ingest::FileInfo;
 use std::fmt::Write;
 
 fn plural(n: u64, word: &str) -> String {
@@ -26,6 +27,24 @@ fn human_bytes(b: u64) -> String {
         format!("{b} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// What happened to each file, beyond its lines being read.
+fn file_notes(t: &mut String, files: &[FileInfo]) {
+    for f in files {
+        if !f.also_given_as.is_empty() {
+            writeln!(
+                t,
+                "  {}: also given as {}, the same file; read once",
+                f.path,
+                f.also_given_as.join(", ")
+            )
+            .unwrap();
+        }
+        if let Some(n) = &f.note {
+            writeln!(t, "  {}: {n}", f.path).unwrap();
+        }
     }
 }
 
@@ -72,9 +91,7 @@ pub fn analysis_text(a: &Analysis) -> String {
         c.malformed_lines
     )
     .unwrap();
-    for f in a.files.iter().filter(|f| f.note.is_some()) {
-        writeln!(t, "  {}: {}", f.path, f.note.as_deref().unwrap_or_default()).unwrap();
-    }
+    file_notes(&mut t, &a.files);
     for cm in &a.communicators {
         writeln!(t).unwrap();
         let missing = if cm.ranks_missing.is_empty() {
@@ -201,6 +218,7 @@ pub fn summary_text(s: &Summary) -> String {
         s.counts.calls, s.counts.lines
     )
     .unwrap();
+    file_notes(&mut t, &s.files);
     if let Some(m) = &s.malformed_calls {
         writeln!(t, "{m}").unwrap();
     }

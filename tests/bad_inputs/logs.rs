@@ -132,6 +132,12 @@ fn init_lines_only(dir: &Path) {
     write(dir, "init.log", &lines);
 }
 
+/// The fixture as `rank0.log`, and the same text again as `console.log`.
+fn fixture_and_copy(dir: &Path) {
+    std::fs::write(dir.join("rank0.log"), FIXTURE).unwrap();
+    std::fs::write(dir.join("console.log"), FIXTURE).unwrap();
+}
+
 pub const ROWS: &[Bad] = &[
     Bad {
         args: &["logs", "analyze", "{dir}/huge.log"],
@@ -244,6 +250,37 @@ pub const ROWS: &[Bad] = &[
         code: 1,
         says: &[
             "rankwise logs: no call in the 4 NCCL lines of 1 file: no COLL line (were the logs written with NCCL_DEBUG_SUBSYS including COLL?)",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/rank0.log", "{dir}/rank0.log"],
+        env: &[],
+        setup: fixture_and_copy,
+        code: 1,
+        says: &[
+            "input: 1 file, 102 lines",
+            "rank0.log: also given as ",
+            "rank0.log, the same file; read once",
+        ],
+    },
+    Bad {
+        args: &["logs", "summary", "{dir}", "{dir}/console.log"],
+        env: &[],
+        setup: fixture_and_copy,
+        code: 0,
+        says: &[
+            "console.log: also given as ",
+            "console.log, the same file; read once",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/rank0.log", "{dir}/console.log"],
+        env: &[],
+        setup: fixture_and_copy,
+        code: 1,
+        says: &[
+            "console.log repeats the 4 calls of vm:473 comm 0x209db0f0 already read from ",
+            "rank0.log; skipped, with that process's WARN lines there",
         ],
     },
     bad(
