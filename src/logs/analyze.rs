@@ -1744,10 +1744,17 @@ pub struct RankSummary {
     pub host: String,
     pub pid: u32,
     pub calls: u64,
-    pub bytes: u64,
+    /// The sum over `ops`: exact (each call counted is under
+    /// [`MAX_CALL_BYTES`], so no sum of them overflows 128 bits).
+    pub bytes: u128,
     pub ops: Vec<OpSummary>,
     /// Calls whose datatype code has no known size (their bytes are not counted).
     pub unknown_datatype_calls: u64,
+    /// Calls whose count makes them move more than [`MAX_CALL_BYTES`] (or
+    /// more than 64 bits count): not real calls, and not in the bytes.
+    pub implausible_count_calls: u64,
+    /// The first of them: op, count, datatype, size and line.
+    pub first_implausible: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1755,7 +1762,46 @@ pub struct OpSummary {
     pub op: OpKind,
     pub calls: u64,
     /// Bytes by the nccl-tests convention (CONTRACTS.md §6).
-    pub bytes: u64,
+    pub bytes: u128,
+}
+
+/// The most bytes one call can move by the nccl-tests convention, which is
+/// also the size of its largest buffer on one rank: 256 TiB, more memory
+/// than any one machine holds. A larger count is a corrupted line.
+pub const MAX_CALL_BYTES: u64 = 1 << 48;
+
+/// What one call counts for in the summary.
+enum CallBytes {
+    Known(u64),
+    UnknownDatatype,
+    /// Over [`MAX_CALL_BYTES`]: the size, or `None` beyond 64 bits.
+    Implausible(Option<u64>),
+}
+
+fn call_bytes(sig: &Sig, nranks: u32) -> CallBytes {
+    let Some(size) = datatype_size(sig.datatype) else {
+        return CallBytes::UnknownDatatype;
+    };
+    match sig.op.bytes(sig.count, size, u64::from(nranks)) {
+        Some(b) if b <= MAX_CALL_BYTES => CallBytes::Known(b),
+        b => CallBytes::Implausible(b),
+    }
+}
+
+/// A byte count in binary units: `1023 B`, `1.5 KiB`, … `16.0 EiB`, and beyond in YiB.
+pub fn human_bytes(b: u128) -> String {
+    const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 pub fn summarize(c: &Collected) -> Summary {
@@ -1775,23 +1821,41 @@ pub fn summarize(c: &Collected) -> Summary {
                     for rec in &s.calls {
                         *per_sig.entry(rec.sig).or_default() += 1;
                     }
-                    let mut ops: BTreeMap<OpKind, (u64, u64)> = BTreeMap::new();
-                    let mut unknown = 0;
+                    let mut ops: BTreeMap<OpKind, (u64, u128)> = BTreeMap::new();
+                    let (mut unknown, mut implausible) = (0, 0);
                     for (sig, n) in per_sig {
                         let sig = c.sigs[sig as usize];
                         let e = ops.entry(sig.op).or_default();
                         e.0 += n;
-                        match datatype_size(sig.datatype) {
-                            Some(sz) => {
-                                e.1 = e.1.saturating_add(
-                                    sig.op
-                                        .bytes(sig.count, sz, u64::from(g.nranks))
-                                        .saturating_mul(n),
-                                )
-                            }
-                            None => unknown += n,
+                        match call_bytes(&sig, g.nranks) {
+                            // ≤ 2^48 · 2^64: exact in 128 bits
+                            CallBytes::Known(b) => e.1 += u128::from(b) * u128::from(n),
+                            CallBytes::UnknownDatatype => unknown += n,
+                            CallBytes::Implausible(_) => implausible += n,
                         }
                     }
+                    // The first implausible call, looked for only when there is one.
+                    let first_implausible = (implausible > 0)
+                        .then(|| {
+                            s.calls.iter().enumerate().find_map(|(i, rec)| {
+                                let sig = c.sigs[rec.sig as usize];
+                                match call_bytes(&sig, g.nranks) {
+                                    CallBytes::Implausible(b) => Some(format!(
+                                        "{} count {} {} at {} ({})",
+                                        sig.op.name(),
+                                        sig.count,
+                                        datatype_name(sig.datatype),
+                                        loc_str(c, s.loc(i)),
+                                        match b {
+                                            Some(b) => human_bytes(u128::from(b)),
+                                            None => "over 2^64 bytes".to_string(),
+                                        }
+                                    )),
+                                    _ => None,
+                                }
+                            })
+                        })
+                        .flatten();
                     let ops: Vec<OpSummary> = ops
                         .into_iter()
                         .map(|(op, (calls, bytes))| OpSummary { op, calls, bytes })
@@ -1802,9 +1866,11 @@ pub fn summarize(c: &Collected) -> Summary {
                         host: c.hosts[s.host as usize].clone(),
                         pid: s.pid,
                         calls: s.calls.len() as u64,
-                        bytes: ops.iter().fold(0u64, |a, o| a.saturating_add(o.bytes)),
+                        bytes: ops.iter().map(|o| o.bytes).sum(),
                         ops,
                         unknown_datatype_calls: unknown,
+                        implausible_count_calls: implausible,
+                        first_implausible,
                     }
                 })
                 .collect(),
@@ -2250,5 +2316,77 @@ mod tests {
             "{:?}",
             s.malformed_calls
         );
+    }
+
+    #[test]
+    fn summary_leaves_implausible_counts_out_of_the_bytes_and_names_them() {
+        let mut t = String::new();
+        for r in 0..2 {
+            init(&mut t, r, 2, 0x11); // lines 1, 2
+        }
+        for r in 0..2 {
+            call(&mut t, r, 2, "AllReduce", 0, 10, 7, 0, 0); // 40 B
+            call(&mut t, r, 2, "AllReduce", 1, u64::MAX, 7, 0, 0); // over 2^64 B
+            call(&mut t, r, 2, "AllGather", 2, 1 << 46, 0, 0, 0); // 2·2^46 B = 2^47 B
+            call(&mut t, r, 2, "AllGather", 3, 1 << 48, 0, 0, 0); // 2^49 B
+        }
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        let r0 = &s.communicators[0].ranks[0];
+        assert_eq!(r0.calls, 4);
+        assert_eq!(r0.implausible_count_calls, 2);
+        assert_eq!(r0.bytes, 40 + (1u128 << 47));
+        let per_op: Vec<(OpKind, u64, u128)> =
+            r0.ops.iter().map(|o| (o.op, o.calls, o.bytes)).collect();
+        assert_eq!(
+            per_op,
+            [(OpKind::AllReduce, 2, 40), (OpKind::AllGather, 2, 1 << 47)]
+        );
+        assert_eq!(
+            r0.first_implausible.as_deref(),
+            Some("AllReduce count 18446744073709551615 float32 at x:4 (over 2^64 bytes)")
+        );
+        let r1 = &s.communicators[0].ranks[1];
+        assert_eq!(r1.implausible_count_calls, 2);
+        let text = crate::logs::report::summary_text(&s);
+        assert!(
+            text.contains("         (2 calls with an implausible count not in the bytes: no machine holds a buffer over 256.0 TiB; the first: AllReduce count 18446744073709551615 float32 at x:4 (over 2^64 bytes))"),
+            "{text}"
+        );
+        assert!(!text.contains("PiB") && !text.contains("EiB"), "{text}");
+
+        // count 2^48 int8 on an AllReduce is 256 TiB: still counted
+        let mut t = String::new();
+        init(&mut t, 0, 1, 0x12);
+        call(&mut t, 0, 1, "AllReduce", 0, 1 << 48, 0, 0, 0);
+        call(&mut t, 0, 1, "AllReduce", 1, (1 << 48) + 1, 0, 0, 0);
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        let r0 = &s.communicators[0].ranks[0];
+        assert_eq!((r0.bytes, r0.implausible_count_calls), (1 << 48, 1));
+        assert_eq!(
+            r0.first_implausible.as_deref(),
+            Some("AllReduce count 281474976710657 int8 at x:3 (256.0 TiB)")
+        );
+    }
+
+    #[test]
+    fn summary_bytes_past_64_bits_are_exact() {
+        // 70000 AllReduce calls of 2^46 float32 (2^48 B each): 70000·2^48 B > 2^64
+        let mut t = String::new();
+        init(&mut t, 0, 1, 0x13);
+        for k in 0..70_000 {
+            call(&mut t, 0, 1, "AllReduce", k, 1 << 46, 7, 0, 0);
+        }
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        let r0 = &s.communicators[0].ranks[0];
+        assert_eq!(r0.ops[0].bytes, 70_000u128 << 48);
+        assert_eq!(r0.bytes, 70_000u128 << 48);
+        assert_eq!(r0.implausible_count_calls, 0);
+        // JSON carries the exact integer (`logs summary --json` writes text)
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(
+            j.contains(&format!("\"bytes\":{}", 70_000u128 << 48)),
+            "{j}"
+        );
+        assert_eq!(human_bytes(70_000u128 << 48), "17.1 EiB"); // 70000/4 PiB
     }
 }

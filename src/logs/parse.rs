@@ -109,16 +109,17 @@ impl OpKind {
 
     /// Bytes an operation moves, nccl-tests convention (CONTRACTS.md §6):
     /// `N·q·size` for AllGather, ReduceScatter, AlltoAll, Gather, Scatter and
-    /// `q·size` for the others.
-    pub fn bytes(self, count: u64, elem_size: u64, nranks: u64) -> u64 {
-        let per_rank = count.saturating_mul(elem_size);
+    /// `q·size` for the others. It is also the size of the largest buffer
+    /// the call names on one rank. `None` when it does not fit in 64 bits.
+    pub fn bytes(self, count: u64, elem_size: u64, nranks: u64) -> Option<u64> {
+        let per_rank = count.checked_mul(elem_size)?;
         match self {
             OpKind::AllGather
             | OpKind::ReduceScatter
             | OpKind::AlltoAll
             | OpKind::Gather
-            | OpKind::Scatter => per_rank.saturating_mul(nranks.max(1)),
-            _ => per_rank,
+            | OpKind::Scatter => per_rank.checked_mul(nranks.max(1)),
+            _ => Some(per_rank),
         }
     }
 }
@@ -1003,6 +1004,16 @@ mod tests {
             ),
             Line::Malformed(Broken::Init)
         );
+    }
+
+    #[test]
+    fn bytes_by_the_nccl_tests_convention_or_none_past_64_bits() {
+        assert_eq!(OpKind::AllReduce.bytes(10, 4, 8), Some(40));
+        assert_eq!(OpKind::AllGather.bytes(10, 4, 8), Some(320));
+        assert_eq!(OpKind::AllReduce.bytes(u64::MAX, 4, 1), None);
+        assert_eq!(OpKind::AllReduce.bytes(u64::MAX, 1, 1), Some(u64::MAX));
+        assert_eq!(OpKind::AlltoAll.bytes(1 << 62, 1, 4), None);
+        assert_eq!(OpKind::AlltoAll.bytes(1 << 61, 1, 4), Some(1 << 63));
     }
 
     #[test]

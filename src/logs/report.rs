@@ -3,7 +3,9 @@
 //! The text report's first line is the verdict, one sentence; the details
 //! follow. The JSON form is the same structures serialized (`--json`).
 
-use super::analyze::{Analysis, CallView, Severity, Summary, fmt_ranges, fmt_ranks};
+use super::analyze::{
+    Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks, human_bytes,
+};
 use super::ingest::FileInfo;
 use std::fmt::Write;
 
@@ -12,21 +14,6 @@ fn plural(n: u64, word: &str) -> String {
         format!("{n} {word}")
     } else {
         format!("{n} {word}s")
-    }
-}
-
-fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
 
@@ -264,6 +251,19 @@ pub fn summary_text(s: &Summary) -> String {
                 )
                 .unwrap();
             }
+            if let Some(first) = &r.first_implausible {
+                writeln!(
+                    t,
+                    "         ({} with an implausible count not in the bytes: no machine holds a buffer over {}; the first: {first})",
+                    if r.implausible_count_calls == 1 {
+                        "1 call".to_string()
+                    } else {
+                        format!("{} calls", r.implausible_count_calls)
+                    },
+                    human_bytes(u128::from(MAX_CALL_BYTES)),
+                )
+                .unwrap();
+            }
         }
     }
     t
@@ -279,5 +279,8 @@ mod tests {
         assert_eq!(human_bytes(1023), "1023 B");
         assert_eq!(human_bytes(1024), "1.0 KiB");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+        assert_eq!(human_bytes(u128::from(u64::MAX)), "16.0 EiB");
+        assert_eq!(human_bytes(1 << 80), "1.0 YiB");
+        assert_eq!(human_bytes(1 << 90), "1024.0 YiB");
     }
 }

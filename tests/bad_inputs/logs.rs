@@ -138,6 +138,17 @@ fn fixture_and_copy(dir: &Path) {
     std::fs::write(dir.join("console.log"), FIXTURE).unwrap();
 }
 
+/// The fixture with its first call's count 3 made 2^64 - 1.
+fn count_u64_max(dir: &Path) {
+    let first = coll_lines()[0];
+    let text = FIXTURE.replacen(
+        first,
+        &first.replace(" count 3 ", " count 18446744073709551615 "),
+        1,
+    );
+    std::fs::write(dir.join("count.log"), text).unwrap();
+}
+
 pub const ROWS: &[Bad] = &[
     Bad {
         args: &["logs", "analyze", "{dir}/huge.log"],
@@ -281,6 +292,17 @@ pub const ROWS: &[Bad] = &[
         says: &[
             "console.log repeats the 4 calls of vm:473 comm 0x209db0f0 already read from ",
             "rank0.log; skipped, with that process's WARN lines there",
+        ],
+    },
+    Bad {
+        args: &["logs", "summary", "{dir}/count.log"],
+        env: &[],
+        setup: count_u64_max,
+        code: 0,
+        says: &[
+            "(1 call with an implausible count not in the bytes: no machine holds a buffer over 256.0 TiB; the first: AllReduce count 18446744073709551615 int64 at ",
+            "count.log:91 (over 2^64 bytes))",
+            "total                     4                80 B (80)",
         ],
     },
     bad(
