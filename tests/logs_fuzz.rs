@@ -163,6 +163,10 @@ fn an_endless_line_is_cut_not_buffered() {
     let c = collect_bytes("long.log", &text);
     assert_eq!(c.counts.lines, 2);
     assert_eq!(c.counts.calls, 1);
+    // skipped, and reported with its place and length
+    assert_eq!(c.counts.long_lines, 1);
+    assert_eq!(c.files[0].first_long_line, Some((1, 5 << 20)));
+    assert_eq!(c.streams[0].loc(0).line, 2);
 }
 
 #[test]

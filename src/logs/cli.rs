@@ -7,7 +7,7 @@
 
 use super::analyze::{analyze, summarize};
 use super::ingest::{Options, collect, expand_paths};
-use super::report::{analysis_text, summary_text};
+use super::report::{analysis_text, file_notes, summary_text};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +73,10 @@ fn read(input: &InputArgs) -> Result<super::ingest::Collected, ExitCode> {
     )
     .map_err(fail)?;
     let c = &collected.counts;
+    // An input error still says what happened to the files (a line too long, say).
+    let mut notes = String::new();
+    file_notes(&mut notes, &collected.files);
+    let fail = |msg: String| fail(format!("{msg}\n{notes}").trim_end());
     let files_word = format!(
         "{} file{}",
         collected.files.len(),

@@ -12,7 +12,8 @@
 //! compactly (an interned call signature, the opCount, the line), plus what
 //! its init lines said. Memory grows with the number of calls kept (16 bytes
 //! each), never with the size of the text: lines are read into one reused
-//! buffer and parsed in place; a line longer than the buffer is cut.
+//! buffer and parsed in place; a line over [`LineSplitter::MAX_LINE`] bytes
+//! is skipped, and its length and place reported.
 
 use super::parse::{Body, Broken, Head, InitPhase, Line, OpKind, Parser, WarnKind};
 use std::collections::HashMap;
@@ -186,6 +187,8 @@ pub struct Counts {
     pub malformed_lines: u64,
     /// Of those, COLL lines: calls that could not be read.
     pub malformed_calls: u64,
+    /// Lines over [`LineSplitter::MAX_LINE`] bytes: skipped, not read.
+    pub long_lines: u64,
     /// Calls skipped because another file had already logged them.
     pub repeated_calls: u64,
 }
@@ -201,6 +204,7 @@ impl Counts {
         self.not_nccl_lines += o.not_nccl_lines;
         self.malformed_lines += o.malformed_lines;
         self.malformed_calls += o.malformed_calls;
+        self.long_lines += o.long_lines;
         self.repeated_calls += o.repeated_calls;
     }
 }
@@ -217,6 +221,10 @@ pub struct FileInfo {
     /// Other paths given for this same file (the same path twice, a link
     /// to it, a directory holding it): the file is read once.
     pub also_given_as: Vec<String>,
+    /// Lines over [`LineSplitter::MAX_LINE`] bytes, skipped.
+    pub long_lines: u64,
+    /// The first of them: `(line, length in bytes)`.
+    pub first_long_line: Option<(u64, u64)>,
 }
 
 /// What makes two paths one file: its device and inode.
@@ -376,6 +384,8 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
             lines: 0,
             note: None,
             also_given_as: Vec::new(),
+            long_lines: 0,
+            first_long_line: None,
         });
         let seg = opts.segment_bytes.max(1);
         if gzip || bytes <= seg {
@@ -449,7 +459,7 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
 pub fn collect_bytes(name: &str, text: &[u8]) -> Collected {
     let mut st = SegState::new();
     let mut splitter = LineSplitter::new();
-    let _ = splitter.run(text, false, u64::MAX, |l| st.on_line(l));
+    let _ = splitter.run(text, false, u64::MAX, |p| st.on_piece(p));
     let mut m = Merger::new(vec![FileInfo {
         path: name.to_string(),
         bytes: text.len() as u64,
@@ -457,6 +467,8 @@ pub fn collect_bytes(name: &str, text: &[u8]) -> Collected {
         lines: 0,
         note: None,
         also_given_as: Vec::new(),
+        long_lines: 0,
+        first_long_line: None,
     }]);
     m.add(0, SegResult { st, note: None });
     m.finish()
@@ -476,10 +488,10 @@ fn read_segment(path: &Path, seg: &Segment, splitter: &mut LineSplitter) -> SegR
         f.seek(SeekFrom::Start(seg.start.saturating_sub(1)))?;
         if gzip {
             let gz = flate2::read::MultiGzDecoder::new(io::BufReader::with_capacity(1 << 16, f));
-            splitter.run(gz, false, u64::MAX, |l| st.on_line(l))
+            splitter.run(gz, false, u64::MAX, |p| st.on_piece(p))
         } else {
             let budget = seg.end.saturating_sub(seg.start.saturating_sub(1));
-            splitter.run(f, seg.start > 0, budget, |l| st.on_line(l))
+            splitter.run(f, seg.start > 0, budget, |p| st.on_piece(p))
         }
     })()
     .err()
@@ -504,78 +516,121 @@ impl Default for LineSplitter {
 }
 
 impl LineSplitter {
-    /// Longest line kept whole; longer lines are cut to this length.
+    /// Longest line read, in bytes (without its `\n`): a longer line is
+    /// reported with its length and skipped, never held whole.
     pub const MAX_LINE: usize = 1 << 20;
 
     pub fn new() -> Self {
         LineSplitter {
-            buf: vec![0; Self::MAX_LINE],
+            // one byte more than a line, so a full buffer without a `\n`
+            // is a line over the bound
+            buf: vec![0; Self::MAX_LINE + 1],
         }
     }
 
-    /// Call `on_line` for every line (without its `\n`) that starts before
-    /// byte `budget` of `r`; with `skip_first`, the text up to and including
-    /// the first `\n` is not a line of this reader.
+    /// Call `on` for every line that starts before byte `budget` of `r`:
+    /// its text without the `\n`, or for a line over [`Self::MAX_LINE`],
+    /// its length (read through to its end, whatever the budget). With
+    /// `skip_first`, the text up to and including the first `\n` is not a
+    /// line of this reader.
     pub fn run<R: Read>(
         &mut self,
         mut r: R,
         skip_first: bool,
         budget: u64,
-        mut on_line: impl FnMut(&[u8]),
+        mut on: impl FnMut(Piece<'_>),
     ) -> io::Result<()> {
         let buf = &mut self.buf;
         let (mut start, mut filled) = (0usize, 0usize);
         let mut consumed: u64 = 0; // stream offset of buf[0]
-        let mut skipping = skip_first; // inside a line that is not delivered
+        let mut skip = if skip_first { Skip::Foreign } else { Skip::No };
         loop {
             while let Some(nl) = memchr::memchr(b'\n', &buf[start..filled]) {
-                if consumed + start as u64 >= budget {
-                    return Ok(());
-                }
-                if skipping {
-                    skipping = false;
-                } else {
-                    on_line(&buf[start..start + nl]);
+                match skip {
+                    Skip::No => {
+                        if consumed + start as u64 >= budget {
+                            return Ok(());
+                        }
+                        on(Piece::Line(&buf[start..start + nl]));
+                    }
+                    Skip::Foreign => skip = Skip::No,
+                    Skip::Long(n) => {
+                        on(Piece::Long(n + nl as u64));
+                        skip = Skip::No;
+                    }
                 }
                 start += nl + 1;
             }
-            if consumed + start as u64 >= budget {
-                return Ok(());
-            }
-            buf.copy_within(start..filled, 0);
-            consumed += start as u64;
-            filled -= start;
-            start = 0;
-            if filled == buf.len() {
-                // A line longer than the buffer: deliver its head, drop the rest.
-                if !skipping {
-                    on_line(&buf[..filled]);
-                    skipping = true;
+            match skip {
+                // The rest starts a line at or past the budget: the next reader's.
+                Skip::No | Skip::Foreign if consumed + start as u64 >= budget => return Ok(()),
+                Skip::No => {
+                    buf.copy_within(start..filled, 0);
+                    consumed += start as u64;
+                    filled -= start;
+                    if filled == buf.len() {
+                        // No `\n` in a full buffer: a line over the bound.
+                        skip = Skip::Long(filled as u64);
+                        consumed += filled as u64;
+                        filled = 0;
+                    }
                 }
-                consumed += filled as u64;
-                filled = 0;
+                // Inside a line not delivered: what is left of the buffer is all of it.
+                Skip::Foreign | Skip::Long(_) => {
+                    let rest = (filled - start) as u64;
+                    if let Skip::Long(n) = &mut skip {
+                        *n += rest;
+                    }
+                    consumed += filled as u64;
+                    filled = 0;
+                }
             }
+            start = 0;
             let n = loop {
                 match r.read(&mut buf[filled..]) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        if filled > 0 && !skipping {
-                            on_line(&buf[..filled]);
-                        }
+                        Self::last(skip, &buf[..filled], &mut on);
                         return Err(e);
                     }
                 }
             };
             if n == 0 {
-                if filled > 0 && !skipping {
-                    on_line(&buf[..filled]);
-                }
+                Self::last(skip, &buf[..filled], &mut on);
                 return Ok(());
             }
             filled += n;
         }
     }
+
+    /// The last line, which has no `\n`.
+    fn last(skip: Skip, rest: &[u8], on: &mut impl FnMut(Piece<'_>)) {
+        match skip {
+            Skip::No if !rest.is_empty() => on(Piece::Line(rest)),
+            Skip::Long(n) => on(Piece::Long(n + rest.len() as u64)),
+            _ => {}
+        }
+    }
+}
+
+/// What [`LineSplitter::run`] delivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// A line, without its `\n`.
+    Line(&'a [u8]),
+    /// A line over [`LineSplitter::MAX_LINE`]: its length in bytes.
+    Long(u64),
+}
+
+/// Whether the splitter is inside a line it does not deliver.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    No,
+    /// The line the previous reader owns.
+    Foreign,
+    /// A line over the bound, and its bytes so far.
+    Long(u64),
 }
 
 type StreamKey = (u32, u32, u64);
@@ -600,6 +655,8 @@ struct SegState {
     counts: Counts,
     /// The segment's first malformed COLL line: (line, quoted text).
     first_malformed_call: Option<(u32, String)>,
+    /// The segment's first line over the bound: (line, length).
+    first_long_line: Option<(u64, u64)>,
 }
 
 impl SegState {
@@ -617,6 +674,7 @@ impl SegState {
             warnings: Vec::new(),
             counts: Counts::default(),
             first_malformed_call: None,
+            first_long_line: None,
         }
     }
 
@@ -682,6 +740,19 @@ impl SegState {
         let key = (s.host, s.pid, s.comm);
         *self.bumps.entry(key).or_insert(0) += 1;
         self.current.remove(&key);
+    }
+
+    fn on_piece(&mut self, p: Piece<'_>) {
+        match p {
+            Piece::Line(l) => self.on_line(l),
+            Piece::Long(len) => {
+                self.counts.lines += 1;
+                self.counts.long_lines += 1;
+                if self.first_long_line.is_none() {
+                    self.first_long_line = Some((self.counts.lines, len));
+                }
+            }
+        }
     }
 
     fn on_line(&mut self, raw: &[u8]) {
@@ -852,6 +923,11 @@ impl Merger {
         if note.is_some() && self.out.files[f].note.is_none() {
             self.out.files[f].note = note;
         }
+        let info = &mut self.out.files[f];
+        info.long_lines += st.counts.long_lines;
+        if info.first_long_line.is_none() {
+            info.first_long_line = st.first_long_line.map(|(line, len)| (line + offset, len));
+        }
         self.out.counts.add(&st.counts);
         let loc = |line: u64| Loc {
             file,
@@ -1019,8 +1095,9 @@ mod tests {
     fn lines_of(text: &[u8], skip_first: bool, budget: u64) -> Vec<String> {
         let mut out = Vec::new();
         LineSplitter::new()
-            .run(text, skip_first, budget, |l| {
-                out.push(String::from_utf8_lossy(l).into_owned())
+            .run(text, skip_first, budget, |p| match p {
+                Piece::Line(l) => out.push(String::from_utf8_lossy(l).into_owned()),
+                Piece::Long(n) => out.push(format!("<{n} bytes>")),
             })
             .unwrap();
         out
@@ -1039,14 +1116,44 @@ mod tests {
     }
 
     #[test]
-    fn splitter_cuts_overlong_lines() {
-        let mut text = vec![b'x'; LineSplitter::MAX_LINE * 2 + 10];
-        text.extend_from_slice(b"\nnext\n");
-        let mut lens = Vec::new();
-        LineSplitter::new()
-            .run(&text[..], false, u64::MAX, |l| lens.push(l.len()))
-            .unwrap();
-        assert_eq!(lens, [LineSplitter::MAX_LINE, 4]);
+    fn splitter_skips_overlong_lines_and_gives_their_length() {
+        const M: usize = LineSplitter::MAX_LINE;
+        let x = |n: usize| vec![b'x'; n];
+        let cat = |parts: &[&[u8]]| parts.concat();
+        // (text, lines as delivered)
+        let cases: Vec<(Vec<u8>, Vec<String>)> = vec![
+            (
+                cat(&[&x(M), b"\nnext\n"]),
+                vec![format!("{}", "x".repeat(M)), "next".into()],
+            ),
+            (
+                cat(&[&x(M + 1), b"\nnext\n"]),
+                vec![format!("<{} bytes>", M + 1), "next".into()],
+            ),
+            (
+                cat(&[b"a\n", &x(2 * M + 10), b"\nnext"]),
+                vec!["a".into(), format!("<{} bytes>", 2 * M + 10), "next".into()],
+            ),
+            // the last line, over the bound and without a `\n`
+            (
+                cat(&[b"a\n", &x(3 * M + 7)]),
+                vec!["a".into(), format!("<{} bytes>", 3 * M + 7)],
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(lines_of(&text, false, u64::MAX), expected);
+        }
+        // A long line that starts inside the budget is this reader's to the
+        // end; the next reader skips it as the one before its start.
+        let text = cat(&[b"a\n", &x(3 * M), b"\nb\nc\n"]);
+        assert_eq!(
+            lines_of(&text, false, 10),
+            ["a".to_string(), format!("<{} bytes>", 3 * M)]
+        );
+        let second = &text[9..];
+        assert_eq!(lines_of(second, true, u64::MAX), ["b", "c"]);
+        // and a reader whose whole range lies inside that line delivers nothing
+        assert_eq!(lines_of(&text[M..], true, 10), Vec::<String>::new());
     }
 
     fn synthetic_text() -> Vec<u8> {
@@ -1274,6 +1381,45 @@ h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datat
                 .filter(|l| !l.is_empty())
                 .count() as u64;
             assert_eq!(c.counts.lines, 2 * lines);
+        }
+    }
+
+    #[test]
+    fn a_long_line_is_reported_with_its_place_whatever_the_segments() {
+        const M: usize = LineSplitter::MAX_LINE;
+        let mut text = synthetic_text();
+        let calls_before = collect_bytes("x", &text).counts.calls;
+        let lines_before = text.iter().filter(|b| **b == b'\n').count() as u64;
+        text.extend(std::iter::repeat_n(b'z', 3 * M + 5));
+        text.push(b'\n');
+        text.extend_from_slice(&synthetic_text());
+        text.extend(std::iter::repeat_n(b'y', M + 1));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.log");
+        std::fs::write(&path, &text).unwrap();
+        let whole = collect_bytes("long.log", &text);
+        for (threads, segment_bytes) in [(1, 1 << 30), (2, 4096), (2, 1 << 20), (3, 997)] {
+            let c = collect(
+                std::slice::from_ref(&path),
+                Options {
+                    threads,
+                    segment_bytes,
+                },
+            )
+            .unwrap();
+            let f = &c.files[0];
+            assert_eq!(
+                (f.long_lines, f.first_long_line),
+                (2, Some((lines_before + 1, 3 * M as u64 + 5))),
+                "threads {threads} seg {segment_bytes}"
+            );
+            assert_eq!(c.counts.long_lines, 2);
+            assert_eq!(c.counts.lines, 2 * lines_before + 2);
+            assert_eq!(c.counts.calls, 2 * calls_before);
+            assert_eq!(c.counts, whole.counts);
+            // the calls after the long line keep their line numbers
+            let last = |c: &Collected| c.streams.iter().map(|s| s.loc(s.calls.len() - 1)).max();
+            assert_eq!(last(&c), last(&whole));
         }
     }
 

@@ -6,7 +6,7 @@
 use super::analyze::{
     Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks, human_bytes,
 };
-use super::ingest::FileInfo;
+use super::ingest::{FileInfo, LineSplitter};
 use std::fmt::Write;
 
 fn plural(n: u64, word: &str) -> String {
@@ -17,8 +17,9 @@ fn plural(n: u64, word: &str) -> String {
     }
 }
 
-/// What happened to each file, beyond its lines being read.
-fn file_notes(t: &mut String, files: &[FileInfo]) {
+/// What happened to each file, beyond its lines being read: one indented
+/// line each.
+pub fn file_notes(t: &mut String, files: &[FileInfo]) {
     for f in files {
         if !f.also_given_as.is_empty() {
             writeln!(
@@ -27,6 +28,22 @@ fn file_notes(t: &mut String, files: &[FileInfo]) {
                 f.path,
                 f.also_given_as.join(", ")
             )
+            .unwrap();
+        }
+        if let Some((line, len)) = f.first_long_line {
+            let bound = LineSplitter::MAX_LINE;
+            match f.long_lines {
+                1 => writeln!(
+                    t,
+                    "  {}: line {line} is {len} bytes long, over the {bound}-byte bound on a line; skipped",
+                    f.path
+                ),
+                n => writeln!(
+                    t,
+                    "  {}: {n} lines over the {bound}-byte bound on a line skipped; the first, line {line}, is {len} bytes long",
+                    f.path
+                ),
+            }
             .unwrap();
         }
         if let Some(n) = &f.note {
@@ -272,6 +289,38 @@ pub fn summary_text(s: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_notes_say_what_happened_to_each_file() {
+        let file = |path: &str| FileInfo {
+            path: path.into(),
+            bytes: 0,
+            gzip: false,
+            lines: 0,
+            note: None,
+            also_given_as: Vec::new(),
+            long_lines: 0,
+            first_long_line: None,
+        };
+        let mut a = file("a.log");
+        a.also_given_as = vec!["./a.log".into(), "d/a.log".into()];
+        a.long_lines = 1;
+        a.first_long_line = Some((7, 5 << 30));
+        let mut b = file("b.log");
+        b.long_lines = 3;
+        b.first_long_line = Some((2, 2 << 20));
+        b.note = Some("truncated gzip stream: lines before the cut were used".into());
+        let mut t = String::new();
+        file_notes(&mut t, &[a, file("quiet.log"), b]);
+        assert_eq!(
+            t,
+            "  a.log: also given as ./a.log, d/a.log, the same file; read once
+  a.log: line 7 is 5368709120 bytes long, over the 1048576-byte bound on a line; skipped
+  b.log: 3 lines over the 1048576-byte bound on a line skipped; the first, line 2, is 2097152 bytes long
+  b.log: truncated gzip stream: lines before the cut were used
+"
+        );
+    }
 
     #[test]
     fn bytes_are_human() {

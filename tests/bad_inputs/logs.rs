@@ -149,6 +149,23 @@ fn count_u64_max(dir: &Path) {
     std::fs::write(dir.join("count.log"), text).unwrap();
 }
 
+/// A 5 GiB first line (a sparse run of NUL bytes, so it costs no disk),
+/// then the fixture.
+fn five_gib_line_then_fixture(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("big.log")).unwrap();
+    f.set_len(5 << 30).unwrap();
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(5 << 30)).unwrap();
+    f.write_all(b"\n").unwrap();
+    f.write_all(FIXTURE.as_bytes()).unwrap();
+}
+
+/// One 3 GiB line and nothing else (sparse).
+fn three_gib_line(dir: &Path) {
+    let f = std::fs::File::create(dir.join("one.log")).unwrap();
+    f.set_len(3 << 30).unwrap();
+}
+
 pub const ROWS: &[Bad] = &[
     Bad {
         args: &["logs", "analyze", "{dir}/huge.log"],
@@ -303,6 +320,28 @@ pub const ROWS: &[Bad] = &[
             "(1 call with an implausible count not in the bytes: no machine holds a buffer over 256.0 TiB; the first: AllReduce count 18446744073709551615 int64 at ",
             "count.log:91 (over 2^64 bytes))",
             "total                     4                80 B (80)",
+        ],
+    },
+    Bad {
+        args: &["logs", "analyze", "{dir}/big.log"],
+        env: &[],
+        setup: five_gib_line_then_fixture,
+        code: 1,
+        says: &[
+            "input: 1 file, 103 lines: 4 calls",
+            "big.log: line 1 is 5368709120 bytes long, over the 1048576-byte bound on a line; skipped",
+            "[",
+            "big.log:97]",
+        ],
+    },
+    Bad {
+        args: &["logs", "summary", "{dir}/one.log"],
+        env: &[],
+        setup: three_gib_line,
+        code: 1,
+        says: &[
+            "rankwise logs: no NCCL lines in the 1 lines read from 1 file",
+            "one.log: line 1 is 3221225472 bytes long, over the 1048576-byte bound on a line; skipped",
         ],
     },
     bad(
