@@ -129,12 +129,14 @@ fn ranks_needed(c: &Collected, streams: &[usize]) -> u32 {
 /// (ties: the smaller); with none, the number of streams. Never more than
 /// [`MAX_NRANKS`] or the streams found, whichever is larger.
 fn choose_nranks(c: &Collected, streams: &[usize]) -> u32 {
-    let mut votes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    // value → (streams stating it, the last of them); a stream's claims
+    // come together, so it is counted once per value
+    let mut votes: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
     for (n, i, _, _) in nranks_claims(c, streams) {
         if plausible_nranks(n) {
-            let v = votes.entry(n).or_default();
-            if !v.contains(&i) {
-                v.push(i);
+            let v = votes.entry(n).or_insert((0, usize::MAX));
+            if v.1 != i {
+                *v = (v.0 + 1, i);
             }
         }
     }
@@ -143,7 +145,7 @@ fn choose_nranks(c: &Collected, streams: &[usize]) -> u32 {
         votes
             .iter()
             .filter(|(n, _)| **n >= min)
-            .max_by_key(|(n, v)| (v.len(), std::cmp::Reverse(**n)))
+            .max_by_key(|(n, v)| (v.0, std::cmp::Reverse(**n)))
             .map(|(n, _)| *n)
     };
     best(needed)
@@ -1753,8 +1755,19 @@ pub struct RankSummary {
     /// Calls whose count makes them move more than [`MAX_CALL_BYTES`] (or
     /// more than 64 bits count): not real calls, and not in the bytes.
     pub implausible_count_calls: u64,
-    /// The first of them: op, count, datatype, size and line.
-    pub first_implausible: Option<String>,
+    /// The first of them.
+    pub first_implausible: Option<ImplausibleCall>,
+}
+
+/// A call whose count is implausible, as the summary names it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ImplausibleCall {
+    pub op: OpKind,
+    pub count: u64,
+    pub datatype: String,
+    pub location: String,
+    /// Its bytes by the convention; `None` past 64 bits.
+    pub bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1785,22 +1798,6 @@ fn call_bytes(sig: &Sig, nranks: u32) -> CallBytes {
     match sig.op.bytes(sig.count, size, u64::from(nranks)) {
         Some(b) if b <= MAX_CALL_BYTES => CallBytes::Known(b),
         b => CallBytes::Implausible(b),
-    }
-}
-
-/// A byte count in binary units: `1023 B`, `1.5 KiB`, … `16.0 EiB`, and beyond in YiB.
-pub fn human_bytes(b: u128) -> String {
-    const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
 
@@ -1840,17 +1837,13 @@ pub fn summarize(c: &Collected) -> Summary {
                             s.calls.iter().enumerate().find_map(|(i, rec)| {
                                 let sig = c.sigs[rec.sig as usize];
                                 match call_bytes(&sig, g.nranks) {
-                                    CallBytes::Implausible(b) => Some(format!(
-                                        "{} count {} {} at {} ({})",
-                                        sig.op.name(),
-                                        sig.count,
-                                        datatype_name(sig.datatype),
-                                        loc_str(c, s.loc(i)),
-                                        match b {
-                                            Some(b) => human_bytes(u128::from(b)),
-                                            None => "over 2^64 bytes".to_string(),
-                                        }
-                                    )),
+                                    CallBytes::Implausible(bytes) => Some(ImplausibleCall {
+                                        op: sig.op,
+                                        count: sig.count,
+                                        datatype: datatype_name(sig.datatype),
+                                        location: loc_str(c, s.loc(i)),
+                                        bytes,
+                                    }),
                                     _ => None,
                                 }
                             })
@@ -2342,8 +2335,14 @@ mod tests {
             [(OpKind::AllReduce, 2, 40), (OpKind::AllGather, 2, 1 << 47)]
         );
         assert_eq!(
-            r0.first_implausible.as_deref(),
-            Some("AllReduce count 18446744073709551615 float32 at x:4 (over 2^64 bytes)")
+            r0.first_implausible,
+            Some(ImplausibleCall {
+                op: OpKind::AllReduce,
+                count: u64::MAX,
+                datatype: "float32".into(),
+                location: "x:4".into(),
+                bytes: None
+            })
         );
         let r1 = &s.communicators[0].ranks[1];
         assert_eq!(r1.implausible_count_calls, 2);
@@ -2363,8 +2362,15 @@ mod tests {
         let r0 = &s.communicators[0].ranks[0];
         assert_eq!((r0.bytes, r0.implausible_count_calls), (1 << 48, 1));
         assert_eq!(
-            r0.first_implausible.as_deref(),
-            Some("AllReduce count 281474976710657 int8 at x:3 (256.0 TiB)")
+            r0.first_implausible
+                .as_ref()
+                .map(|f| (&*f.location, f.bytes)),
+            Some(("x:3", Some((1 << 48) + 1)))
+        );
+        let text = crate::logs::report::summary_text(&s);
+        assert!(
+            text.contains("the first: AllReduce count 281474976710657 int8 at x:3 (256.0 TiB))"),
+            "{text}"
         );
     }
 
@@ -2387,6 +2393,7 @@ mod tests {
             j.contains(&format!("\"bytes\":{}", 70_000u128 << 48)),
             "{j}"
         );
-        assert_eq!(human_bytes(70_000u128 << 48), "17.1 EiB"); // 70000/4 PiB
+        let text = crate::logs::report::summary_text(&s);
+        assert!(text.contains("17.1 EiB (19703248369745920000)"), "{text}"); // 70000/4 PiB
     }
 }

@@ -4,7 +4,7 @@
 //! follow. The JSON form is the same structures serialized (`--json`).
 
 use super::analyze::{
-    Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks, human_bytes,
+    Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks,
 };
 use super::ingest::{FileInfo, LineSplitter};
 use std::fmt::Write;
@@ -14,6 +14,22 @@ fn plural(n: u64, word: &str) -> String {
         format!("{n} {word}")
     } else {
         format!("{n} {word}s")
+    }
+}
+
+/// A byte count in binary units: `1023 B`, `1.5 KiB`, … `16.0 EiB`, and beyond in YiB.
+fn human_bytes(b: u128) -> String {
+    const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
     }
 }
 
@@ -268,7 +284,18 @@ pub fn summary_text(s: &Summary) -> String {
                 )
                 .unwrap();
             }
-            if let Some(first) = &r.first_implausible {
+            if let Some(f) = &r.first_implausible {
+                let size = match f.bytes {
+                    Some(b) => human_bytes(u128::from(b)),
+                    None => "over 2^64 bytes".to_string(),
+                };
+                let first = format!(
+                    "{} count {} {} at {} ({size})",
+                    f.op.name(),
+                    f.count,
+                    f.datatype,
+                    f.location
+                );
                 writeln!(
                     t,
                     "         ({} with an implausible count not in the bytes: no machine holds a buffer over {}; the first: {first})",
