@@ -184,7 +184,7 @@ fn a_log_whose_every_call_is_malformed_is_bad_input() {
         assert_eq!(
             stderr(&o),
             format!(
-                "rankwise logs: no call could be read: all 4 COLL lines in 1 file are malformed (count, datatype or comm missing or unreadable; 4 malformed NCCL lines in all); the first is {}:{line_no}: {first}\n",
+                "rankwise logs: no call could be read: all 4 COLL lines in 1 file are malformed (4 malformed NCCL lines in all); the first is {}:{line_no}, where count is 'x3', expected an unsigned 64-bit integer: {first}\n",
                 path.display()
             ),
             "{cmd}"

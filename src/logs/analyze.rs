@@ -1584,22 +1584,24 @@ pub fn analyze(c: &Collected) -> Analysis {
 /// COLL lines that could not be read: how many, what that means
 /// (`consequence`, said of one call), and the first one.
 fn malformed_calls_note(c: &Collected, consequence: &str) -> Option<Finding> {
-    let (loc, text) = c.first_malformed_call.as_ref()?;
+    let bad = c.first_malformed_call.as_ref()?;
     let n = c.counts.malformed_calls;
     let mut f = Finding::new(
         FindingKind::MalformedCalls,
         None,
         format!(
-            "{} could not be read (count, datatype or comm missing or unreadable): {consequence}; the first is {}: {text}",
+            "{} could not be read: {consequence}; the first is {}, where {}: {}",
             if n == 1 {
                 "1 COLL line".to_string()
             } else {
                 format!("{n} COLL lines")
             },
-            loc_str(c, *loc),
+            loc_str(c, bad.loc),
+            bad.why,
+            bad.text,
         ),
     );
-    f.location = Some(loc_str(c, *loc));
+    f.location = Some(loc_str(c, bad.loc));
     Some(f)
 }
 
@@ -2296,16 +2298,19 @@ mod tests {
         assert_eq!(f[0].location.as_deref(), Some("x:6"));
         let line6 = t.lines().nth(5).unwrap();
         assert!(
-            f[0].message.starts_with("1 COLL line could not be read (count, datatype or comm missing or unreadable): such a call is not checked")
-                && f[0].message.ends_with(&format!("; the first is x:6: {line6}")),
+            f[0].message
+                .starts_with("1 COLL line could not be read: such a call is not checked")
+                && f[0].message.ends_with(&format!(
+                    "; the first is x:6, where datatype is 'op', expected a 32-bit integer: {line6}"
+                )),
             "{}",
             f[0].message
         );
         let s = summarize(&collect_bytes("x", t.as_bytes()));
         assert!(
-            s.malformed_calls
-                .as_deref()
-                .is_some_and(|m| m.contains("such a call is not counted; the first is x:6: ")),
+            s.malformed_calls.as_deref().is_some_and(|m| m.contains(
+                "such a call is not counted; the first is x:6, where datatype is 'op', "
+            )),
             "{:?}",
             s.malformed_calls
         );

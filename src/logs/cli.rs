@@ -89,13 +89,15 @@ fn read(input: &InputArgs) -> Result<super::ingest::Collected, ExitCode> {
         )));
     }
     if c.calls == 0 {
-        if let Some((loc, text)) = &collected.first_malformed_call {
+        if let Some(bad) = &collected.first_malformed_call {
             return Err(fail(format!(
-                "no call could be read: all {} COLL lines in {files_word} are malformed (count, datatype or comm missing or unreadable; {} malformed NCCL lines in all); the first is {}:{}: {text}",
+                "no call could be read: all {} COLL lines in {files_word} are malformed ({} malformed NCCL lines in all); the first is {}:{}, where {}: {}",
                 c.malformed_calls,
                 c.malformed_lines,
-                collected.files[loc.file as usize].path,
-                loc.line,
+                collected.files[bad.loc.file as usize].path,
+                bad.loc.line,
+                bad.why,
+                bad.text,
             )));
         }
         // A rank whose only call NCCL rejected logs a WARN and no COLL

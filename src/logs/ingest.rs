@@ -255,9 +255,18 @@ pub struct Collected {
     /// `(file, host, pid)`: a process whose calls in that file repeat what
     /// an earlier file holds; its WARN lines there are repeats too.
     pub repeated_procs: Vec<(u32, u32, u32)>,
-    /// The first COLL line that could not be read, and its text (cut to
-    /// [`SHOWN_TEXT`] bytes).
-    pub first_malformed_call: Option<(Loc, String)>,
+    /// The first COLL line that could not be read.
+    pub first_malformed_call: Option<BadLine>,
+}
+
+/// A line that could not be read, as reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadLine {
+    pub loc: Loc,
+    /// Which field was wrong, with what, and what was expected.
+    pub why: String,
+    /// The line, cut to [`SHOWN_TEXT`] bytes.
+    pub text: String,
 }
 
 /// The most bytes of a line quoted in a report.
@@ -653,8 +662,8 @@ struct SegState {
     bumps: FxMap<StreamKey, u32>,
     warnings: Vec<WarnRec>,
     counts: Counts,
-    /// The segment's first malformed COLL line: (line, quoted text).
-    first_malformed_call: Option<(u32, String)>,
+    /// The segment's first malformed COLL line.
+    first_malformed_call: Option<BadLine>,
     /// The segment's first line over the bound: (line, length).
     first_long_line: Option<(u64, u64)>,
 }
@@ -763,10 +772,14 @@ impl SegState {
             Line::Malformed(what) => {
                 self.counts.nccl_lines += 1;
                 self.counts.malformed_lines += 1;
-                if what == Broken::Call {
+                if let Broken::Call(bad) = what {
                     self.counts.malformed_calls += 1;
                     if self.first_malformed_call.is_none() {
-                        self.first_malformed_call = Some((line, quoted(raw)));
+                        self.first_malformed_call = Some(BadLine {
+                            loc: Loc::at(line),
+                            why: bad.describe(),
+                            text: quoted(raw),
+                        });
                     }
                 }
             }
@@ -1068,9 +1081,10 @@ impl Merger {
             *self.base.entry(key).or_insert(0) += n;
         }
         if self.out.first_malformed_call.is_none() {
-            self.out.first_malformed_call = st
-                .first_malformed_call
-                .map(|(line, text)| (loc(u64::from(line)), text));
+            self.out.first_malformed_call = st.first_malformed_call.map(|b| BadLine {
+                loc: loc(b.loc.line),
+                ..b
+            });
         }
         for mut w in st.warnings {
             w.host = hosts[w.host as usize];
@@ -1298,9 +1312,15 @@ h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datat
             ),
             (3, 3, 2)
         );
-        let (loc, quoted) = c.first_malformed_call.unwrap();
-        assert_eq!((loc.file, loc.line), (0, 4));
-        assert_eq!(quoted, bad_count);
+        let bad = c.first_malformed_call.unwrap();
+        assert_eq!(
+            bad,
+            BadLine {
+                loc: Loc { file: 0, line: 4 },
+                why: "count is 'four', expected an unsigned 64-bit integer".into(),
+                text: bad_count.clone()
+            }
+        );
 
         // split into segments, the first one in file order is kept
         let dir = tempfile::tempdir().unwrap();
@@ -1325,7 +1345,7 @@ h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datat
             )
             .unwrap();
             assert_eq!(c.counts.malformed_calls, 2);
-            assert_eq!(c.first_malformed_call.unwrap().0.line, 1501);
+            assert_eq!(c.first_malformed_call.unwrap().loc.line, 1501);
         }
 
         // a long line is quoted in part
@@ -1333,8 +1353,12 @@ h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datat
             .replace("stream (nil)", &"x".repeat(1000))
             .replace("count 4", "count -4");
         let c = collect_bytes("x", long.as_bytes());
-        let quoted = c.first_malformed_call.unwrap().1;
-        assert_eq!(quoted, format!("{}…", &long[..SHOWN_TEXT]));
+        let bad = c.first_malformed_call.unwrap();
+        assert_eq!(bad.text, format!("{}…", &long[..SHOWN_TEXT]));
+        assert_eq!(
+            bad.why,
+            "count is '-4', expected an unsigned 64-bit integer"
+        );
     }
 
     #[test]

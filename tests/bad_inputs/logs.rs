@@ -250,8 +250,8 @@ pub const ROWS: &[Bad] = &[
         setup: every_call_malformed,
         code: 1,
         says: &[
-            "rankwise logs: no call could be read: all 16 COLL lines in 1 file are malformed (count, datatype or comm missing or unreadable; 16 malformed NCCL lines in all); the first is ",
-            "job.log:5: vm:473:473 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f908ee00000 recvbuff 0x7f908ee00000 count x3 datatype 4",
+            "rankwise logs: no call could be read: all 16 COLL lines in 1 file are malformed (16 malformed NCCL lines in all); the first is ",
+            "job.log:5, where count is 'x3', expected an unsigned 64-bit integer: vm:473:473 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f908ee00000 recvbuff 0x7f908ee00000 count x3 datatype 4",
         ],
     },
     Bad {
@@ -259,7 +259,10 @@ pub const ROWS: &[Bad] = &[
         env: &[],
         setup: every_call_malformed,
         code: 1,
-        says: &["no call could be read: all 16 COLL lines", "job.log:5: "],
+        says: &[
+            "no call could be read: all 16 COLL lines",
+            "job.log:5, where count is 'x3'",
+        ],
     },
     Bad {
         args: &["logs", "analyze", "{dir}/fixture.log"],
@@ -268,7 +271,7 @@ pub const ROWS: &[Bad] = &[
         code: 1,
         says: &[
             "no call could be read: all 4 COLL lines in 1 file are malformed",
-            "fixture.log:91: vm:473:473 [0] NCCL INFO AllReduce: opCount 0 ",
+            "fixture.log:91, where comm is missing, expected a pointer (0x… or (nil)): vm:473:473 [0] NCCL INFO AllReduce: opCount 0 ",
         ],
     },
     Bad {
