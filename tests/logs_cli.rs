@@ -120,9 +120,9 @@ fn summary_prints_calls_and_bytes() {
 }
 
 #[test]
-fn bad_input_exits_2_without_a_panic() {
+fn bad_input_exits_1_without_a_panic() {
     let o = rankwise(&["logs", "analyze", "/nonexistent/rank0.log"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("cannot read '/nonexistent/rank0.log'"),
         "{}",
@@ -132,15 +132,120 @@ fn bad_input_exits_2_without_a_panic() {
 
     let dir = tempfile::tempdir().unwrap();
     let o = rankwise(&["logs", "summary", dir.path().to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no log files found"), "{}", stderr(&o));
 
     let f = dir.path().join("app.log");
     std::fs::write(&f, "hello\nworld\n").unwrap();
     let o = rankwise(&["logs", "analyze", f.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no NCCL lines"), "{}", stderr(&o));
 
+    // a usage error is clap's
     let o = rankwise(&["logs", "analyze"]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// The fixture with every COLL line's count made unreadable (`count x3`),
+/// and without its WARN line: nothing left to analyse.
+fn every_call_malformed(dir: &Path) -> (PathBuf, String, usize) {
+    let text = std::fs::read_to_string(fixtures().join("nccl-2.28.9-1rank-init-coll.log")).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.contains(" NCCL WARN "))
+        .map(|l| {
+            if l.contains(": opCount ") {
+                l.replacen(" count ", " count x", 1)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let first = lines.iter().position(|l| l.contains(": opCount ")).unwrap();
+    let path = dir.join("broken.log");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    (path, lines[first].clone(), first + 1)
+}
+
+#[test]
+fn a_log_whose_every_call_is_malformed_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first, line_no) = every_call_malformed(dir.path());
+    for cmd in ["analyze", "summary"] {
+        let o = rankwise(&["logs", cmd, path.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{cmd}: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{cmd}");
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "rankwise logs: no call could be read: all 4 COLL lines in 1 file are malformed (4 malformed NCCL lines in all); the first is {}:{line_no}, where count is 'x3', expected an unsigned 64-bit integer: {first}\n",
+                path.display()
+            ),
+            "{cmd}"
+        );
+    }
+}
+
+/// The problems listed (lines `  - …` after `problems:`).
+fn problems(out: &str) -> Vec<&str> {
+    out.lines()
+        .skip_while(|l| *l != "problems:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  - "))
+        .collect()
+}
+
+#[test]
+fn a_log_given_twice_lists_its_warn_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("rank0.log");
+    std::fs::copy(fixtures().join("nccl-2.28.9-1rank-init-coll.log"), &f).unwrap();
+    let copy = dir.path().join("console.log");
+    std::fs::copy(&f, &copy).unwrap();
+    let f = f.to_str().unwrap();
+    let dot = format!("{}/./rank0.log", dir.path().display());
+    for (second, note) in [
+        (
+            f,
+            format!("  {f}: also given as {f}, the same file; read once"),
+        ),
+        (
+            &dot,
+            format!("  {f}: also given as {dot}, the same file; read once"),
+        ),
+        (
+            copy.to_str().unwrap(),
+            format!(
+                "  - {} repeats the 4 calls of vm:473 comm 0x209db0f0 already read from {f}; skipped, with that process's WARN lines there",
+                copy.display()
+            ),
+        ),
+    ] {
+        let o = rankwise(&["logs", "analyze", f, second]);
+        assert_eq!(o.status.code(), Some(1));
+        let out = stdout(&o);
+        let listed = problems(&out);
+        assert_eq!(listed.len(), 1, "{out}");
+        assert!(
+            listed[0]
+                .contains("WARN Broadcast : invalid root 1 (root should be in the 0..1 range)"),
+            "{out}"
+        );
+        assert!(out.lines().any(|l| l == note), "{note:?} not in\n{out}");
+        let o = rankwise(&["logs", "analyze", "--json", f, second]);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let roots = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "invalid_root")
+            .count();
+        assert_eq!(roots, 1, "{second}");
+    }
 }

@@ -3,6 +3,7 @@
 //! the lines read.
 
 use proptest::prelude::*;
+use rankwise::logs::analyze::{MAX_CALL_BYTES, MAX_NRANKS, MISSING_LISTED};
 use rankwise::logs::parse::{Body, Line, Parser};
 use rankwise::logs::report::{analysis_text, summary_text};
 use rankwise::logs::{analyze, collect_bytes, summarize};
@@ -163,6 +164,10 @@ fn an_endless_line_is_cut_not_buffered() {
     let c = collect_bytes("long.log", &text);
     assert_eq!(c.counts.lines, 2);
     assert_eq!(c.counts.calls, 1);
+    // skipped, and reported with its place and length
+    assert_eq!(c.counts.long_lines, 1);
+    assert_eq!(c.files[0].first_long_line, Some((1, 5 << 20)));
+    assert_eq!(c.streams[0].loc(0).line, 2);
 }
 
 #[test]
@@ -214,4 +219,185 @@ fn a_flood_of_warnings_is_counted_not_kept() {
         "{}",
         a.verdict
     );
+}
+
+/// A number as a log line may state it: small ones, the edges of u32, of
+/// the nranks bound (2^24), of the per-call byte bound (2^48) and of u64,
+/// and anything at all.
+fn number() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..6,
+        Just(u64::from(u32::MAX) - 1),
+        Just(u64::from(u32::MAX)),
+        Just(u64::from(u32::MAX) + 1),
+        Just(u64::from(MAX_NRANKS)),
+        Just(u64::from(MAX_NRANKS) + 1),
+        Just(MAX_CALL_BYTES),
+        Just(MAX_CALL_BYTES + 1),
+        Just(u64::MAX),
+        any::<u32>().prop_map(u64::from),
+        any::<u64>(),
+    ]
+}
+
+/// What one process states: its init line's rank and nranks, its COLL
+/// lines' `[nranks=]`, an AllReduce and an AllGather count, the datatype of
+/// both and a Send's peer.
+#[derive(Clone, Debug)]
+struct Proc {
+    rank: u64,
+    nranks: u64,
+    coll_nranks: u64,
+    count: u64,
+    gather_count: u64,
+    datatype: u64,
+    peer: i64,
+}
+
+fn proc_() -> impl Strategy<Value = Proc> {
+    (
+        number(),
+        number(),
+        number(),
+        number(),
+        number(),
+        prop_oneof![0u64..12, number()],
+        prop_oneof![0i64..4, any::<i32>().prop_map(i64::from), any::<i64>()],
+    )
+        .prop_map(
+            |(rank, nranks, coll_nranks, count, gather_count, datatype, peer)| Proc {
+                rank,
+                nranks,
+                coll_nranks,
+                count,
+                gather_count,
+                datatype,
+                peer,
+            },
+        )
+}
+
+/// Three processes of one communicator, in the real 2.28.9 line formats.
+fn numbers_log(procs: &[Proc]) -> String {
+    let mut t = String::new();
+    for (i, p) in procs.iter().enumerate() {
+        t += &format!(
+            "vm:{pid}:{pid} [{i}] NCCL INFO ncclCommInitRankConfig comm 0x{comm:x} rank {} nranks {} cudaDev {i} nvmlDev {i} busId 60 commId 0x67c0057cd53cedc1 - Init COMPLETE\n",
+            p.rank,
+            p.nranks,
+            pid = 470 + i,
+            comm = 0x209db0f0 + 0x1000 * i,
+        );
+    }
+    for (i, p) in procs.iter().enumerate() {
+        let head = format!("vm:{pid}:{pid} [{i}] NCCL INFO", pid = 470 + i);
+        let tail = format!(
+            "comm 0x{:x} [nranks={}] stream (nil)",
+            0x209db0f0 + 0x1000 * i,
+            p.coll_nranks
+        );
+        t += &format!(
+            "{head} AllReduce: opCount 0 sendbuff 0x7f908ee00000 recvbuff 0x7f908ee00000 count {} datatype {} op 0 root 0 {tail}\n",
+            p.count, p.datatype
+        );
+        t += &format!(
+            "{head} AllGather: opCount 1 sendbuff 0x7f66dae00400 recvbuff 0x7f66dae00000 count {} datatype {} op 0 root 0 {tail}\n",
+            p.gather_count, p.datatype
+        );
+        t += &format!(
+            "{head} Send: opCount 2 sendbuff (nil) recvbuff 0x7f66dae00400 count 5 datatype 7 op 0 root {} {tail}\n",
+            p.peer
+        );
+    }
+    t
+}
+
+/// Bytes of a call by the nccl-tests convention, in 128 bits.
+fn bytes_128(count: u64, size: u64, n: u64) -> u128 {
+    u128::from(count) * u128::from(size) * u128::from(n)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Whatever the numbers: no panic, a report the size of the input, and
+    /// summary bytes as the closed form gives them, implausible calls apart.
+    #[test]
+    fn any_number_in_a_line(procs in proptest::collection::vec(proc_(), 3)) {
+        let text = numbers_log(&procs);
+        let c = collect_bytes("n.log", text.as_bytes());
+        let a = analyze(&c);
+        let s = summarize(&c);
+        let out = [
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&s).unwrap(),
+            analysis_text(&a),
+            summary_text(&s),
+        ]
+        .concat();
+        prop_assert!(out.len() <= 64 * 1024 + 50 * text.len(), "{} bytes of report", out.len());
+        for cm in &a.communicators {
+            prop_assert!(cm.ranks_missing.len() <= cm.ranks_seen.len() + 1);
+            prop_assert!(cm.nranks <= MAX_NRANKS.max(3));
+        }
+        for f in &a.findings {
+            prop_assert!(f.ranks.len() <= MISSING_LISTED);
+        }
+        const SIZES: [u64; 12] = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1];
+        for cm in &s.communicators {
+            for r in &cm.ranks {
+                let p = &procs[(r.pid - 470) as usize];
+                let (mut bytes, mut implausible, mut unknown) = (0u128, 0u64, 0u64);
+                // A COLL line is read when its [nranks=] fits in 32 bits, its
+                // datatype and the Send's peer in a signed 32-bit int.
+                let fits = p.coll_nranks <= u64::from(u32::MAX);
+                if fits && p.datatype <= i32::MAX as u64 {
+                    let calls = [(p.count, 1), (p.gather_count, u64::from(cm.nranks))];
+                    match usize::try_from(p.datatype).ok().and_then(|d| SIZES.get(d)) {
+                        Some(&size) => {
+                            for (count, n) in calls {
+                                let b = bytes_128(count, size, n);
+                                if b <= u128::from(MAX_CALL_BYTES) {
+                                    bytes += b;
+                                } else {
+                                    implausible += 1;
+                                }
+                            }
+                        }
+                        None => unknown += 2,
+                    }
+                }
+                if fits && i32::try_from(p.peer).is_ok() {
+                    bytes += 5 * 4; // the Send: 5 float32
+                }
+                prop_assert_eq!((r.bytes, r.implausible_count_calls, r.unknown_datatype_calls), (bytes, implausible, unknown), "{:?}", p);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The binary on the same logs, under a 512 MiB address-space limit and a
+    /// 30 s deadline: an allocation sized by a number read would die on it.
+    #[test]
+    fn any_number_in_a_line_through_the_binary(procs in proptest::collection::vec(proc_(), 3)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n.log");
+        std::fs::write(&path, numbers_log(&procs)).unwrap();
+        for cmd in ["analyze", "summary"] {
+            let o = std::process::Command::new("sh")
+                .arg("-c")
+                .arg("ulimit -v 524288 && exec timeout 30 \"$0\" \"$@\"")
+                .arg(env!("CARGO_BIN_EXE_rankwise"))
+                .args(["logs", cmd, "--json", path.to_str().unwrap()])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            prop_assert!(matches!(o.status.code(), Some(0 | 1)), "{cmd}: {:?} {err}", o.status);
+            prop_assert!(!err.contains("panicked"), "{err}");
+            prop_assert!(o.stdout.len() <= 64 * 1024 + 50 * 4096);
+        }
+    }
 }

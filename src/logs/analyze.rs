@@ -49,6 +49,174 @@ pub struct CommGroup {
     /// `(rank, stream index, rank inferred)`, sorted by rank, one per rank.
     pub members: Vec<(u32, usize, bool)>,
     pub notes: Vec<Finding>,
+    /// `(file, host, pid)` of streams left out because they repeat a member
+    /// (the same run logged twice): that file's WARN lines of that process
+    /// are repeats too.
+    pub repeated: Vec<(u32, u32, u32)>,
+}
+
+/// The largest nranks accepted from a log line, and so the largest rank
+/// index + 1: a statement above it is reported as implausible and not used.
+/// 2^24 is over a hundred times the largest jobs run so far; it keeps a
+/// 100-byte line from claiming four billion ranks.
+pub const MAX_NRANKS: u32 = 1 << 24;
+
+/// Why a stream is not a member of its communicator.
+#[derive(Clone, Copy, Debug)]
+enum LeftOut {
+    /// Its init line states a rank another stream (this index) holds.
+    RankHeldBy(usize),
+    /// Its init line states a rank at or above the communicator's nranks.
+    OutOfRange,
+    /// It states no rank and no rank was left to give it.
+    NoRankFree,
+}
+
+/// "comm 0x… on host:pid".
+fn stream_name(c: &Collected, s: &Stream) -> String {
+    format!(
+        "comm {} on {}:{}",
+        hex(s.comm),
+        c.hosts[s.host as usize],
+        s.pid
+    )
+}
+
+fn plural_calls(n: usize) -> String {
+    if n == 1 {
+        "1 call".to_string()
+    } else {
+        format!("{n} calls")
+    }
+}
+
+/// Every nranks a group's streams state: `(value, stream, where, by an init line)`.
+fn nranks_claims(c: &Collected, streams: &[usize]) -> Vec<(u32, usize, Loc, bool)> {
+    let mut out = Vec::new();
+    for &i in streams {
+        let s = &c.streams[i];
+        if let Some(n) = s.nranks_init {
+            out.push((n, i, s.nranks_init_at, true));
+        }
+        if let Some(n) = s.nranks_coll {
+            out.push((n, i, s.nranks_coll_at, false));
+        }
+        if let Some((n, at, init)) = s.nranks_other {
+            out.push((n, i, at, init));
+        }
+    }
+    out
+}
+
+fn plausible_nranks(n: u32) -> bool {
+    (1..=MAX_NRANKS).contains(&n)
+}
+
+/// The lowest nranks that holds every rank the streams' init lines state
+/// (ranks beyond [`MAX_NRANKS`] do not count).
+fn ranks_needed(c: &Collected, streams: &[usize]) -> u32 {
+    streams
+        .iter()
+        .filter_map(|&i| c.streams[i].rank)
+        .filter(|&r| r < MAX_NRANKS)
+        .map(|r| r + 1)
+        .max()
+        .unwrap_or(0)
+}
+
+/// A communicator's nranks: of the plausible values its lines state, the
+/// one most streams state, preferring values that hold every stated rank
+/// (ties: the smaller); with none, the number of streams. Never more than
+/// [`MAX_NRANKS`] or the streams found, whichever is larger.
+fn choose_nranks(c: &Collected, streams: &[usize]) -> u32 {
+    // value → (streams stating it, the last of them); a stream's claims
+    // come together, so it is counted once per value
+    let mut votes: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+    for (n, i, _, _) in nranks_claims(c, streams) {
+        if plausible_nranks(n) {
+            let v = votes.entry(n).or_insert((0, usize::MAX));
+            if v.1 != i {
+                *v = (v.0 + 1, i);
+            }
+        }
+    }
+    let needed = ranks_needed(c, streams);
+    let best = |min: u32| {
+        votes
+            .iter()
+            .filter(|(n, _)| **n >= min)
+            .max_by_key(|(n, v)| (v.0, std::cmp::Reverse(**n)))
+            .map(|(n, _)| *n)
+    };
+    best(needed)
+        .or_else(|| best(0))
+        .unwrap_or_else(|| u32::try_from(streams.len()).unwrap_or(u32::MAX))
+}
+
+/// A warning when a group's lines state different nranks, or an impossible
+/// one: which line states what, and the value used.
+fn nranks_note(c: &Collected, streams: &[usize], nranks: u32, name: &str) -> Option<Finding> {
+    let claims = nranks_claims(c, streams);
+    let mut by_value: BTreeMap<u32, Vec<(usize, Loc, bool)>> = BTreeMap::new();
+    for (n, i, at, init) in claims {
+        by_value.entry(n).or_default().push((i, at, init));
+    }
+    let all_plausible = by_value.keys().all(|&n| plausible_nranks(n));
+    if by_value.len() <= 1 && all_plausible {
+        return None;
+    }
+    const SHOWN: usize = 3;
+    let describe = |(n, v): (&u32, &Vec<(usize, Loc, bool)>)| {
+        let flag = match *n {
+            0 => " (no communicator has 0 ranks)".to_string(),
+            n if n > MAX_NRANKS => format!(" (more than the {MAX_NRANKS} accepted)"),
+            _ => String::new(),
+        };
+        let mut who: Vec<String> = v
+            .iter()
+            .take(SHOWN)
+            .map(|&(i, at, init)| {
+                let s = &c.streams[i];
+                let whose = match s.rank {
+                    Some(r) if r < MAX_NRANKS => format!("rank {r}"),
+                    _ => stream_name(c, s),
+                };
+                let line = if init { "init line" } else { "COLL lines" };
+                format!("{whose}'s {line} ({})", loc_str(c, at))
+            })
+            .collect();
+        if v.len() > SHOWN {
+            who.push(format!("{} more", v.len() - SHOWN));
+        }
+        format!("nranks {n}{flag} in {}", who.join(", "))
+    };
+    let mut stated: Vec<String> = by_value.iter().take(LIST_LIMIT).map(describe).collect();
+    if by_value.len() > LIST_LIMIT {
+        stated.push(format!("{} more values", by_value.len() - LIST_LIMIT));
+    }
+    let why = if by_value.contains_key(&nranks) {
+        let needed = ranks_needed(c, streams);
+        if by_value.len() > 1 && needed > 1 && nranks >= needed {
+            format!(
+                ", stated most often among the values that hold ranks 0..={}",
+                needed - 1
+            )
+        } else {
+            String::new()
+        }
+    } else {
+        ", the number of streams found".to_string()
+    };
+    let head = if by_value.len() > 1 {
+        format!("the lines of {name} disagree on nranks")
+    } else {
+        format!("the nranks of {name} is implausible")
+    };
+    Some(Finding::new(
+        FindingKind::NranksConflict,
+        Some(name),
+        format!("{head}: {}; using {nranks}{why}", stated.join("; ")),
+    ))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -86,7 +254,12 @@ pub enum FindingKind {
     DuplicateRank,
     /// A file repeats calls another file already holds (skipped).
     RepeatedLog,
+    /// The lines of a communicator state different nranks, or an impossible one.
     NranksConflict,
+    /// An init line states a rank at or above the communicator's nranks.
+    RankOutOfRange,
+    /// COLL lines that could not be read: calls that are not checked.
+    MalformedCalls,
     ZeroCount,
 }
 
@@ -97,9 +270,8 @@ impl FindingKind {
             Stopped | OpMismatch | CountMismatch | DatatypeMismatch | RedopMismatch
             | RootMismatch | UnmatchedSend | UnmatchedRecv | P2pMismatch | InvalidPeer
             | InvalidRoot | InvalidType | InvalidOp => Severity::Error,
-            NcclWarning | MissingRanks | DuplicateRank | RepeatedLog | NranksConflict => {
-                Severity::Warning
-            }
+            NcclWarning | MissingRanks | DuplicateRank | RepeatedLog | NranksConflict
+            | RankOutOfRange | MalformedCalls => Severity::Warning,
             ZeroCount => Severity::Info,
         }
     }
@@ -115,7 +287,8 @@ pub struct Finding {
     /// Collective ordinal `#k` on the communicator; for Send/Recv, the
     /// ordinal of the call within its (sender → receiver) pair.
     pub position: Option<u64>,
-    /// The ranks at fault (stopped, deviating, the side whose call is unmatched).
+    /// The ranks at fault (stopped, deviating, the side whose call is
+    /// unmatched); for missing ranks, the first [`MISSING_LISTED`] of them.
     pub ranks: Vec<u32>,
     /// The other ranks involved (waiting, majority).
     pub other_ranks: Vec<u32>,
@@ -214,7 +387,8 @@ pub struct CommReport {
     pub identified_by: IdentifiedBy,
     pub nranks: u32,
     pub ranks_seen: Vec<u32>,
-    pub ranks_missing: Vec<u32>,
+    /// Ranks of `0..nranks` not seen, as inclusive `[first, last]` ranges.
+    pub ranks_missing: Vec<[u32; 2]>,
     /// Collective positions on which every rank seen agrees.
     pub agreed_collectives: u64,
     pub divergence: Option<Divergence>,
@@ -264,6 +438,42 @@ pub fn fmt_ranks(ranks: &[u32]) -> String {
     }
     out
 }
+
+/// `[[0, 2], [5, 5]]` → `0-2,5`.
+pub fn fmt_ranges(ranges: &[[u32; 2]]) -> String {
+    let parts: Vec<String> = ranges
+        .iter()
+        .map(|&[a, b]| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    parts.join(",")
+}
+
+/// The ranks of `0..nranks` not in `seen` (sorted, distinct), as inclusive
+/// ranges: as many entries as there are gaps, whatever `nranks` says.
+pub fn gaps(seen: &[u32], nranks: u32) -> Vec<[u32; 2]> {
+    let mut out = Vec::new();
+    let mut next = 0u32;
+    for &r in seen.iter().filter(|&&r| r < nranks) {
+        if r > next {
+            out.push([next, r - 1]);
+        }
+        next = r + 1;
+    }
+    if next < nranks {
+        out.push([next, nranks - 1]);
+    }
+    out
+}
+
+/// A missing-ranks finding lists at most this many ranks in `ranks`; its
+/// message gives them all, as ranges.
+pub const MISSING_LISTED: usize = 1024;
 
 fn ranks_word(ranks: &[u32]) -> String {
     if ranks.len() == 1 {
@@ -370,26 +580,12 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
         let k = key_of(c, i, &by_ptr, &ordinals, 0);
         groups.entry(k).or_default().push(i);
     }
-    let votes_of = |streams: &[usize]| {
-        let mut votes: BTreeMap<u32, usize> = BTreeMap::new();
-        for &i in streams {
-            if let Some(n) = c.streams[i].nranks() {
-                *votes.entry(n).or_default() += 1;
-            }
-        }
-        // nranks: what most members say.
-        let nranks = votes
-            .iter()
-            .max_by_key(|(n, v)| (**v, std::cmp::Reverse(**n)))
-            .map_or(streams.len() as u32, |(n, _)| *n);
-        (votes, nranks)
-    };
     // Without init lines, several communicators of one size used first at
     // the same point (pairs, say) look alike: more streams than ranks. Cut
     // them into communicators of nranks streams, in host/rank order.
     let mut pending: Vec<(Key, Vec<usize>)> = Vec::new();
     for (key, streams) in groups {
-        let (_, nranks) = votes_of(&streams);
+        let nranks = choose_nranks(c, &streams);
         if matches!(key, Key::Order(..)) && nranks > 0 && streams.len() > nranks as usize {
             let mut sorted = streams;
             sorted.sort_by_key(|&i| {
@@ -408,39 +604,31 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
     let mut out: Vec<(Loc, CommGroup)> = Vec::new();
     for (key, streams) in pending {
         let mut notes = Vec::new();
-        let (votes, nranks) = votes_of(&streams);
+        let nranks = choose_nranks(c, &streams);
         // Ranks: init lines first, then hints, then order.
         let mut taken: BTreeMap<u32, (usize, bool)> = BTreeMap::new();
         let mut unknown = Vec::new();
-        // (stream left out, the stream that holds its rank)
-        let mut dups: Vec<(usize, Option<usize>)> = Vec::new();
-        let claim = |rank: u32,
-                     i: usize,
-                     inferred: bool,
-                     taken: &mut BTreeMap<u32, (usize, bool)>,
-                     dups: &mut Vec<(usize, Option<usize>)>| {
-            match taken.get(&rank) {
-                None => {
-                    taken.insert(rank, (i, inferred));
-                }
-                Some(&(j, _)) => {
-                    // Keep the stream with more calls (the first, if equal).
-                    if c.streams[i].calls.len() > c.streams[j].calls.len() {
-                        taken.insert(rank, (i, inferred));
-                        dups.push((j, Some(i)));
-                    } else {
-                        dups.push((i, Some(j)));
-                    }
-                }
-            }
-        };
+        let mut left_out: Vec<(usize, LeftOut)> = Vec::new();
         for &i in &streams {
             match c.streams[i].rank {
-                Some(r) if r < nranks => claim(r, i, false, &mut taken, &mut dups),
-                _ => unknown.push(i),
+                Some(r) if r < nranks => match taken.get(&r) {
+                    None => {
+                        taken.insert(r, (i, false));
+                    }
+                    // Keep the stream with more calls (the first, if equal).
+                    Some(&(j, _)) if c.streams[i].calls.len() > c.streams[j].calls.len() => {
+                        taken.insert(r, (i, false));
+                        left_out.push((j, LeftOut::RankHeldBy(i)));
+                    }
+                    Some(&(j, _)) => left_out.push((i, LeftOut::RankHeldBy(j))),
+                },
+                Some(_) => left_out.push((i, LeftOut::OutOfRange)),
+                None => unknown.push(i),
             }
         }
         if !unknown.is_empty() {
+            // A hint is used only if it gives every unplaced stream a free,
+            // distinct rank; so no placement below can collide.
             let free_ok = |v: &[Option<u32>], taken: &BTreeMap<u32, (usize, bool)>| {
                 let mut seen = std::collections::HashSet::new();
                 v.iter().all(|r| {
@@ -451,11 +639,11 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
             let by_dev: Vec<_> = unknown.iter().map(|&i| c.streams[i].dev).collect();
             if free_ok(&by_prefix, &taken) {
                 for (&i, r) in unknown.iter().zip(by_prefix) {
-                    claim(r.unwrap_or(0), i, true, &mut taken, &mut dups);
+                    taken.insert(r.unwrap_or(0), (i, true));
                 }
             } else if free_ok(&by_dev, &taken) {
                 for (&i, r) in unknown.iter().zip(by_dev) {
-                    claim(r.unwrap_or(0), i, true, &mut taken, &mut dups);
+                    taken.insert(r.unwrap_or(0), (i, true));
                 }
             } else {
                 let mut rest = unknown.clone();
@@ -469,9 +657,9 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                         r += 1;
                     }
                     if r >= nranks {
-                        dups.push((i, None));
+                        left_out.push((i, LeftOut::NoRankFree));
                     } else {
-                        claim(r, i, true, &mut taken, &mut dups);
+                        taken.insert(r, (i, true));
                     }
                 }
             }
@@ -512,22 +700,20 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                 IdentifiedBy::Order,
             ),
         };
-        if dups.len() > LIST_LIMIT {
-            notes.push(Finding::new(
-                FindingKind::DuplicateRank,
-                Some(&name),
-                format!(
-                    "{} more streams claim a rank of {name} already held; they are left out",
-                    dups.len() - LIST_LIMIT
-                ),
-            ));
+        if let Some(f) = nranks_note(c, &streams, nranks, &name) {
+            notes.push(f);
         }
-        for &(i, kept) in dups.iter().take(LIST_LIMIT) {
+        let mut repeated = Vec::new();
+        let mut listed = 0usize;
+        for &(i, why) in &left_out {
             let s = &c.streams[i];
-            if let Some(j) = kept {
+            if let LeftOut::RankHeldBy(j) = why {
                 let k = &c.streams[j];
                 if (k.host, k.pid, k.comm) == (s.host, s.pid, s.comm) {
                     // The same process and pointer twice: one run logged in two files.
+                    for &(file, _) in &s.file_runs {
+                        repeated.push((file, s.host, s.pid));
+                    }
                     let file = |x: &Stream| {
                         c.files
                             .get(x.first.file as usize)
@@ -537,7 +723,7 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                         FindingKind::RepeatedLog,
                         Some(&name),
                         format!(
-                            "{} repeats the {} calls of {}:{} comm {} already read from {}; skipped",
+                            "{} repeats the {} calls of {}:{} comm {} already read from {}; skipped, with that process's WARN lines there",
                             file(s),
                             s.calls.len(),
                             c.hosts[s.host as usize],
@@ -549,31 +735,54 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                     continue;
                 }
             }
-            let mut f = Finding::new(
+            listed += 1;
+            if listed > LIST_LIMIT {
+                continue;
+            }
+            let this = stream_name(c, s);
+            let (kind, message) = match why {
+                LeftOut::RankHeldBy(j) => {
+                    let k = &c.streams[j];
+                    (
+                        FindingKind::DuplicateRank,
+                        format!(
+                            "{this} states rank {} of {name} ({}), and so does {} ({}); {this} has {} and is left out",
+                            s.rank.unwrap_or_default(),
+                            loc_str(c, s.rank_at),
+                            stream_name(c, k),
+                            loc_str(c, k.rank_at),
+                            plural_calls(s.calls.len()),
+                        ),
+                    )
+                }
+                LeftOut::OutOfRange => (
+                    FindingKind::RankOutOfRange,
+                    format!(
+                        "{this} states rank {} ({}), outside 0..={} of {name} (nranks {nranks}); it is left out",
+                        s.rank.unwrap_or_default(),
+                        loc_str(c, s.rank_at),
+                        nranks.saturating_sub(1),
+                    ),
+                ),
+                LeftOut::NoRankFree => (
+                    FindingKind::DuplicateRank,
+                    format!(
+                        "{this} states no rank, and all {nranks} ranks of {name} are already held; it is left out"
+                    ),
+                ),
+            };
+            let mut f = Finding::new(kind, Some(&name), message);
+            f.ranks = s.rank.into_iter().collect();
+            f.location = Some(loc_str(c, s.first));
+            notes.push(f);
+        }
+        if listed > LIST_LIMIT {
+            notes.push(Finding::new(
                 FindingKind::DuplicateRank,
                 Some(&name),
                 format!(
-                    "comm {} on {}:{} claims rank {} of {name}, already held by another process; it is left out",
-                    hex(s.comm),
-                    c.hosts[s.host as usize],
-                    s.pid,
-                    s.rank.map_or("?".to_string(), |r| r.to_string())
-                ),
-            );
-            f.ranks = s.rank.into_iter().collect();
-            notes.push(f);
-        }
-        if votes.len() > 1 {
-            notes.push(Finding::new(
-                FindingKind::NranksConflict,
-                Some(&name),
-                format!(
-                    "members of {name} disagree on nranks ({}); using {nranks}",
-                    votes
-                        .keys()
-                        .map(|n| n.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "{} more streams of {name} have no rank of their own there; they are left out",
+                    listed - LIST_LIMIT
                 ),
             ));
         }
@@ -590,6 +799,7 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
                 nranks,
                 members,
                 notes,
+                repeated,
             },
         ));
     }
@@ -688,18 +898,27 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
     let mut omitted = 0u64;
     let streams: Vec<&Stream> = g.members.iter().map(|m| &c.streams[m.1]).collect();
     let ranks: Vec<u32> = g.members.iter().map(|m| m.0).collect();
-    let missing: Vec<u32> = (0..g.nranks).filter(|r| !ranks.contains(r)).collect();
+    let missing = gaps(&ranks, g.nranks);
     if !missing.is_empty() {
+        let count: u64 = missing
+            .iter()
+            .map(|[a, b]| u64::from(*b) - u64::from(*a) + 1)
+            .sum();
         let mut f = Finding::new(
             FindingKind::MissingRanks,
             Some(name),
             format!(
-                "{} of {name} (nranks {}) not in the logs",
-                ranks_word(&missing),
+                "{} {} of {name} (nranks {}) not in the logs",
+                if count == 1 { "rank" } else { "ranks" },
+                fmt_ranges(&missing),
                 g.nranks
             ),
         );
-        f.ranks = missing.clone();
+        f.ranks = missing
+            .iter()
+            .flat_map(|&[a, b]| a..=b)
+            .take(MISSING_LISTED)
+            .collect();
         f.other_ranks = ranks.clone();
         findings.push(f);
     }
@@ -1252,7 +1471,17 @@ pub fn analyze(c: &Collected) -> Analysis {
     let mut omitted_warn = 0u64;
     let procs = by_process(c, &groups);
     let mut listed: HashMap<FindingKind, usize> = HashMap::new();
+    // A file that repeats a process's calls repeats its WARN lines too.
+    let repeated: std::collections::HashSet<(u32, u32, u32)> = c
+        .repeated_procs
+        .iter()
+        .chain(groups.iter().flat_map(|g| &g.repeated))
+        .copied()
+        .collect();
     for w in &c.warnings {
+        if repeated.contains(&(w.loc.file, w.host, w.pid)) {
+            continue;
+        }
         let (kind, what) = match w.kind {
             WarnKind::InvalidRoot(_) => (FindingKind::InvalidRoot, "invalid root"),
             WarnKind::InvalidType(_) => (FindingKind::InvalidType, "invalid datatype"),
@@ -1328,6 +1557,12 @@ pub fn analyze(c: &Collected) -> Analysis {
     for r in &c.repeats {
         findings.push(Finding::new(FindingKind::RepeatedLog, None, r.clone()));
     }
+    if let Some(f) = malformed_calls_note(
+        c,
+        "such a call is not checked, and the rank that logged it may look as if it skipped a call",
+    ) {
+        findings.push(f);
+    }
     // errors first, then warnings, then info; stable within a severity
     findings.sort_by_key(|f| f.severity);
     let problems = findings
@@ -1344,6 +1579,30 @@ pub fn analyze(c: &Collected) -> Analysis {
         findings,
         findings_omitted: omitted,
     }
+}
+
+/// COLL lines that could not be read: how many, what that means
+/// (`consequence`, said of one call), and the first one.
+fn malformed_calls_note(c: &Collected, consequence: &str) -> Option<Finding> {
+    let bad = c.first_malformed_call.as_ref()?;
+    let n = c.counts.malformed_calls;
+    let mut f = Finding::new(
+        FindingKind::MalformedCalls,
+        None,
+        format!(
+            "{} could not be read: {consequence}; the first is {}, where {}: {}",
+            if n == 1 {
+                "1 COLL line".to_string()
+            } else {
+                format!("{n} COLL lines")
+            },
+            loc_str(c, bad.loc),
+            bad.why,
+            bad.text,
+        ),
+    );
+    f.location = Some(loc_str(c, bad.loc));
+    Some(f)
 }
 
 fn verdict(c: &Collected, comms: &[CommReport], findings: &[Finding]) -> String {
@@ -1468,7 +1727,11 @@ fn pick_headline<'a>(errors: &[&'a Finding]) -> Option<&'a Finding> {
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub counts: super::ingest::Counts,
+    pub files: Vec<super::ingest::FileInfo>,
     pub communicators: Vec<CommSummary>,
+    /// COLL lines that could not be read (and so are not counted): how
+    /// many, and the first one.
+    pub malformed_calls: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1485,10 +1748,28 @@ pub struct RankSummary {
     pub host: String,
     pub pid: u32,
     pub calls: u64,
-    pub bytes: u64,
+    /// The sum over `ops`: exact (each call counted is under
+    /// [`MAX_CALL_BYTES`], so no sum of them overflows 128 bits).
+    pub bytes: u128,
     pub ops: Vec<OpSummary>,
     /// Calls whose datatype code has no known size (their bytes are not counted).
     pub unknown_datatype_calls: u64,
+    /// Calls whose count makes them move more than [`MAX_CALL_BYTES`] (or
+    /// more than 64 bits count): not real calls, and not in the bytes.
+    pub implausible_count_calls: u64,
+    /// The first of them.
+    pub first_implausible: Option<ImplausibleCall>,
+}
+
+/// A call whose count is implausible, as the summary names it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ImplausibleCall {
+    pub op: OpKind,
+    pub count: u64,
+    pub datatype: String,
+    pub location: String,
+    /// Its bytes by the convention; `None` past 64 bits.
+    pub bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1496,7 +1777,30 @@ pub struct OpSummary {
     pub op: OpKind,
     pub calls: u64,
     /// Bytes by the nccl-tests convention (CONTRACTS.md §6).
-    pub bytes: u64,
+    pub bytes: u128,
+}
+
+/// The most bytes one call can move by the nccl-tests convention, which is
+/// also the size of its largest buffer on one rank: 256 TiB, more memory
+/// than any one machine holds. A larger count is a corrupted line.
+pub const MAX_CALL_BYTES: u64 = 1 << 48;
+
+/// What one call counts for in the summary.
+enum CallBytes {
+    Known(u64),
+    UnknownDatatype,
+    /// Over [`MAX_CALL_BYTES`]: the size, or `None` beyond 64 bits.
+    Implausible(Option<u64>),
+}
+
+fn call_bytes(sig: &Sig, nranks: u32) -> CallBytes {
+    let Some(size) = datatype_size(sig.datatype) else {
+        return CallBytes::UnknownDatatype;
+    };
+    match sig.op.bytes(sig.count, size, u64::from(nranks)) {
+        Some(b) if b <= MAX_CALL_BYTES => CallBytes::Known(b),
+        b => CallBytes::Implausible(b),
+    }
 }
 
 pub fn summarize(c: &Collected) -> Summary {
@@ -1516,23 +1820,37 @@ pub fn summarize(c: &Collected) -> Summary {
                     for rec in &s.calls {
                         *per_sig.entry(rec.sig).or_default() += 1;
                     }
-                    let mut ops: BTreeMap<OpKind, (u64, u64)> = BTreeMap::new();
-                    let mut unknown = 0;
+                    let mut ops: BTreeMap<OpKind, (u64, u128)> = BTreeMap::new();
+                    let (mut unknown, mut implausible) = (0, 0);
                     for (sig, n) in per_sig {
                         let sig = c.sigs[sig as usize];
                         let e = ops.entry(sig.op).or_default();
                         e.0 += n;
-                        match datatype_size(sig.datatype) {
-                            Some(sz) => {
-                                e.1 = e.1.saturating_add(
-                                    sig.op
-                                        .bytes(sig.count, sz, u64::from(g.nranks))
-                                        .saturating_mul(n),
-                                )
-                            }
-                            None => unknown += n,
+                        match call_bytes(&sig, g.nranks) {
+                            // ≤ 2^48 · 2^64: exact in 128 bits
+                            CallBytes::Known(b) => e.1 += u128::from(b) * u128::from(n),
+                            CallBytes::UnknownDatatype => unknown += n,
+                            CallBytes::Implausible(_) => implausible += n,
                         }
                     }
+                    // The first implausible call, looked for only when there is one.
+                    let first_implausible = (implausible > 0)
+                        .then(|| {
+                            s.calls.iter().enumerate().find_map(|(i, rec)| {
+                                let sig = c.sigs[rec.sig as usize];
+                                match call_bytes(&sig, g.nranks) {
+                                    CallBytes::Implausible(bytes) => Some(ImplausibleCall {
+                                        op: sig.op,
+                                        count: sig.count,
+                                        datatype: datatype_name(sig.datatype),
+                                        location: loc_str(c, s.loc(i)),
+                                        bytes,
+                                    }),
+                                    _ => None,
+                                }
+                            })
+                        })
+                        .flatten();
                     let ops: Vec<OpSummary> = ops
                         .into_iter()
                         .map(|(op, (calls, bytes))| OpSummary { op, calls, bytes })
@@ -1543,9 +1861,11 @@ pub fn summarize(c: &Collected) -> Summary {
                         host: c.hosts[s.host as usize].clone(),
                         pid: s.pid,
                         calls: s.calls.len() as u64,
-                        bytes: ops.iter().fold(0u64, |a, o| a.saturating_add(o.bytes)),
+                        bytes: ops.iter().map(|o| o.bytes).sum(),
                         ops,
                         unknown_datatype_calls: unknown,
+                        implausible_count_calls: implausible,
+                        first_implausible,
                     }
                 })
                 .collect(),
@@ -1553,7 +1873,9 @@ pub fn summarize(c: &Collected) -> Summary {
         .collect();
     Summary {
         counts: c.counts,
+        files: c.files.clone(),
         communicators,
+        malformed_calls: malformed_calls_note(c, "such a call is not counted").map(|f| f.message),
     }
 }
 
@@ -1770,5 +2092,313 @@ mod tests {
         assert_eq!(r0.unknown_datatype_calls, 1);
         let ag = r0.ops.iter().find(|o| o.op == OpKind::AllGather).unwrap();
         assert_eq!((ag.calls, ag.bytes), (2, 40));
+    }
+
+    /// An init line of rank `r` (process 10 + r, comm 0x100 + r) stating `rank` and `nranks`.
+    fn init_stating(t: &mut String, r: u32, rank: u64, nranks: u64, id: u64) {
+        writeln!(t, "h:{}:{} [{r}] NCCL INFO ncclCommInitRank comm 0x{:x} rank {rank} nranks {nranks} cudaDev {r} nvmlDev {r} busId 0 commId 0x{id:x} - Init COMPLETE", 10 + r, 10 + r, 0x100 + r).unwrap();
+    }
+
+    /// One AllReduce of rank `r` whose COLL line states `[nranks=n]`.
+    fn call_stating(t: &mut String, r: u32, n: u64, k: u64) {
+        writeln!(t, "h:{}:{} [{r}] NCCL INFO AllReduce: opCount {k:x} sendbuff 0x1 recvbuff 0x1 count 8 datatype 7 op 0 root 0 comm 0x{:x} [nranks={n}] stream (nil)", 10 + r, 10 + r, 0x100 + r).unwrap();
+    }
+
+    fn findings_of(a: &Analysis, kind: FindingKind) -> Vec<&Finding> {
+        a.findings.iter().filter(|f| f.kind == kind).collect()
+    }
+
+    #[test]
+    fn gaps_are_the_unseen_ranks_as_ranges() {
+        // every subset of 0..7 as `seen`, against 0..9 ranks
+        for mask in 0u32..128 {
+            let seen: Vec<u32> = (0..7).filter(|r| mask & (1 << r) != 0).collect();
+            for nranks in 0..9u32 {
+                let expected: Vec<u32> = (0..nranks).filter(|r| !seen.contains(r)).collect();
+                let got: Vec<u32> = gaps(&seen, nranks)
+                    .iter()
+                    .flat_map(|&[a, b]| a..=b)
+                    .collect();
+                assert_eq!(got, expected, "seen {seen:?} nranks {nranks}");
+                // ranges are maximal: no two touch
+                for w in gaps(&seen, nranks).windows(2) {
+                    assert!(w[0][1] + 1 < w[1][0], "{w:?}");
+                }
+            }
+        }
+        assert_eq!(gaps(&[0, 1], u32::MAX), [[2, u32::MAX - 1]]);
+        assert_eq!(fmt_ranges(&[[0, 2], [5, 5], [7, 8]]), "0-2,5,7-8");
+    }
+
+    #[test]
+    fn a_huge_nranks_claim_is_named_and_sizes_nothing() {
+        // Both ranks' init lines and rank 0's COLL lines say 4294967295,
+        // only rank 1's COLL lines say 2: the one plausible value wins.
+        let mut t = String::new();
+        init_stating(&mut t, 0, 0, u64::from(u32::MAX), 0xabc);
+        init_stating(&mut t, 1, 1, u64::from(u32::MAX), 0xabc);
+        for k in 0..3 {
+            call_stating(&mut t, 0, u64::from(u32::MAX), k);
+            call_stating(&mut t, 1, 2, k);
+        }
+        let a = analyze(&collect_bytes("x", t.as_bytes()));
+        let cm = &a.communicators[0];
+        assert_eq!((cm.nranks, cm.ranks_seen.clone()), (2, vec![0, 1]));
+        assert!(cm.ranks_missing.is_empty());
+        let notes = findings_of(&a, FindingKind::NranksConflict);
+        assert_eq!(notes.len(), 1, "{:#?}", a.findings);
+        for part in [
+            "nranks 2 in rank 1's COLL lines (x:4); ",
+            "nranks 4294967295 (more than the 16777216 accepted) in rank 0's init line (x:1), rank 0's COLL lines (x:3), rank 1's init line (x:2); ",
+            "using 2",
+        ] {
+            assert!(notes[0].message.contains(part), "{}", notes[0].message);
+        }
+        assert_eq!(a.problems, 0);
+    }
+
+    #[test]
+    fn missing_ranks_of_a_large_communicator_are_one_range() {
+        let n = 16_000_000u64;
+        let mut t = String::new();
+        for r in 0..2 {
+            init_stating(&mut t, r, u64::from(r), n, 0xabc);
+            call_stating(&mut t, r, n, 0);
+        }
+        let a = analyze(&collect_bytes("x", t.as_bytes()));
+        let cm = &a.communicators[0];
+        assert_eq!(cm.nranks, 16_000_000);
+        assert_eq!(cm.ranks_missing, [[2, 15_999_999]]);
+        let f = findings_of(&a, FindingKind::MissingRanks);
+        assert!(
+            f[0].message
+                .starts_with("ranks 2-15999999 of commId 0xabc (nranks 16000000) not in the logs"),
+            "{}",
+            f[0].message
+        );
+        let listed: Vec<u32> = (2..2 + MISSING_LISTED as u32).collect();
+        assert_eq!(f[0].ranks, listed);
+        // what is reported stays the size of what was read
+        assert!(serde_json::to_string(&a).unwrap().len() < 64 << 10);
+    }
+
+    #[test]
+    fn init_lines_stating_nranks_0_and_1_for_4_ranks_are_named() {
+        let mut t = String::new();
+        for (r, n) in [(0u32, 4u64), (1, 0), (2, 1), (3, 4)] {
+            init_stating(&mut t, r, u64::from(r), n, 0xabc);
+        }
+        for k in 0..3 {
+            for r in 0..4 {
+                call_stating(&mut t, r, 4, k);
+            }
+        }
+        let a = analyze(&collect_bytes("x", t.as_bytes()));
+        let cm = &a.communicators[0];
+        assert_eq!((cm.nranks, cm.ranks_seen.clone()), (4, vec![0, 1, 2, 3]));
+        assert!(
+            findings_of(&a, FindingKind::DuplicateRank).is_empty(),
+            "{:#?}",
+            a.findings
+        );
+        let notes = findings_of(&a, FindingKind::NranksConflict);
+        assert_eq!(notes.len(), 1, "{:#?}", a.findings);
+        let m = &notes[0].message;
+        for part in [
+            "the lines of commId 0xabc disagree on nranks: ",
+            "nranks 0 (no communicator has 0 ranks) in rank 1's init line (x:2); ",
+            "nranks 1 in rank 2's init line (x:3); ",
+            "nranks 4 in rank 0's init line (x:1), rank 0's COLL lines (x:5), rank 1's COLL lines (x:6), 3 more; ",
+            "using 4",
+        ] {
+            assert!(m.contains(part), "{part:?} not in {m}");
+        }
+
+        // every init line says 1, every COLL line says 4: 4 holds ranks 0-3
+        let mut t = String::new();
+        for r in 0..4 {
+            init_stating(&mut t, r, u64::from(r), 1, 0xabc);
+        }
+        for r in 0..4 {
+            call_stating(&mut t, r, 4, 0);
+        }
+        let a = analyze(&collect_bytes("x", t.as_bytes()));
+        assert_eq!(a.communicators[0].ranks_seen, [0, 1, 2, 3]);
+        let m = &findings_of(&a, FindingKind::NranksConflict)[0].message;
+        assert!(
+            m.contains("nranks 1 in rank 0's init line (x:1), rank 1's init line (x:2), rank 2's init line (x:3), 1 more; nranks 4 in "),
+            "{m}"
+        );
+        assert!(
+            m.ends_with("using 4, stated most often among the values that hold ranks 0..=3"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_rank_outside_nranks_and_a_rank_stated_twice_are_named() {
+        let mut t = String::new();
+        // ranks 0, 1, 7 of 4, and 1 again (with fewer calls)
+        for (r, rank) in [(0u32, 0u64), (1, 1), (2, 7), (3, 1)] {
+            init_stating(&mut t, r, rank, 4, 0xabc);
+        }
+        for k in 0..2 {
+            for r in 0..4 {
+                if r == 3 && k == 1 {
+                    continue;
+                }
+                call_stating(&mut t, r, 4, k);
+            }
+        }
+        let a = analyze(&collect_bytes("x", t.as_bytes()));
+        let cm = &a.communicators[0];
+        assert_eq!(cm.ranks_seen, [0, 1]);
+        assert_eq!(cm.ranks_missing, [[2, 3]]);
+        let out = findings_of(&a, FindingKind::RankOutOfRange);
+        assert_eq!(out.len(), 1, "{:#?}", a.findings);
+        assert_eq!(
+            out[0].message,
+            "comm 0x102 on h:12 states rank 7 (x:3), outside 0..=3 of commId 0xabc (nranks 4); it is left out"
+        );
+        let dup = findings_of(&a, FindingKind::DuplicateRank);
+        assert_eq!(dup.len(), 1, "{:#?}", a.findings);
+        assert_eq!(
+            dup[0].message,
+            "comm 0x103 on h:13 states rank 1 of commId 0xabc (x:4), and so does comm 0x101 on h:11 (x:2); comm 0x103 on h:13 has 1 call and is left out"
+        );
+    }
+
+    #[test]
+    fn malformed_coll_lines_are_a_warning_with_the_first_line() {
+        let mut t = String::new();
+        for r in 0..2 {
+            init(&mut t, r, 2, 0x5);
+        }
+        for k in 0..3 {
+            for r in 0..2 {
+                call(&mut t, r, 2, "AllReduce", k, 8, 7, 0, 0);
+            }
+        }
+        // rank 1's call #1 (line 6) loses its datatype
+        let t: String = t
+            .lines()
+            .enumerate()
+            .map(|(i, l)| {
+                if i == 5 {
+                    l.replace("datatype 7", "datatype")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let a = analyze(&collect_bytes("x", t.as_bytes()));
+        let f = findings_of(&a, FindingKind::MalformedCalls);
+        assert_eq!(f.len(), 1, "{:#?}", a.findings);
+        assert_eq!(f[0].location.as_deref(), Some("x:6"));
+        let line6 = t.lines().nth(5).unwrap();
+        assert!(
+            f[0].message
+                .starts_with("1 COLL line could not be read: such a call is not checked")
+                && f[0].message.ends_with(&format!(
+                    "; the first is x:6, where datatype is 'op', expected a 32-bit integer: {line6}"
+                )),
+            "{}",
+            f[0].message
+        );
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        assert!(
+            s.malformed_calls.as_deref().is_some_and(|m| m.contains(
+                "such a call is not counted; the first is x:6, where datatype is 'op', "
+            )),
+            "{:?}",
+            s.malformed_calls
+        );
+    }
+
+    #[test]
+    fn summary_leaves_implausible_counts_out_of_the_bytes_and_names_them() {
+        let mut t = String::new();
+        for r in 0..2 {
+            init(&mut t, r, 2, 0x11); // lines 1, 2
+        }
+        for r in 0..2 {
+            call(&mut t, r, 2, "AllReduce", 0, 10, 7, 0, 0); // 40 B
+            call(&mut t, r, 2, "AllReduce", 1, u64::MAX, 7, 0, 0); // over 2^64 B
+            call(&mut t, r, 2, "AllGather", 2, 1 << 46, 0, 0, 0); // 2·2^46 B = 2^47 B
+            call(&mut t, r, 2, "AllGather", 3, 1 << 48, 0, 0, 0); // 2^49 B
+        }
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        let r0 = &s.communicators[0].ranks[0];
+        assert_eq!(r0.calls, 4);
+        assert_eq!(r0.implausible_count_calls, 2);
+        assert_eq!(r0.bytes, 40 + (1u128 << 47));
+        let per_op: Vec<(OpKind, u64, u128)> =
+            r0.ops.iter().map(|o| (o.op, o.calls, o.bytes)).collect();
+        assert_eq!(
+            per_op,
+            [(OpKind::AllReduce, 2, 40), (OpKind::AllGather, 2, 1 << 47)]
+        );
+        assert_eq!(
+            r0.first_implausible,
+            Some(ImplausibleCall {
+                op: OpKind::AllReduce,
+                count: u64::MAX,
+                datatype: "float32".into(),
+                location: "x:4".into(),
+                bytes: None
+            })
+        );
+        let r1 = &s.communicators[0].ranks[1];
+        assert_eq!(r1.implausible_count_calls, 2);
+        let text = crate::logs::report::summary_text(&s);
+        assert!(
+            text.contains("         (2 calls with an implausible count not in the bytes: no machine holds a buffer over 256.0 TiB; the first: AllReduce count 18446744073709551615 float32 at x:4 (over 2^64 bytes))"),
+            "{text}"
+        );
+        assert!(!text.contains("PiB") && !text.contains("EiB"), "{text}");
+
+        // count 2^48 int8 on an AllReduce is 256 TiB: still counted
+        let mut t = String::new();
+        init(&mut t, 0, 1, 0x12);
+        call(&mut t, 0, 1, "AllReduce", 0, 1 << 48, 0, 0, 0);
+        call(&mut t, 0, 1, "AllReduce", 1, (1 << 48) + 1, 0, 0, 0);
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        let r0 = &s.communicators[0].ranks[0];
+        assert_eq!((r0.bytes, r0.implausible_count_calls), (1 << 48, 1));
+        assert_eq!(
+            r0.first_implausible
+                .as_ref()
+                .map(|f| (&*f.location, f.bytes)),
+            Some(("x:3", Some((1 << 48) + 1)))
+        );
+        let text = crate::logs::report::summary_text(&s);
+        assert!(
+            text.contains("the first: AllReduce count 281474976710657 int8 at x:3 (256.0 TiB))"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn summary_bytes_past_64_bits_are_exact() {
+        // 70000 AllReduce calls of 2^46 float32 (2^48 B each): 70000·2^48 B > 2^64
+        let mut t = String::new();
+        init(&mut t, 0, 1, 0x13);
+        for k in 0..70_000 {
+            call(&mut t, 0, 1, "AllReduce", k, 1 << 46, 7, 0, 0);
+        }
+        let s = summarize(&collect_bytes("x", t.as_bytes()));
+        let r0 = &s.communicators[0].ranks[0];
+        assert_eq!(r0.ops[0].bytes, 70_000u128 << 48);
+        assert_eq!(r0.bytes, 70_000u128 << 48);
+        assert_eq!(r0.implausible_count_calls, 0);
+        // JSON carries the exact integer (`logs summary --json` writes text)
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(
+            j.contains(&format!("\"bytes\":{}", 70_000u128 << 48)),
+            "{j}"
+        );
+        let text = crate::logs::report::summary_text(&s);
+        assert!(text.contains("17.1 EiB (19703248369745920000)"), "{text}"); // 70000/4 PiB
     }
 }

@@ -1,11 +1,13 @@
 //! `rankwise logs analyze|summary FILE|DIR...`
 //!
-//! Exit codes: 0 when no problem was found, 1 when a divergence, hang or
-//! mismatch was diagnosed, 2 for bad input (a missing file, no NCCL lines).
+//! Exit codes, as for every rankwise command: 0 when no problem was found;
+//! 1 when a divergence, hang or mismatch was diagnosed, or for bad input (a
+//! missing file, no NCCL lines, no call that could be read); 2 for clap's
+//! usage errors.
 
 use super::analyze::{analyze, summarize};
 use super::ingest::{Options, collect, expand_paths};
-use super::report::{analysis_text, summary_text};
+use super::report::{analysis_text, file_notes, summary_text};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,9 +47,12 @@ pub struct SummaryArgs {
     pub input: InputArgs,
 }
 
+/// Exit code of bad input (and of a diagnosed problem).
+const FAILED: u8 = 1;
+
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("rankwise logs: {msg}");
-    ExitCode::from(2)
+    ExitCode::from(FAILED)
 }
 
 fn emit(text: &str) {
@@ -67,13 +72,42 @@ fn read(input: &InputArgs) -> Result<super::ingest::Collected, ExitCode> {
         },
     )
     .map_err(fail)?;
-    if collected.counts.nccl_lines == 0 {
+    let c = &collected.counts;
+    // An input error still says what happened to the files (a line too long, say).
+    let mut notes = String::new();
+    file_notes(&mut notes, &collected.files);
+    let fail = |msg: String| fail(format!("{msg}\n{notes}").trim_end());
+    let files_word = format!(
+        "{} file{}",
+        collected.files.len(),
+        if collected.files.len() == 1 { "" } else { "s" }
+    );
+    if c.nccl_lines == 0 {
         return Err(fail(format!(
-            "no NCCL lines in the {} lines read from {} file{} (were the logs written with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?)",
-            collected.counts.lines,
-            files.len(),
-            if files.len() == 1 { "" } else { "s" }
+            "no NCCL lines in the {} lines read from {files_word} (were the logs written with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?)",
+            c.lines,
         )));
+    }
+    if c.calls == 0 {
+        if let Some(bad) = &collected.first_malformed_call {
+            return Err(fail(format!(
+                "no call could be read: all {} COLL lines in {files_word} are malformed ({} malformed NCCL lines in all); the first is {}:{}, where {}: {}",
+                c.malformed_calls,
+                c.malformed_lines,
+                collected.files[bad.loc.file as usize].path,
+                bad.loc.line,
+                bad.why,
+                bad.text,
+            )));
+        }
+        // A rank whose only call NCCL rejected logs a WARN and no COLL
+        // line: that is still worth analysing.
+        if c.warn_lines == 0 {
+            return Err(fail(format!(
+                "no call in the {} NCCL lines of {files_word}: no COLL line (were the logs written with NCCL_DEBUG_SUBSYS including COLL?)",
+                c.nccl_lines,
+            )));
+        }
     }
     Ok(collected)
 }
@@ -95,7 +129,7 @@ pub fn run(cmd: LogsCommand) -> ExitCode {
                 emit(&analysis_text(&a));
             }
             if a.problems > 0 {
-                ExitCode::from(1)
+                ExitCode::from(FAILED)
             } else {
                 ExitCode::SUCCESS
             }

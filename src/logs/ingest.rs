@@ -12,9 +12,10 @@
 //! compactly (an interned call signature, the opCount, the line), plus what
 //! its init lines said. Memory grows with the number of calls kept (16 bytes
 //! each), never with the size of the text: lines are read into one reused
-//! buffer and parsed in place; a line longer than the buffer is cut.
+//! buffer and parsed in place; a line over [`LineSplitter::MAX_LINE`] bytes
+//! is skipped, and its length and place reported.
 
-use super::parse::{Body, Head, InitPhase, Line, OpKind, Parser, WarnKind};
+use super::parse::{Body, Broken, Head, InitPhase, Line, OpKind, Parser, WarnKind};
 use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -93,6 +94,16 @@ pub struct Loc {
     pub line: u64,
 }
 
+impl Loc {
+    /// Line `line` of a segment, before the merge gives it its file and offset.
+    fn at(line: u32) -> Loc {
+        Loc {
+            file: 0,
+            line: u64::from(line),
+        }
+    }
+}
+
 /// What a process said about one comm pointer (one epoch of it: a pointer
 /// reused after `Destroy COMPLETE` starts a new stream).
 #[derive(Clone, Debug, Default)]
@@ -104,9 +115,18 @@ pub struct Stream {
     pub calls: Vec<CallRec>,
     /// `(file, first call index)` runs: which file each call came from.
     pub file_runs: Vec<(u32, u32)>,
+    /// The rank its init lines state (the first one stated), and where.
     pub rank: Option<u32>,
+    pub rank_at: Loc,
+    /// nranks as its init lines state it (the first one stated), and where.
     pub nranks_init: Option<u32>,
+    pub nranks_init_at: Loc,
+    /// nranks as its COLL lines state it (`[nranks=N]`, the first one), and where.
     pub nranks_coll: Option<u32>,
+    pub nranks_coll_at: Loc,
+    /// A later line of the stream that states a different nranks than the
+    /// first line of its kind: (value, where, stated by an init line).
+    pub nranks_other: Option<(u32, Loc, bool)>,
     pub comm_id: Option<u64>,
     pub parent: Option<u64>,
     pub color: Option<i64>,
@@ -165,6 +185,10 @@ pub struct Counts {
     pub not_nccl_lines: u64,
     /// NCCL COLL/init lines with a required field missing or unreadable.
     pub malformed_lines: u64,
+    /// Of those, COLL lines: calls that could not be read.
+    pub malformed_calls: u64,
+    /// Lines over [`LineSplitter::MAX_LINE`] bytes: skipped, not read.
+    pub long_lines: u64,
     /// Calls skipped because another file had already logged them.
     pub repeated_calls: u64,
 }
@@ -179,6 +203,8 @@ impl Counts {
         self.other_nccl_lines += o.other_nccl_lines;
         self.not_nccl_lines += o.not_nccl_lines;
         self.malformed_lines += o.malformed_lines;
+        self.malformed_calls += o.malformed_calls;
+        self.long_lines += o.long_lines;
         self.repeated_calls += o.repeated_calls;
     }
 }
@@ -192,6 +218,26 @@ pub struct FileInfo {
     /// A problem met while reading (a truncated gzip stream, an I/O error);
     /// the lines before it were used.
     pub note: Option<String>,
+    /// Other paths given for this same file (the same path twice, a link
+    /// to it, a directory holding it): the file is read once.
+    pub also_given_as: Vec<String>,
+    /// Lines over [`LineSplitter::MAX_LINE`] bytes, skipped.
+    pub long_lines: u64,
+    /// The first of them: `(line, length in bytes)`.
+    pub first_long_line: Option<(u64, u64)>,
+}
+
+/// What makes two paths one file: its device and inode.
+#[cfg(unix)]
+fn file_id(meta: &std::fs::Metadata, _path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// What makes two paths one file: where it resolves to.
+#[cfg(not(unix))]
+fn file_id(_meta: &std::fs::Metadata, path: &Path) -> io::Result<PathBuf> {
+    path.canonicalize()
 }
 
 /// Everything read from the input.
@@ -206,6 +252,33 @@ pub struct Collected {
     /// Calls of a process that a later file repeats (the same run logged
     /// twice, e.g. a per-rank file and a console copy): the repeat is skipped.
     pub repeats: Vec<String>,
+    /// `(file, host, pid)`: a process whose calls in that file repeat what
+    /// an earlier file holds; its WARN lines there are repeats too.
+    pub repeated_procs: Vec<(u32, u32, u32)>,
+    /// The first COLL line that could not be read.
+    pub first_malformed_call: Option<BadLine>,
+}
+
+/// A line that could not be read, as reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadLine {
+    pub loc: Loc,
+    /// Which field was wrong, with what, and what was expected.
+    pub why: String,
+    /// The line, cut to [`SHOWN_TEXT`] bytes.
+    pub text: String,
+}
+
+/// The most bytes of a line quoted in a report.
+pub const SHOWN_TEXT: usize = 200;
+
+/// A line's text as quoted in a report: lossy UTF-8, cut to [`SHOWN_TEXT`] bytes.
+fn quoted(line: &[u8]) -> String {
+    let line = &line[..line.len().min(SHOWN_TEXT + 1)];
+    match line.len() > SHOWN_TEXT {
+        true => format!("{}…", String::from_utf8_lossy(&line[..SHOWN_TEXT])),
+        false => String::from_utf8_lossy(line).into_owned(),
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -288,15 +361,29 @@ struct Segment {
 
 /// Read and parse all files.
 pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError> {
-    let mut infos = Vec::with_capacity(files.len());
+    let mut infos: Vec<FileInfo> = Vec::with_capacity(files.len());
+    // A file named twice is read once: its lines would otherwise be
+    // reported twice (every WARN line, say).
+    let mut kept: Vec<&PathBuf> = Vec::with_capacity(files.len());
+    let mut ids = HashMap::new();
     let mut segments = Vec::new();
-    for (i, path) in files.iter().enumerate() {
+    for path in files {
         let unreadable = |e| InputError::Unreadable {
             path: path.display().to_string(),
             source: e,
         };
         let mut f = File::open(path).map_err(unreadable)?;
-        let bytes = f.metadata().map_err(unreadable)?.len();
+        let meta = f.metadata().map_err(unreadable)?;
+        let id = file_id(&meta, path).map_err(unreadable)?;
+        if let Some(&k) = ids.get(&id) {
+            let info: &mut FileInfo = &mut infos[k];
+            info.also_given_as.push(path.display().to_string());
+            continue;
+        }
+        let i = kept.len();
+        ids.insert(id, i);
+        kept.push(path);
+        let bytes = meta.len();
         let mut magic = [0u8; 2];
         let gzip = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
         infos.push(FileInfo {
@@ -305,6 +392,9 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
             gzip,
             lines: 0,
             note: None,
+            also_given_as: Vec::new(),
+            long_lines: 0,
+            first_long_line: None,
         });
         let seg = opts.segment_bytes.max(1);
         if gzip || bytes <= seg {
@@ -347,7 +437,7 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(seg) = segments.get(i) else { break };
-            let r = read_segment(&files[seg.file as usize], seg, &mut splitter);
+            let r = read_segment(kept[seg.file as usize], seg, &mut splitter);
             *lock(&results[i]) = Some(r);
             let mut guard = merger.lock().unwrap_or_else(|p| p.into_inner());
             let (m, done) = &mut *guard;
@@ -378,13 +468,16 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
 pub fn collect_bytes(name: &str, text: &[u8]) -> Collected {
     let mut st = SegState::new();
     let mut splitter = LineSplitter::new();
-    let _ = splitter.run(text, false, u64::MAX, |l| st.on_line(l));
+    let _ = splitter.run(text, false, u64::MAX, |p| st.on_piece(p));
     let mut m = Merger::new(vec![FileInfo {
         path: name.to_string(),
         bytes: text.len() as u64,
         gzip: false,
         lines: 0,
         note: None,
+        also_given_as: Vec::new(),
+        long_lines: 0,
+        first_long_line: None,
     }]);
     m.add(0, SegResult { st, note: None });
     m.finish()
@@ -404,10 +497,10 @@ fn read_segment(path: &Path, seg: &Segment, splitter: &mut LineSplitter) -> SegR
         f.seek(SeekFrom::Start(seg.start.saturating_sub(1)))?;
         if gzip {
             let gz = flate2::read::MultiGzDecoder::new(io::BufReader::with_capacity(1 << 16, f));
-            splitter.run(gz, false, u64::MAX, |l| st.on_line(l))
+            splitter.run(gz, false, u64::MAX, |p| st.on_piece(p))
         } else {
             let budget = seg.end.saturating_sub(seg.start.saturating_sub(1));
-            splitter.run(f, seg.start > 0, budget, |l| st.on_line(l))
+            splitter.run(f, seg.start > 0, budget, |p| st.on_piece(p))
         }
     })()
     .err()
@@ -432,78 +525,121 @@ impl Default for LineSplitter {
 }
 
 impl LineSplitter {
-    /// Longest line kept whole; longer lines are cut to this length.
+    /// Longest line read, in bytes (without its `\n`): a longer line is
+    /// reported with its length and skipped, never held whole.
     pub const MAX_LINE: usize = 1 << 20;
 
     pub fn new() -> Self {
         LineSplitter {
-            buf: vec![0; Self::MAX_LINE],
+            // one byte more than a line, so a full buffer without a `\n`
+            // is a line over the bound
+            buf: vec![0; Self::MAX_LINE + 1],
         }
     }
 
-    /// Call `on_line` for every line (without its `\n`) that starts before
-    /// byte `budget` of `r`; with `skip_first`, the text up to and including
-    /// the first `\n` is not a line of this reader.
+    /// Call `on` for every line that starts before byte `budget` of `r`:
+    /// its text without the `\n`, or for a line over [`Self::MAX_LINE`],
+    /// its length (read through to its end, whatever the budget). With
+    /// `skip_first`, the text up to and including the first `\n` is not a
+    /// line of this reader.
     pub fn run<R: Read>(
         &mut self,
         mut r: R,
         skip_first: bool,
         budget: u64,
-        mut on_line: impl FnMut(&[u8]),
+        mut on: impl FnMut(Piece<'_>),
     ) -> io::Result<()> {
         let buf = &mut self.buf;
         let (mut start, mut filled) = (0usize, 0usize);
         let mut consumed: u64 = 0; // stream offset of buf[0]
-        let mut skipping = skip_first; // inside a line that is not delivered
+        let mut skip = if skip_first { Skip::Foreign } else { Skip::No };
         loop {
             while let Some(nl) = memchr::memchr(b'\n', &buf[start..filled]) {
-                if consumed + start as u64 >= budget {
-                    return Ok(());
-                }
-                if skipping {
-                    skipping = false;
-                } else {
-                    on_line(&buf[start..start + nl]);
+                match skip {
+                    Skip::No => {
+                        if consumed + start as u64 >= budget {
+                            return Ok(());
+                        }
+                        on(Piece::Line(&buf[start..start + nl]));
+                    }
+                    Skip::Foreign => skip = Skip::No,
+                    Skip::Long(n) => {
+                        on(Piece::Long(n + nl as u64));
+                        skip = Skip::No;
+                    }
                 }
                 start += nl + 1;
             }
-            if consumed + start as u64 >= budget {
-                return Ok(());
-            }
-            buf.copy_within(start..filled, 0);
-            consumed += start as u64;
-            filled -= start;
-            start = 0;
-            if filled == buf.len() {
-                // A line longer than the buffer: deliver its head, drop the rest.
-                if !skipping {
-                    on_line(&buf[..filled]);
-                    skipping = true;
+            match skip {
+                // The rest starts a line at or past the budget: the next reader's.
+                Skip::No | Skip::Foreign if consumed + start as u64 >= budget => return Ok(()),
+                Skip::No => {
+                    buf.copy_within(start..filled, 0);
+                    consumed += start as u64;
+                    filled -= start;
+                    if filled == buf.len() {
+                        // No `\n` in a full buffer: a line over the bound.
+                        skip = Skip::Long(filled as u64);
+                        consumed += filled as u64;
+                        filled = 0;
+                    }
                 }
-                consumed += filled as u64;
-                filled = 0;
+                // Inside a line not delivered: what is left of the buffer is all of it.
+                Skip::Foreign | Skip::Long(_) => {
+                    let rest = (filled - start) as u64;
+                    if let Skip::Long(n) = &mut skip {
+                        *n += rest;
+                    }
+                    consumed += filled as u64;
+                    filled = 0;
+                }
             }
+            start = 0;
             let n = loop {
                 match r.read(&mut buf[filled..]) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        if filled > 0 && !skipping {
-                            on_line(&buf[..filled]);
-                        }
+                        Self::last(skip, &buf[..filled], &mut on);
                         return Err(e);
                     }
                 }
             };
             if n == 0 {
-                if filled > 0 && !skipping {
-                    on_line(&buf[..filled]);
-                }
+                Self::last(skip, &buf[..filled], &mut on);
                 return Ok(());
             }
             filled += n;
         }
     }
+
+    /// The last line, which has no `\n`.
+    fn last(skip: Skip, rest: &[u8], on: &mut impl FnMut(Piece<'_>)) {
+        match skip {
+            Skip::No if !rest.is_empty() => on(Piece::Line(rest)),
+            Skip::Long(n) => on(Piece::Long(n + rest.len() as u64)),
+            _ => {}
+        }
+    }
+}
+
+/// What [`LineSplitter::run`] delivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// A line, without its `\n`.
+    Line(&'a [u8]),
+    /// A line over [`LineSplitter::MAX_LINE`]: its length in bytes.
+    Long(u64),
+}
+
+/// Whether the splitter is inside a line it does not deliver.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    No,
+    /// The line the previous reader owns.
+    Foreign,
+    /// A line over the bound, and its bytes so far.
+    Long(u64),
 }
 
 type StreamKey = (u32, u32, u64);
@@ -526,6 +662,10 @@ struct SegState {
     bumps: FxMap<StreamKey, u32>,
     warnings: Vec<WarnRec>,
     counts: Counts,
+    /// The segment's first malformed COLL line.
+    first_malformed_call: Option<BadLine>,
+    /// The segment's first line over the bound: (line, length).
+    first_long_line: Option<(u64, u64)>,
 }
 
 impl SegState {
@@ -542,6 +682,8 @@ impl SegState {
             bumps: FxMap::default(),
             warnings: Vec::new(),
             counts: Counts::default(),
+            first_malformed_call: None,
+            first_long_line: None,
         }
     }
 
@@ -609,14 +751,37 @@ impl SegState {
         self.current.remove(&key);
     }
 
+    fn on_piece(&mut self, p: Piece<'_>) {
+        match p {
+            Piece::Line(l) => self.on_line(l),
+            Piece::Long(len) => {
+                self.counts.lines += 1;
+                self.counts.long_lines += 1;
+                if self.first_long_line.is_none() {
+                    self.first_long_line = Some((self.counts.lines, len));
+                }
+            }
+        }
+    }
+
     fn on_line(&mut self, raw: &[u8]) {
         self.counts.lines += 1;
         let line = u32::try_from(self.counts.lines).unwrap_or(u32::MAX);
         match self.parser.parse(raw) {
             Line::NotNccl => self.counts.not_nccl_lines += 1,
-            Line::Malformed => {
+            Line::Malformed(what) => {
                 self.counts.nccl_lines += 1;
                 self.counts.malformed_lines += 1;
+                if let Broken::Call(bad) = what {
+                    self.counts.malformed_calls += 1;
+                    if self.first_malformed_call.is_none() {
+                        self.first_malformed_call = Some(BadLine {
+                            loc: Loc::at(line),
+                            why: bad.describe(),
+                            text: quoted(raw),
+                        });
+                    }
+                }
             }
             Line::Nccl(head, body) => {
                 self.counts.nccl_lines += 1;
@@ -637,8 +802,17 @@ impl SegState {
                         });
                         let idx = self.stream(&head, c.comm, line);
                         let s = &mut self.streams[idx];
-                        if c.nranks.is_some() {
-                            s.nranks_coll = c.nranks;
+                        if let Some(n) = c.nranks {
+                            match s.nranks_coll {
+                                None => {
+                                    s.nranks_coll = Some(n);
+                                    s.nranks_coll_at = Loc::at(line);
+                                }
+                                Some(m) if m != n && s.nranks_other.is_none() => {
+                                    s.nranks_other = Some((n, Loc::at(line), false));
+                                }
+                                Some(_) => {}
+                            }
                         }
                         s.calls.push(CallRec {
                             sig,
@@ -658,8 +832,23 @@ impl SegState {
                             idx = self.stream(&head, i.comm, line);
                         }
                         let s = &mut self.streams[idx];
-                        s.rank = i.rank.or(s.rank);
-                        s.nranks_init = i.nranks.or(s.nranks_init);
+                        let here = Loc::at(line);
+                        if s.rank.is_none() && i.rank.is_some() {
+                            s.rank = i.rank;
+                            s.rank_at = here;
+                        }
+                        if let Some(n) = i.nranks {
+                            match s.nranks_init {
+                                None => {
+                                    s.nranks_init = Some(n);
+                                    s.nranks_init_at = here;
+                                }
+                                Some(m) if m != n && s.nranks_other.is_none() => {
+                                    s.nranks_other = Some((n, here, true));
+                                }
+                                Some(_) => {}
+                            }
+                        }
                         s.comm_id = i.comm_id.or(s.comm_id);
                         s.parent = i.parent.or(s.parent);
                         s.color = i.color.or(s.color);
@@ -747,6 +936,11 @@ impl Merger {
         if note.is_some() && self.out.files[f].note.is_none() {
             self.out.files[f].note = note;
         }
+        let info = &mut self.out.files[f];
+        info.long_lines += st.counts.long_lines;
+        if info.first_long_line.is_none() {
+            info.first_long_line = st.first_long_line.map(|(line, len)| (line + offset, len));
+        }
         self.out.counts.add(&st.counts);
         let loc = |line: u64| Loc {
             file,
@@ -790,6 +984,10 @@ impl Merger {
             let first = loc(s.first.line);
             let last = loc(s.last.line);
             let ended = s.ended.map(|(p, l)| (p, loc(l.line)));
+            s.rank_at = loc(s.rank_at.line);
+            s.nranks_init_at = loc(s.nranks_init_at.line);
+            s.nranks_coll_at = loc(s.nranks_coll_at.line);
+            s.nranks_other = s.nranks_other.map(|(n, l, init)| (n, loc(l.line), init));
             match self.index.get(&(host, s.pid, s.comm, epoch)) {
                 None => {
                     self.index
@@ -818,8 +1016,9 @@ impl Merger {
                     if self.repeated.contains(&(file, g)) || (new_file && restarts) {
                         if self.repeated.insert((file, g)) {
                             let first_file = d.file_runs[0].0 as usize;
+                            self.out.repeated_procs.push((file, host, s.pid));
                             self.out.repeats.push(format!(
-                                "{} repeats the calls of {}:{} comm 0x{:x} already read from {}; skipped",
+                                "{} repeats the calls of {}:{} comm 0x{:x} already read from {}; skipped, with that process's WARN lines there",
                                 self.out.files[f].path,
                                 self.out.hosts[host as usize],
                                 s.pid,
@@ -834,9 +1033,36 @@ impl Merger {
                         d.file_runs.push((file, d.calls.len() as u32));
                     }
                     d.calls.extend_from_slice(&s.calls);
-                    d.rank = d.rank.or(s.rank);
-                    d.nranks_init = d.nranks_init.or(s.nranks_init);
-                    d.nranks_coll = s.nranks_coll.or(d.nranks_coll);
+                    if d.rank.is_none() {
+                        (d.rank, d.rank_at) = (s.rank, s.rank_at);
+                    }
+                    // The first statement of each kind is kept; a different
+                    // later one is remembered for the report.
+                    for (mine, mine_at, theirs, theirs_at, init) in [
+                        (
+                            &mut d.nranks_init,
+                            &mut d.nranks_init_at,
+                            s.nranks_init,
+                            s.nranks_init_at,
+                            true,
+                        ),
+                        (
+                            &mut d.nranks_coll,
+                            &mut d.nranks_coll_at,
+                            s.nranks_coll,
+                            s.nranks_coll_at,
+                            false,
+                        ),
+                    ] {
+                        match (*mine, theirs) {
+                            (None, Some(_)) => (*mine, *mine_at) = (theirs, theirs_at),
+                            (Some(m), Some(n)) if m != n && d.nranks_other.is_none() => {
+                                d.nranks_other = Some((n, theirs_at, init));
+                            }
+                            _ => {}
+                        }
+                    }
+                    d.nranks_other = d.nranks_other.or(s.nranks_other);
                     d.comm_id = d.comm_id.or(s.comm_id);
                     d.parent = d.parent.or(s.parent);
                     d.color = d.color.or(s.color);
@@ -853,6 +1079,12 @@ impl Merger {
         for (key, n) in st.bumps {
             let key = (hosts[key.0 as usize], key.1, key.2);
             *self.base.entry(key).or_insert(0) += n;
+        }
+        if self.out.first_malformed_call.is_none() {
+            self.out.first_malformed_call = st.first_malformed_call.map(|b| BadLine {
+                loc: loc(b.loc.line),
+                ..b
+            });
         }
         for mut w in st.warnings {
             w.host = hosts[w.host as usize];
@@ -877,8 +1109,9 @@ mod tests {
     fn lines_of(text: &[u8], skip_first: bool, budget: u64) -> Vec<String> {
         let mut out = Vec::new();
         LineSplitter::new()
-            .run(text, skip_first, budget, |l| {
-                out.push(String::from_utf8_lossy(l).into_owned())
+            .run(text, skip_first, budget, |p| match p {
+                Piece::Line(l) => out.push(String::from_utf8_lossy(l).into_owned()),
+                Piece::Long(n) => out.push(format!("<{n} bytes>")),
             })
             .unwrap();
         out
@@ -897,14 +1130,44 @@ mod tests {
     }
 
     #[test]
-    fn splitter_cuts_overlong_lines() {
-        let mut text = vec![b'x'; LineSplitter::MAX_LINE * 2 + 10];
-        text.extend_from_slice(b"\nnext\n");
-        let mut lens = Vec::new();
-        LineSplitter::new()
-            .run(&text[..], false, u64::MAX, |l| lens.push(l.len()))
-            .unwrap();
-        assert_eq!(lens, [LineSplitter::MAX_LINE, 4]);
+    fn splitter_skips_overlong_lines_and_gives_their_length() {
+        const M: usize = LineSplitter::MAX_LINE;
+        let x = |n: usize| vec![b'x'; n];
+        let cat = |parts: &[&[u8]]| parts.concat();
+        // (text, lines as delivered)
+        let cases: Vec<(Vec<u8>, Vec<String>)> = vec![
+            (
+                cat(&[&x(M), b"\nnext\n"]),
+                vec![format!("{}", "x".repeat(M)), "next".into()],
+            ),
+            (
+                cat(&[&x(M + 1), b"\nnext\n"]),
+                vec![format!("<{} bytes>", M + 1), "next".into()],
+            ),
+            (
+                cat(&[b"a\n", &x(2 * M + 10), b"\nnext"]),
+                vec!["a".into(), format!("<{} bytes>", 2 * M + 10), "next".into()],
+            ),
+            // the last line, over the bound and without a `\n`
+            (
+                cat(&[b"a\n", &x(3 * M + 7)]),
+                vec!["a".into(), format!("<{} bytes>", 3 * M + 7)],
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(lines_of(&text, false, u64::MAX), expected);
+        }
+        // A long line that starts inside the budget is this reader's to the
+        // end; the next reader skips it as the one before its start.
+        let text = cat(&[b"a\n", &x(3 * M), b"\nb\nc\n"]);
+        assert_eq!(
+            lines_of(&text, false, 10),
+            ["a".to_string(), format!("<{} bytes>", 3 * M)]
+        );
+        let second = &text[9..];
+        assert_eq!(lines_of(second, true, u64::MAX), ["b", "c"]);
+        // and a reader whose whole range lies inside that line delivers nothing
+        assert_eq!(lines_of(&text[M..], true, 10), Vec::<String>::new());
     }
 
     fn synthetic_text() -> Vec<u8> {
@@ -1030,6 +1293,158 @@ h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datat
         );
         assert!(c.streams[0].ended.is_some());
         assert_eq!(c.streams[1].loc(0).line, 5);
+    }
+
+    #[test]
+    fn malformed_coll_lines_are_counted_and_the_first_is_kept() {
+        let good = "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x10 [nranks=1] stream (nil)";
+        let bad_count = good.replace("count 4", "count four");
+        let no_comm = good.replace("comm 0x10 ", "");
+        let bad_init = "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x10 rank r nranks 1 cudaDev 0 nvmlDev 0 busId 0 commId 0xa - Init COMPLETE";
+        let lines = [good, bad_init, good, &bad_count, &no_comm, good];
+        let text = lines.join("\n");
+        let c = collect_bytes("x", text.as_bytes());
+        assert_eq!(
+            (
+                c.counts.calls,
+                c.counts.malformed_lines,
+                c.counts.malformed_calls
+            ),
+            (3, 3, 2)
+        );
+        let bad = c.first_malformed_call.unwrap();
+        assert_eq!(
+            bad,
+            BadLine {
+                loc: Loc { file: 0, line: 4 },
+                why: "count is 'four', expected an unsigned 64-bit integer".into(),
+                text: bad_count.clone()
+            }
+        );
+
+        // split into segments, the first one in file order is kept
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.log");
+        let mut big = String::new();
+        for i in 0..2000 {
+            big += if i == 1500 || i == 1900 {
+                &bad_count
+            } else {
+                good
+            };
+            big.push('\n');
+        }
+        std::fs::write(&path, &big).unwrap();
+        for threads in [1, 2] {
+            let c = collect(
+                std::slice::from_ref(&path),
+                Options {
+                    threads,
+                    segment_bytes: 4096,
+                },
+            )
+            .unwrap();
+            assert_eq!(c.counts.malformed_calls, 2);
+            assert_eq!(c.first_malformed_call.unwrap().loc.line, 1501);
+        }
+
+        // a long line is quoted in part
+        let long = good
+            .replace("stream (nil)", &"x".repeat(1000))
+            .replace("count 4", "count -4");
+        let c = collect_bytes("x", long.as_bytes());
+        let bad = c.first_malformed_call.unwrap();
+        assert_eq!(bad.text, format!("{}…", &long[..SHOWN_TEXT]));
+        assert_eq!(
+            bad.why,
+            "count is '-4', expected an unsigned 64-bit integer"
+        );
+    }
+
+    #[test]
+    fn a_file_given_twice_is_read_once() {
+        let text = synthetic_text();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("all.log");
+        std::fs::write(&path, &text).unwrap();
+        let hard = dir.path().join("hard.log");
+        std::fs::hard_link(&path, &hard).unwrap();
+        let soft = dir.path().join("soft.log");
+        std::os::unix::fs::symlink(&path, &soft).unwrap();
+        let copy = dir.path().join("copy.log");
+        std::fs::write(&copy, &text).unwrap();
+        let given = [
+            path.clone(),
+            hard.clone(),
+            path.clone(),
+            soft.clone(),
+            copy.clone(),
+        ];
+        for segment_bytes in [64 << 20, 4096] {
+            let c = collect(
+                &given,
+                Options {
+                    threads: 2,
+                    segment_bytes,
+                },
+            )
+            .unwrap();
+            let paths: Vec<&str> = c.files.iter().map(|f| f.path.as_str()).collect();
+            assert_eq!(paths, [path.to_str().unwrap(), copy.to_str().unwrap()]);
+            assert_eq!(
+                c.files[0].also_given_as,
+                [
+                    hard.to_str().unwrap(),
+                    path.to_str().unwrap(),
+                    soft.to_str().unwrap()
+                ]
+            );
+            assert!(c.files[1].also_given_as.is_empty());
+            let lines = text
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count() as u64;
+            assert_eq!(c.counts.lines, 2 * lines);
+        }
+    }
+
+    #[test]
+    fn a_long_line_is_reported_with_its_place_whatever_the_segments() {
+        const M: usize = LineSplitter::MAX_LINE;
+        let mut text = synthetic_text();
+        let calls_before = collect_bytes("x", &text).counts.calls;
+        let lines_before = text.iter().filter(|b| **b == b'\n').count() as u64;
+        text.extend(std::iter::repeat_n(b'z', 3 * M + 5));
+        text.push(b'\n');
+        text.extend_from_slice(&synthetic_text());
+        text.extend(std::iter::repeat_n(b'y', M + 1));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.log");
+        std::fs::write(&path, &text).unwrap();
+        let whole = collect_bytes("long.log", &text);
+        for (threads, segment_bytes) in [(1, 1 << 30), (2, 4096), (2, 1 << 20), (3, 997)] {
+            let c = collect(
+                std::slice::from_ref(&path),
+                Options {
+                    threads,
+                    segment_bytes,
+                },
+            )
+            .unwrap();
+            let f = &c.files[0];
+            assert_eq!(
+                (f.long_lines, f.first_long_line),
+                (2, Some((lines_before + 1, 3 * M as u64 + 5))),
+                "threads {threads} seg {segment_bytes}"
+            );
+            assert_eq!(c.counts.long_lines, 2);
+            assert_eq!(c.counts.lines, 2 * lines_before + 2);
+            assert_eq!(c.counts.calls, 2 * calls_before);
+            assert_eq!(c.counts, whole.counts);
+            // the calls after the long line keep their line numbers
+            let last = |c: &Collected| c.streams.iter().map(|s| s.loc(s.calls.len() - 1)).max();
+            assert_eq!(last(&c), last(&whole));
+        }
     }
 
     #[test]

@@ -109,16 +109,17 @@ impl OpKind {
 
     /// Bytes an operation moves, nccl-tests convention (CONTRACTS.md §6):
     /// `N·q·size` for AllGather, ReduceScatter, AlltoAll, Gather, Scatter and
-    /// `q·size` for the others.
-    pub fn bytes(self, count: u64, elem_size: u64, nranks: u64) -> u64 {
-        let per_rank = count.saturating_mul(elem_size);
+    /// `q·size` for the others. It is also the size of the largest buffer
+    /// the call names on one rank. `None` when it does not fit in 64 bits.
+    pub fn bytes(self, count: u64, elem_size: u64, nranks: u64) -> Option<u64> {
+        let per_rank = count.checked_mul(elem_size)?;
         match self {
             OpKind::AllGather
             | OpKind::ReduceScatter
             | OpKind::AlltoAll
             | OpKind::Gather
-            | OpKind::Scatter => per_rank.saturating_mul(nranks.max(1)),
-            _ => per_rank,
+            | OpKind::Scatter => per_rank.checked_mul(nranks.max(1)),
+            _ => Some(per_rank),
         }
     }
 }
@@ -253,7 +254,46 @@ pub enum Line<'a> {
     /// Not an NCCL line (application output, blank line, binary noise).
     NotNccl,
     /// Looks like an NCCL COLL or init line but a required field is missing or unreadable.
-    Malformed,
+    Malformed(Broken<'a>),
+}
+
+/// What a malformed line looked like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broken<'a> {
+    /// A COLL line (`Op: opCount …`), a call that cannot be checked, and
+    /// its first field that could not be read.
+    Call(BadField<'a>),
+    /// An init line.
+    Init,
+}
+
+/// A field of a COLL line that could not be read: its name and what it
+/// held (`None`: no value, or no such field while it is required).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadField<'a> {
+    pub field: &'static str,
+    pub value: Option<&'a [u8]>,
+}
+
+impl BadField<'_> {
+    /// "count is 'x3', expected an unsigned 64-bit integer", "comm is missing".
+    pub fn describe(&self) -> String {
+        let expected = match self.field {
+            "opCount" => "a hex number",
+            "sendbuff" | "recvbuff" | "comm" => "a pointer (0x… or (nil))",
+            "count" => "an unsigned 64-bit integer",
+            "[nranks=]" => "an unsigned 32-bit integer",
+            _ => "a 32-bit integer",
+        };
+        match self.value {
+            Some(v) => format!(
+                "{} is '{}', expected {expected}",
+                self.field,
+                String::from_utf8_lossy(&v[..v.len().min(40)])
+            ),
+            None => format!("{} is missing, expected {expected}", self.field),
+        }
+    }
 }
 
 /// A reusable line parser (holds the marker searcher).
@@ -307,8 +347,8 @@ impl Parser {
         let msg = &line[msg_start..];
         let body = match level {
             Level::Info => match parse_info(msg) {
-                Some(b) => b,
-                None => return Line::Malformed,
+                Ok(b) => b,
+                Err(broken) => return Line::Malformed(broken),
             },
             Level::Warn => Body::Warn(parse_warn(msg)),
             Level::Trace => Body::Other,
@@ -476,20 +516,22 @@ impl<'a> Iterator for Tokens<'a> {
     }
 }
 
-fn parse_info(msg: &[u8]) -> Option<Body<'_>> {
+fn parse_info(msg: &[u8]) -> Result<Body<'_>, Broken<'_>> {
     let mut toks = Tokens::new(msg);
     let Some(t0) = toks.next() else {
-        return Some(Body::Other);
+        return Ok(Body::Other);
     };
     if let [name @ .., b':'] = t0 {
         let rest_start = toks.pos;
         if toks.next() == Some(&b"opCount"[..]) {
             return match OpKind::from_name(name) {
-                Some(op) => parse_coll(op, &msg[rest_start..]).map(Body::Coll),
-                None => Some(Body::Other),
+                Some(op) => parse_coll(op, &msg[rest_start..])
+                    .map(Body::Coll)
+                    .map_err(Broken::Call),
+                None => Ok(Body::Other),
             };
         }
-        return Some(Body::Other);
+        return Ok(Body::Other);
     }
     let is_init = if t0 == b"comm" {
         true
@@ -499,12 +541,23 @@ fn parse_info(msg: &[u8]) -> Option<Body<'_>> {
         false
     };
     if is_init {
-        return parse_init(msg);
+        return parse_init(msg).ok_or(Broken::Init);
     }
-    Some(Body::Other)
+    Ok(Body::Other)
 }
 
-fn parse_coll(op: OpKind, fields: &[u8]) -> Option<Coll> {
+/// The value after a field name, parsed; or the field, as unreadable.
+#[inline]
+fn field<'a, T>(
+    toks: &mut Tokens<'a>,
+    field: &'static str,
+    parse: fn(&[u8]) -> Option<T>,
+) -> Result<T, BadField<'a>> {
+    let value = toks.next();
+    value.and_then(parse).ok_or(BadField { field, value })
+}
+
+fn parse_coll(op: OpKind, fields: &[u8]) -> Result<Coll, BadField<'_>> {
     let mut toks = Tokens::new(fields);
     let (mut count, mut datatype, mut comm) = (None, None, None);
     let mut c = Coll {
@@ -521,28 +574,33 @@ fn parse_coll(op: OpKind, fields: &[u8]) -> Option<Coll> {
     };
     while let Some(k) = toks.next() {
         match k {
-            b"opCount" => c.op_count = Some(parse_hex(toks.next()?)?),
-            b"sendbuff" => c.sendbuff = parse_ptr(toks.next()?)?,
-            b"recvbuff" => c.recvbuff = parse_ptr(toks.next()?)?,
-            b"count" => count = Some(parse_u64(toks.next()?)?),
-            b"datatype" => datatype = Some(parse_i32(toks.next()?)?),
-            b"op" => c.redop = parse_i32(toks.next()?)?,
-            b"root" => c.root = parse_i32(toks.next()?)?,
-            b"comm" => comm = Some(parse_ptr(toks.next()?)?),
+            b"opCount" => c.op_count = Some(field(&mut toks, "opCount", parse_hex)?),
+            b"sendbuff" => c.sendbuff = field(&mut toks, "sendbuff", parse_ptr)?,
+            b"recvbuff" => c.recvbuff = field(&mut toks, "recvbuff", parse_ptr)?,
+            b"count" => count = Some(field(&mut toks, "count", parse_u64)?),
+            b"datatype" => datatype = Some(field(&mut toks, "datatype", parse_i32)?),
+            b"op" => c.redop = field(&mut toks, "op", parse_i32)?,
+            b"root" => c.root = field(&mut toks, "root", parse_i32)?,
+            b"comm" => comm = Some(field(&mut toks, "comm", parse_ptr)?),
             b"stream" => {
                 toks.next();
             }
             _ => {
                 if let Some(v) = k.strip_prefix(b"[nranks=") {
-                    c.nranks = Some(parse_u32(v.strip_suffix(b"]")?)?);
+                    let n = v.strip_suffix(b"]").and_then(parse_u32);
+                    c.nranks = Some(n.ok_or(BadField {
+                        field: "[nranks=]",
+                        value: Some(v.strip_suffix(b"]").unwrap_or(v)),
+                    })?);
                 }
             }
         }
     }
-    c.count = count?;
-    c.datatype = datatype?;
-    c.comm = comm?;
-    Some(c)
+    let missing = |field| BadField { field, value: None };
+    c.count = count.ok_or(missing("count"))?;
+    c.datatype = datatype.ok_or(missing("datatype"))?;
+    c.comm = comm.ok_or(missing("comm"))?;
+    Ok(c)
 }
 
 fn parse_init(msg: &[u8]) -> Option<Body<'_>> {
@@ -957,25 +1015,73 @@ mod tests {
             Line::NotNccl
         );
         assert_eq!(p("NCCL INFO AllReduce: opCount 0"), Line::NotNccl);
-        // required field missing / unreadable
+        // required field missing / unreadable: which one, and what it held
+        let call = |field, value: Option<&'static [u8]>| {
+            Line::Malformed(Broken::Call(BadField { field, value }))
+        };
         assert_eq!(
             p(
                 "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 datatype 7 op 0 root 0 comm 0x5 [nranks=2] stream (nil)"
             ),
-            Line::Malformed
+            call("count", None)
         );
         assert_eq!(
             p(
                 "h:1:1 [0] NCCL INFO AllReduce: opCount zz sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 0 comm 0x5 [nranks=2] stream (nil)"
             ),
-            Line::Malformed
+            call("opCount", Some(b"zz"))
         );
         assert_eq!(
             p(
                 "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 0 comm"
             ),
-            Line::Malformed
+            call("comm", None)
         );
+        assert_eq!(
+            p(
+                "h:1:1 [0] NCCL INFO Send: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 2147483648 comm 0x5 [nranks=4294967296] stream (nil)"
+            ),
+            call("root", Some(b"2147483648"))
+        );
+        assert_eq!(
+            p(
+                "h:1:1 [0] NCCL INFO Send: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 2 comm 0x5 [nranks=4294967296] stream (nil)"
+            ),
+            call("[nranks=]", Some(b"4294967296"))
+        );
+        assert_eq!(
+            BadField {
+                field: "count",
+                value: Some(b"x3")
+            }
+            .describe(),
+            "count is 'x3', expected an unsigned 64-bit integer"
+        );
+        assert_eq!(
+            BadField {
+                field: "comm",
+                value: None
+            }
+            .describe(),
+            "comm is missing, expected a pointer (0x… or (nil))"
+        );
+        // an init line without its rank
+        assert_eq!(
+            p(
+                "vm:473:473 [0] NCCL INFO ncclCommInitRankConfig comm 0x209db0f0 rank x nranks 1 cudaDev 0 nvmlDev 0 busId 60 commId 0x67c0057cd53cedc1 - Init COMPLETE"
+            ),
+            Line::Malformed(Broken::Init)
+        );
+    }
+
+    #[test]
+    fn bytes_by_the_nccl_tests_convention_or_none_past_64_bits() {
+        assert_eq!(OpKind::AllReduce.bytes(10, 4, 8), Some(40));
+        assert_eq!(OpKind::AllGather.bytes(10, 4, 8), Some(320));
+        assert_eq!(OpKind::AllReduce.bytes(u64::MAX, 4, 1), None);
+        assert_eq!(OpKind::AllReduce.bytes(u64::MAX, 1, 1), Some(u64::MAX));
+        assert_eq!(OpKind::AlltoAll.bytes(1 << 62, 1, 4), None);
+        assert_eq!(OpKind::AlltoAll.bytes(1 << 61, 1, 4), Some(1 << 63));
     }
 
     #[test]
@@ -1000,7 +1106,7 @@ mod tests {
         ] {
             for line in text.lines() {
                 let parsed = parser.parse(line.as_bytes());
-                assert_ne!(parsed, Line::Malformed, "{line}");
+                assert!(!matches!(parsed, Line::Malformed(_)), "{line}");
                 if line.contains(" NCCL INFO ") && line.contains(": opCount ") {
                     assert!(matches!(parsed, Line::Nccl(_, Body::Coll(_))), "{line}");
                 }

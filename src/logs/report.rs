@@ -3,7 +3,10 @@
 //! The text report's first line is the verdict, one sentence; the details
 //! follow. The JSON form is the same structures serialized (`--json`).
 
-use super::analyze::{Analysis, CallView, Severity, Summary, fmt_ranks};
+use super::analyze::{
+    Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks,
+};
+use super::ingest::{FileInfo, LineSplitter};
 use std::fmt::Write;
 
 fn plural(n: u64, word: &str) -> String {
@@ -14,8 +17,9 @@ fn plural(n: u64, word: &str) -> String {
     }
 }
 
-fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+/// A byte count in binary units: `1023 B`, `1.5 KiB`, … `16.0 EiB`, and beyond in YiB.
+fn human_bytes(b: u128) -> String {
+    const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"];
     let mut v = b as f64;
     let mut u = 0;
     while v >= 1024.0 && u + 1 < UNITS.len() {
@@ -26,6 +30,41 @@ fn human_bytes(b: u64) -> String {
         format!("{b} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// What happened to each file, beyond its lines being read: one indented
+/// line each.
+pub fn file_notes(t: &mut String, files: &[FileInfo]) {
+    for f in files {
+        if !f.also_given_as.is_empty() {
+            writeln!(
+                t,
+                "  {}: also given as {}, the same file; read once",
+                f.path,
+                f.also_given_as.join(", ")
+            )
+            .unwrap();
+        }
+        if let Some((line, len)) = f.first_long_line {
+            let bound = LineSplitter::MAX_LINE;
+            match f.long_lines {
+                1 => writeln!(
+                    t,
+                    "  {}: line {line} is {len} bytes long, over the {bound}-byte bound on a line; skipped",
+                    f.path
+                ),
+                n => writeln!(
+                    t,
+                    "  {}: {n} lines over the {bound}-byte bound on a line skipped; the first, line {line}, is {len} bytes long",
+                    f.path
+                ),
+            }
+            .unwrap();
+        }
+        if let Some(n) = &f.note {
+            writeln!(t, "  {}: {n}", f.path).unwrap();
+        }
     }
 }
 
@@ -72,15 +111,13 @@ pub fn analysis_text(a: &Analysis) -> String {
         c.malformed_lines
     )
     .unwrap();
-    for f in a.files.iter().filter(|f| f.note.is_some()) {
-        writeln!(t, "  {}: {}", f.path, f.note.as_deref().unwrap_or_default()).unwrap();
-    }
+    file_notes(&mut t, &a.files);
     for cm in &a.communicators {
         writeln!(t).unwrap();
         let missing = if cm.ranks_missing.is_empty() {
             String::new()
         } else {
-            format!(", missing {}", fmt_ranks(&cm.ranks_missing))
+            format!(", missing {}", fmt_ranges(&cm.ranks_missing))
         };
         writeln!(
             t,
@@ -201,6 +238,10 @@ pub fn summary_text(s: &Summary) -> String {
         s.counts.calls, s.counts.lines
     )
     .unwrap();
+    file_notes(&mut t, &s.files);
+    if let Some(m) = &s.malformed_calls {
+        writeln!(t, "{m}").unwrap();
+    }
     for cm in &s.communicators {
         writeln!(t).unwrap();
         writeln!(t, "{} (nranks {})", cm.name, cm.nranks).unwrap();
@@ -243,6 +284,30 @@ pub fn summary_text(s: &Summary) -> String {
                 )
                 .unwrap();
             }
+            if let Some(f) = &r.first_implausible {
+                let size = match f.bytes {
+                    Some(b) => human_bytes(u128::from(b)),
+                    None => "over 2^64 bytes".to_string(),
+                };
+                let first = format!(
+                    "{} count {} {} at {} ({size})",
+                    f.op.name(),
+                    f.count,
+                    f.datatype,
+                    f.location
+                );
+                writeln!(
+                    t,
+                    "         ({} with an implausible count not in the bytes: no machine holds a buffer over {}; the first: {first})",
+                    if r.implausible_count_calls == 1 {
+                        "1 call".to_string()
+                    } else {
+                        format!("{} calls", r.implausible_count_calls)
+                    },
+                    human_bytes(u128::from(MAX_CALL_BYTES)),
+                )
+                .unwrap();
+            }
         }
     }
     t
@@ -253,10 +318,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn file_notes_say_what_happened_to_each_file() {
+        let file = |path: &str| FileInfo {
+            path: path.into(),
+            bytes: 0,
+            gzip: false,
+            lines: 0,
+            note: None,
+            also_given_as: Vec::new(),
+            long_lines: 0,
+            first_long_line: None,
+        };
+        let mut a = file("a.log");
+        a.also_given_as = vec!["./a.log".into(), "d/a.log".into()];
+        a.long_lines = 1;
+        a.first_long_line = Some((7, 5 << 30));
+        let mut b = file("b.log");
+        b.long_lines = 3;
+        b.first_long_line = Some((2, 2 << 20));
+        b.note = Some("truncated gzip stream: lines before the cut were used".into());
+        let mut t = String::new();
+        file_notes(&mut t, &[a, file("quiet.log"), b]);
+        assert_eq!(
+            t,
+            "  a.log: also given as ./a.log, d/a.log, the same file; read once
+  a.log: line 7 is 5368709120 bytes long, over the 1048576-byte bound on a line; skipped
+  b.log: 3 lines over the 1048576-byte bound on a line skipped; the first, line 2, is 2097152 bytes long
+  b.log: truncated gzip stream: lines before the cut were used
+"
+        );
+    }
+
+    #[test]
     fn bytes_are_human() {
         assert_eq!(human_bytes(0), "0 B");
         assert_eq!(human_bytes(1023), "1023 B");
         assert_eq!(human_bytes(1024), "1.0 KiB");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+        assert_eq!(human_bytes(u128::from(u64::MAX)), "16.0 EiB");
+        assert_eq!(human_bytes(1 << 80), "1.0 YiB");
+        assert_eq!(human_bytes(1 << 90), "1024.0 YiB");
     }
 }
