@@ -263,4 +263,35 @@ pub const ROWS: &[Bad] = &[
         code: 1,
         says: &["Is a directory"],
     },
+    // the call's own arguments
+    bad(
+        &["run", "broadcast", "-n", "2", "-c", "1", "--op", "max"],
+        1,
+        &["broadcast takes no reduction op"],
+    ),
+    bad(
+        &["run", "all_reduce", "-n", "2", "-c", "1", "--root", "1"],
+        1,
+        &["all_reduce takes no root"],
+    ),
+    bad(
+        &["run", "all_reduce", "-n", "0", "-c", "1"],
+        1,
+        &["--ranks must be at least 1"],
+    ),
+    bad(
+        &["run", "all_reduce", "-n", "4", "-c", "18446744073709551615"],
+        1,
+        &["--count 18446744073709551615 is too large"],
+    ),
+    bad(
+        &["run", "all_to_all", "-n", "256", "-c", "10000"],
+        1,
+        &["more than run shows"],
+    ),
+    bad(
+        &["run", "send", "-n", "2", "-c", "2"],
+        2,
+        &["send is point-to-point, not a collective"],
+    ),
 ];
