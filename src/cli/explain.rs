@@ -388,29 +388,31 @@ fn buffer_cell(elems: usize, role: Role, dt: DataType) -> String {
     }
 }
 
+/// The argument check of a one-element call of `func` with this root.
+fn check_root(func: Func, n: usize, root: i32) -> Result<(), crate::Error> {
+    let raw = RawCall {
+        func,
+        sendbuff: 0,
+        recvbuff: 0,
+        count: 1,
+        datatype: 0,
+        op: 0,
+        root,
+    };
+    check_call(&raw, n, &|_| None).map(|_| ())
+}
+
 fn roots_section(func: Func, n: usize) -> String {
     if !func.is_rooted() {
         return format!("Roots\n  {} takes no root.\n", func.name());
     }
-    let check = |root: i64| {
-        let raw = RawCall {
-            func,
-            sendbuff: 0,
-            recvbuff: 0,
-            count: 1,
-            datatype: 0,
-            op: 0,
-            root: root as i32,
-        };
-        check_call(&raw, n, &|_| None)
-    };
     // check_call accepts exactly the roots 0..N (`roots_match_check_call`
     // holds it to that for small N); listing them costs nothing per rank
     let mut s = format!(
         "Roots\n  valid roots: {} (communicator ranks, not device ids)\n",
         span(0, n - 1)
     );
-    if let Err(e) = check(n as i64) {
+    if let Err(e) = check_root(func, n, n as i32) {
         let _ = writeln!(s, "  root {n}: {}", e.message);
     }
     s
@@ -684,18 +686,7 @@ mod tests {
         for func in Func::COLLECTIVES.into_iter().filter(|f| f.is_rooted()) {
             for n in 1..=10usize {
                 let valid: Vec<usize> = (0..=n + 1)
-                    .filter(|r| {
-                        let raw = RawCall {
-                            func,
-                            sendbuff: 0,
-                            recvbuff: 0,
-                            count: 1,
-                            datatype: 0,
-                            op: 0,
-                            root: *r as i32,
-                        };
-                        check_call(&raw, n, &|_| None).is_ok()
-                    })
+                    .filter(|r| check_root(func, n, *r as i32).is_ok())
                     .collect();
                 let section = roots_section(func, n);
                 assert!(
