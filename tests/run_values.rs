@@ -18,6 +18,23 @@ fn run_json(args: &[&str]) -> Value {
     rankwise(&all).expect(0).json()
 }
 
+/// `run all_reduce` of `n` ranks and count `q` over an inputs file, as JSON.
+fn all_reduce_json(n: usize, q: usize, dtype: &str, op: &str, file: &Path) -> Value {
+    run_json(&[
+        "all_reduce",
+        "-n",
+        &n.to_string(),
+        "-c",
+        &q.to_string(),
+        "--dtype",
+        dtype,
+        "--op",
+        op,
+        "--inputs",
+        file.to_str().unwrap(),
+    ])
+}
+
 /// Writes `{"inputs": [...]}` with each element given as JSON text.
 fn write_inputs(dir: &Path, name: &str, per_rank: &[Vec<String>]) -> PathBuf {
     let lists: Vec<String> = per_rank
@@ -295,19 +312,7 @@ fn max_and_min_return_one_of_the_inputs() {
             .collect();
         let file = write_inputs(tmp.path(), &format!("{}.json", f.dtype), &texts);
         for op in ["max", "min"] {
-            let v = run_json(&[
-                "all_reduce",
-                "-n",
-                &n.to_string(),
-                "-c",
-                &q.to_string(),
-                "--dtype",
-                f.dtype,
-                "--op",
-                op,
-                "--inputs",
-                file.to_str().unwrap(),
-            ]);
+            let v = all_reduce_json(n, q, f.dtype, op, &file);
             for r in 0..n {
                 for j in 0..q {
                     let y = json_float(&v["outputs"][r][j]);
@@ -557,19 +562,7 @@ fn sixty_four_bit_reductions_match_wrapping_arithmetic() {
                 .collect();
             let file = write_inputs(tmp.path(), &format!("{seed}-{dtype}.json"), &texts);
             for op in ["sum", "prod", "max", "min", "avg"] {
-                let v = run_json(&[
-                    "all_reduce",
-                    "-n",
-                    &n.to_string(),
-                    "-c",
-                    &q.to_string(),
-                    "--dtype",
-                    dtype,
-                    "--op",
-                    op,
-                    "--inputs",
-                    file.to_str().unwrap(),
-                ]);
+                let v = all_reduce_json(n, q, dtype, op, &file);
                 for j in 0..q {
                     let col: Vec<u64> = bits.iter().map(|xs| xs[j]).collect();
                     let want = if signed {
