@@ -21,7 +21,6 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -181,13 +180,11 @@ fn read_inputs(
     if size > MAX_INPUT_BYTES {
         return Err(too_large());
     }
-    let mut text = String::with_capacity(size as usize);
-    file.take(MAX_INPUT_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("--inputs {path}: {e}"))?;
-    if text.len() as u64 > MAX_INPUT_BYTES {
-        return Err(too_large());
-    }
+    let bytes = crate::verify::records::read_capped(file, MAX_INPUT_BYTES)
+        .map_err(|e| format!("--inputs {path}: {e}"))?
+        .ok_or_else(too_large)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("--inputs {path}: stream did not contain valid UTF-8"))?;
     let shape = || format!("{path}: expected an object {{\"inputs\": [[...] per rank]}}");
     let top: &RawValue =
         serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))?;

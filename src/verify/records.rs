@@ -170,7 +170,6 @@ pub enum ReadError {
 /// Anything else at the path is said for what it is, and never opened: a
 /// FIFO would block and a device like /dev/zero never ends.
 pub fn read_bounded(path: &Path, shown: &str, what: &str, max: u64) -> Result<Vec<u8>, ReadError> {
-    use std::io::Read;
     use std::os::unix::fs::FileTypeExt;
     let bad = |m: String| Err(ReadError::Bad(m));
     match std::fs::symlink_metadata(path) {
@@ -218,17 +217,24 @@ pub fn read_bounded(path: &Path, shown: &str, what: &str, max: u64) -> Result<Ve
     }
     let file = std::fs::File::open(path)
         .map_err(|e| ReadError::Bad(format!("cannot open {shown}: {e}")))?;
-    let mut bytes = Vec::new();
     // a file that grows after the size check is still cut at the bound
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ReadError::Bad(format!("cannot read {shown}: {e}")))?;
-    if bytes.len() as u64 > max {
-        return bad(format!(
-            "{shown} holds more than {max} bytes: {what} is at most {max} bytes"
-        ));
-    }
-    Ok(bytes)
+    read_capped(file, max)
+        .map_err(|e| ReadError::Bad(format!("cannot read {shown}: {e}")))?
+        .ok_or_else(|| {
+            ReadError::Bad(format!(
+                "{shown} holds more than {max} bytes: {what} is at most {max} bytes"
+            ))
+        })
+}
+
+/// Everything `reader` holds, or None when that is more than `max` bytes
+/// (never reading more than one byte past the bound): what keeps a pipe, a
+/// device or a growing file from filling memory.
+pub fn read_capped(reader: impl std::io::Read, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    reader.take(max + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
 }
 
 /// Reads a rank file (`shown` names it in messages): its rows, or what is
@@ -308,6 +314,17 @@ impl Manifest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capped_read_stops_one_byte_past_the_bound() {
+        use std::io::Read;
+        // an endless stream, like a pipe that never closes or /dev/zero
+        assert_eq!(read_capped(std::io::repeat(7), 1000).unwrap(), None);
+        let exact = std::io::repeat(7).take(1000);
+        assert_eq!(read_capped(exact, 1000).unwrap(), Some(vec![7; 1000]));
+        let over = std::io::repeat(7).take(1001);
+        assert_eq!(read_capped(over, 1000).unwrap(), None);
+    }
 
     #[test]
     fn values_print_exactly() {
