@@ -22,6 +22,7 @@ pub mod bench;
 pub mod cli;
 pub mod core;
 pub mod engine;
+pub mod launch;
 pub mod logs;
 pub mod misuse;
 pub mod settings;

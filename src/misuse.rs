@@ -36,27 +36,27 @@ struct Region {
 impl Guards {
     /// A buffer of `bytes` between two guards, filled with a rank-specific
     /// pattern; returns the interior address.
-    pub fn buffer(&mut self, c: &mut Comm, bytes: usize, writable: bool) -> usize {
-        let base = c.alloc(bytes + 2 * GUARD);
+    pub fn buffer(&mut self, c: &mut Comm, bytes: usize, writable: bool) -> Result<usize> {
+        let base = c.alloc(bytes + 2 * GUARD)?;
         let mut fill = vec![GUARD_BYTE; bytes + 2 * GUARD];
         for (i, b) in fill[GUARD..GUARD + bytes].iter_mut().enumerate() {
             *b = (i * 7 + c.rank() * 31 + 1) as u8;
         }
-        c.write(base, &fill).expect("fresh allocation");
+        c.write(base, &fill)?;
         self.regions.push(Region {
             base,
             len: bytes,
             writable,
             snapshot: fill,
         });
-        base + GUARD
+        Ok(base + GUARD)
     }
     /// An input buffer (never written by the call).
-    pub fn input(&mut self, c: &mut Comm, bytes: usize) -> usize {
+    pub fn input(&mut self, c: &mut Comm, bytes: usize) -> Result<usize> {
         self.buffer(c, bytes, false)
     }
     /// An output buffer (its interior may be written).
-    pub fn output(&mut self, c: &mut Comm, bytes: usize) -> usize {
+    pub fn output(&mut self, c: &mut Comm, bytes: usize) -> Result<usize> {
         self.buffer(c, bytes, true)
     }
     /// Bytes changed where nothing may change: guards, inputs.
@@ -261,8 +261,8 @@ const I32: DataType = DataType::Int32;
 
 /// An AllReduce of `count` int32 elements between guards.
 fn all_reduce(c: &mut Comm, g: &mut Guards, count: usize, dt: DataType, op: RedOp) -> Result<()> {
-    let s = g.input(c, count * dt.size());
-    let r = g.output(c, count * dt.size());
+    let s = g.input(c, count * dt.size())?;
+    let r = g.output(c, count * dt.size())?;
     c.nccl_all_reduce(s, r, count, dt, op)
 }
 
@@ -333,7 +333,7 @@ pub fn catalogue() -> Vec<Scenario> {
             expect: all::<MISMATCH>,
             short_timeout: false,
             program: |c, g| {
-                let b = g.output(c, 256);
+                let b = g.output(c, 256)?;
                 let root = if c.rank() == 2 { 1 } else { 0 };
                 c.nccl_broadcast(b, b, 64, I32, root)
             },
@@ -347,8 +347,8 @@ pub fn catalogue() -> Vec<Scenario> {
             short_timeout: false,
             program: |c, g| {
                 if c.rank() == 1 {
-                    let s = g.input(c, 64 * 4);
-                    let r = g.output(c, 4 * 64 * 4);
+                    let s = g.input(c, 64 * 4)?;
+                    let r = g.output(c, 4 * 64 * 4)?;
                     c.nccl_all_gather(s, r, 64, I32)
                 } else {
                     all_reduce(c, g, 64, I32, RedOp::Sum)
@@ -363,7 +363,7 @@ pub fn catalogue() -> Vec<Scenario> {
             expect: all::<MISMATCH>,
             short_timeout: false,
             program: |c, g| {
-                let b = g.output(c, 64);
+                let b = g.output(c, 64)?;
                 if c.rank() != 2 {
                     c.nccl_broadcast(b, b, 16, I32, 0)?;
                 }
@@ -408,8 +408,8 @@ pub fn catalogue() -> Vec<Scenario> {
             program: |c, g| {
                 let n = c.size() as i32;
                 let me = c.rank() as i32;
-                let s = g.input(c, 1 << 20);
-                let r = g.output(c, 1 << 20);
+                let s = g.input(c, 1 << 20)?;
+                let r = g.output(c, 1 << 20)?;
                 c.nccl_send(s, 1 << 18, I32, (me + 1) % n)?;
                 c.nccl_recv(r, 1 << 18, I32, (me + n - 1) % n)
             },
@@ -423,7 +423,7 @@ pub fn catalogue() -> Vec<Scenario> {
             short_timeout: false,
             program: |c, g| {
                 if c.rank() == 0 {
-                    let s = g.input(c, 64);
+                    let s = g.input(c, 64)?;
                     c.nccl_send(s, 16, I32, 1)
                 } else {
                     all_reduce(c, g, 16, I32, RedOp::Sum)
@@ -454,10 +454,10 @@ pub fn catalogue() -> Vec<Scenario> {
             short_timeout: false,
             program: |c, g| {
                 if c.rank() == 0 {
-                    let s = g.input(c, 256);
+                    let s = g.input(c, 256)?;
                     c.nccl_send(s, 64, I32, 1)
                 } else {
-                    let r = g.output(c, 256);
+                    let r = g.output(c, 256)?;
                     c.nccl_recv(r, 48, I32, 0)
                 }
             },
@@ -471,10 +471,10 @@ pub fn catalogue() -> Vec<Scenario> {
             short_timeout: false,
             program: |c, g| {
                 if c.rank() == 0 {
-                    let s = g.input(c, 256);
+                    let s = g.input(c, 256)?;
                     c.nccl_send(s, 64, I32, 1)
                 } else {
-                    let r = g.output(c, 256);
+                    let r = g.output(c, 256)?;
                     c.nccl_recv(r, 64, DataType::Float32, 0)
                 }
             },
@@ -494,8 +494,8 @@ pub fn catalogue() -> Vec<Scenario> {
                 let outs: Vec<usize> = (0..n)
                     .map(|s| if me == 1 && s == 0 { 3 } else { 1 })
                     .collect();
-                let s = g.input(c, ins.iter().sum::<usize>() * 4);
-                let r = g.output(c, outs.iter().sum::<usize>() * 4);
+                let s = g.input(c, ins.iter().sum::<usize>() * 4)?;
+                let r = g.output(c, outs.iter().sum::<usize>() * 4)?;
                 c.group(|c| {
                     let (mut si, mut ri) = (s, r);
                     for peer in 0..n {
@@ -516,7 +516,7 @@ pub fn catalogue() -> Vec<Scenario> {
             expect: all::<INVALID_ROOT>,
             short_timeout: false,
             program: |c, g| {
-                let b = g.output(c, 64);
+                let b = g.output(c, 64)?;
                 c.nccl_broadcast(b, b, 16, I32, 4)
             },
         },
@@ -534,7 +534,7 @@ pub fn catalogue() -> Vec<Scenario> {
             },
             short_timeout: false,
             program: |c, g| {
-                let s = g.input(c, 64);
+                let s = g.input(c, 64)?;
                 c.nccl_reduce(s, NULL, 16, I32, RedOp::Sum, 2)
             },
         },
@@ -554,9 +554,9 @@ pub fn catalogue() -> Vec<Scenario> {
             program: |c, g| {
                 let q = 16;
                 let short = usize::from(c.rank() == 1);
-                let s = g.input(c, q * 4);
+                let s = g.input(c, q * 4)?;
                 // a separate allocation without guards, so the extent ends exactly at its end
-                let r = c.alloc((4 * q - short) * 4);
+                let r = c.alloc((4 * q - short) * 4)?;
                 let _ = g;
                 c.nccl_all_gather(s, r, q, I32)
             },
@@ -575,7 +575,7 @@ pub fn catalogue() -> Vec<Scenario> {
             },
             short_timeout: false,
             program: |c, g| {
-                let b = g.output(c, 4 * 16 * 4);
+                let b = g.output(c, 4 * 16 * 4)?;
                 c.nccl_all_gather(b, b, 16, I32)
             },
         },
@@ -596,7 +596,7 @@ pub fn catalogue() -> Vec<Scenario> {
             expect: all::<INVALID_USAGE>,
             short_timeout: false,
             program: |c, g| {
-                let s = g.input(c, 64);
+                let s = g.input(c, 64)?;
                 let me = c.rank() as i32;
                 c.group(|c| c.nccl_send(s, 16, I32, me))
             },
@@ -630,10 +630,10 @@ pub fn catalogue() -> Vec<Scenario> {
             expect: all::<DEADLOCK>,
             short_timeout: false,
             program: |c, g| {
-                let mut a = c.dup();
-                let mut b = c.dup();
-                let s = g.input(c, 64);
-                let r = g.output(c, 64);
+                let mut a = c.dup()?;
+                let mut b = c.dup()?;
+                let s = g.input(c, 64)?;
+                let r = g.output(c, 64)?;
                 let (first, second) = if c.rank() < 2 {
                     (&mut a, &mut b)
                 } else {
@@ -670,7 +670,7 @@ pub fn catalogue() -> Vec<Scenario> {
             expect: all::<INVALID_DATATYPE>,
             short_timeout: false,
             program: |c, g| {
-                let b = g.output(c, 64);
+                let b = g.output(c, 64)?;
                 c.nccl_all_reduce(b, b, 16, 12, RedOp::Sum)
             },
         },
@@ -682,7 +682,7 @@ pub fn catalogue() -> Vec<Scenario> {
             expect: all::<INVALID_OP>,
             short_timeout: false,
             program: |c, g| {
-                let b = g.output(c, 64);
+                let b = g.output(c, 64)?;
                 c.nccl_all_reduce(b, b, 16, I32, 9)
             },
         },
@@ -712,8 +712,8 @@ mod tests {
     fn guards_catch_a_stray_write() {
         let out = local::launch(1, |c| {
             let mut g = Guards::default();
-            let inp = g.input(c, 16);
-            let out = g.output(c, 16);
+            let inp = g.input(c, 16)?;
+            let out = g.output(c, 16)?;
             c.write(out, &[1u8; 16])?;
             let clean = g.violations(c);
             c.write(out + 16, &[9u8])?; // one byte into the guard after the output

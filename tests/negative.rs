@@ -33,7 +33,7 @@ fn assert_all(errs: &[Option<Error>], kind: ErrorKind, text: &str) {
 fn root_minus_one_and_root_n_even_with_count_0() {
     for (root, count) in [(-1, 4), (4, 4), (-1, 0), (4, 0)] {
         let (errs, t) = errors(4, |c| {
-            let b = c.alloc(16);
+            let b = c.alloc(16)?;
             c.nccl_broadcast(b, b, count, DataType::Int32, root)
         });
         assert_all(
@@ -48,7 +48,7 @@ fn root_minus_one_and_root_n_even_with_count_0() {
 #[test]
 fn bad_datatype_and_op_codes_on_the_raw_face() {
     let (errs, _) = errors(3, |c| {
-        let b = c.alloc(64);
+        let b = c.alloc(64)?;
         c.nccl_all_reduce(b, b, 4, 12, RedOp::Sum)
     });
     assert_all(
@@ -57,7 +57,7 @@ fn bad_datatype_and_op_codes_on_the_raw_face() {
         "datatype code 12 is invalid",
     );
     let (errs, _) = errors(3, |c| {
-        let b = c.alloc(64);
+        let b = c.alloc(64)?;
         c.nccl_all_reduce(b, b, 4, DataType::Float32, 9)
     });
     assert_all(
@@ -70,7 +70,7 @@ fn bad_datatype_and_op_codes_on_the_raw_face() {
 #[test]
 fn null_recvbuff_on_the_root() {
     let (errs, t) = errors(4, |c| {
-        let s = c.alloc(8);
+        let s = c.alloc(8)?;
         c.nccl_reduce(s, NULL, 2, DataType::Int32, RedOp::Sum, 2)
     });
     // the root is rejected at its check; the others wait, then learn it failed
@@ -92,8 +92,8 @@ fn null_recvbuff_on_the_root() {
 #[test]
 fn extent_past_the_end_of_its_allocation() {
     let (errs, _) = errors(2, |c| {
-        let s = c.alloc(12);
-        let r = c.alloc(28); // AllGather of 3 int32 on 2 ranks needs 24 bytes... from offset 8: 32
+        let s = c.alloc(12)?;
+        let r = c.alloc(28)?; // AllGather of 3 int32 on 2 ranks needs 24 bytes... from offset 8: 32
         c.nccl_all_gather(s, r + 8, 3, DataType::Int32)
     });
     assert_all(&errs, ErrorKind::OutOfBounds, "overruns by 4 bytes");
@@ -102,7 +102,7 @@ fn extent_past_the_end_of_its_allocation() {
 #[test]
 fn all_gather_with_send_equal_to_recv_on_rank_1() {
     let (errs, t) = errors(4, |c| {
-        let b = c.alloc(4 * 4 * 3);
+        let b = c.alloc(4 * 4 * 3)?;
         c.nccl_all_gather(b, b, 3, DataType::Int32)
     });
     // on rank 0 the call is in-place (offset 0); ranks 1-3 overlap illegally
@@ -121,7 +121,7 @@ fn all_gather_with_send_equal_to_recv_on_rank_1() {
 #[test]
 fn unmatched_send() {
     let (errs, t) = errors(4, |c| {
-        let b = c.alloc(16);
+        let b = c.alloc(16)?;
         if c.rank() == 0 {
             c.nccl_send(b, 4, DataType::Int32, 1)
         } else {
@@ -140,7 +140,7 @@ fn unmatched_send() {
 #[test]
 fn send_recv_count_mismatch_is_an_error_on_both_ranks() {
     let (errs, t) = errors(2, |c| {
-        let b = c.alloc(64);
+        let b = c.alloc(64)?;
         if c.rank() == 0 {
             c.nccl_send(b, 4, DataType::Int32, 1)
         } else {
@@ -216,7 +216,7 @@ fn group_end_without_start() {
 #[test]
 fn send_to_self_needs_a_recv_from_self_in_the_group() {
     let (errs, _) = errors(2, |c| {
-        let b = c.alloc(16);
+        let b = c.alloc(16)?;
         let me = c.rank() as i32;
         c.nccl_group_start()?;
         c.nccl_send(b, 4, DataType::Int32, me)?;
@@ -263,7 +263,7 @@ fn a_rank_that_panics_mid_collective() {
 #[test]
 fn errors_inside_a_group_are_returned_at_its_end() {
     let (errs, _) = errors(2, |c| {
-        let b = c.alloc(16);
+        let b = c.alloc(16)?;
         c.nccl_group_start()?;
         let inner = c.nccl_broadcast(b, b, 4, DataType::Int32, 7);
         assert_eq!(inner.unwrap_err().kind, ErrorKind::InvalidRoot);

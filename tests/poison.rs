@@ -8,14 +8,14 @@ fn run(poison: bool) -> Vec<(Vec<u32>, Vec<u32>, Vec<i32>)> {
     local::launch_with(LaunchOptions::default().with_poison(poison), 3, |c| {
         let me = c.rank() as f32;
         // Reduce to root 0, every rank passes a recvbuff
-        let s = c.alloc_elems(4, DataType::Float32);
-        let r = c.alloc_elems(4, DataType::Float32);
+        let s = c.alloc_elems(4, DataType::Float32)?;
+        let r = c.alloc_elems(4, DataType::Float32)?;
         c.write(s, &[me, 1.0, 2.0, 3.0])?;
         c.nccl_reduce(s, r, 4, DataType::Float32, RedOp::Sum, 0)?;
         let reduced: Vec<u32> = c.read::<f32>(r, 4)?.iter().map(|x| x.to_bits()).collect();
         // Gather to root 2, non-roots pass an (unused) recvbuff too
-        let gs = c.alloc_elems(2, DataType::Int32);
-        let gr = c.alloc_elems(6, DataType::Int32);
+        let gs = c.alloc_elems(2, DataType::Int32)?;
+        let gr = c.alloc_elems(6, DataType::Int32)?;
         c.write(gs, &[c.rank() as i32, 7])?;
         c.nccl_gather(gs, gr, 2, DataType::Int32, 2)?;
         let gathered = c.read::<i32>(gr, 6)?;

@@ -164,7 +164,7 @@ fn run_case<T: Element>(c: Case) -> Result<(), String> {
             Some(eq) => {
                 // one allocation large enough for both, placed by the equation
                 let big = l.send_elems.max(l.recv_elems).max(1);
-                let base = comm.alloc_elems(big, dt);
+                let base = comm.alloc_elems(big, dt)?;
                 let off = eq.send_minus_recv * dt.size() as isize;
                 if off >= 0 {
                     (base + off as usize, base)
@@ -174,12 +174,12 @@ fn run_case<T: Element>(c: Case) -> Result<(), String> {
             }
             None => {
                 let s = if l.send_elems > 0 {
-                    comm.alloc_elems(l.send_elems, dt)
+                    comm.alloc_elems(l.send_elems, dt)?
                 } else {
                     NULL
                 };
                 let r = if l.recv_elems > 0 {
-                    comm.alloc_elems(l.recv_elems, dt)
+                    comm.alloc_elems(l.recv_elems, dt)?
                 } else {
                     NULL
                 };

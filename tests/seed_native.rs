@@ -10,8 +10,8 @@ fn all_reduce_out_of_place_and_in_place() {
     let outs = local::launch(N, |c| {
         let r = c.rank() as i32;
         let input = vec![r + 1, r + 10, r * 2];
-        let send = c.alloc_elems(3, DataType::Int32);
-        let recv = c.alloc_elems(3, DataType::Int32);
+        let send = c.alloc_elems(3, DataType::Int32)?;
+        let recv = c.alloc_elems(3, DataType::Int32)?;
         c.write(send, &input)?;
         c.nccl_all_reduce(send, recv, 3, DataType::Int32, RedOp::Sum)?;
         let oop = c.read::<i32>(recv, 3)?;
@@ -33,13 +33,13 @@ fn all_gather_in_place_uses_the_rank_offset() {
         let r = c.rank() as i32;
         let local = vec![r, r + 10, r + 100];
         // out-of-place
-        let send = c.alloc_elems(3, DataType::Int32);
-        let recv = c.alloc_elems(12, DataType::Int32);
+        let send = c.alloc_elems(3, DataType::Int32)?;
+        let recv = c.alloc_elems(12, DataType::Int32)?;
         c.write(send, &local)?;
         c.nccl_all_gather(send, recv, 3, DataType::Int32)?;
         let oop = c.read::<i32>(recv, 12)?;
         // in-place: storage of -1, own slice written at rank*3, sendbuff = recvbuff + rank*sendcount
-        let buf = c.alloc_elems(12, DataType::Int32);
+        let buf = c.alloc_elems(12, DataType::Int32)?;
         c.write(buf, &[-1; 12])?;
         let mine = buf + c.rank() * 3 * 4;
         c.write(mine, &local)?;
@@ -58,8 +58,8 @@ fn reduce_scatter_in_place_uses_the_reverse_offset() {
     let outs = local::launch(N, |c| {
         let r = c.rank() as i32;
         let input: Vec<i32> = (0..12).map(|i| r * 100 + i).collect();
-        let send = c.alloc_elems(12, DataType::Int32);
-        let recv = c.alloc_elems(3, DataType::Int32);
+        let send = c.alloc_elems(12, DataType::Int32)?;
+        let recv = c.alloc_elems(3, DataType::Int32)?;
         c.write(send, &input)?;
         c.nccl_reduce_scatter(send, recv, 3, DataType::Int32, RedOp::Sum)?;
         let oop = c.read::<i32>(recv, 3)?;
@@ -86,8 +86,8 @@ fn broadcast_out_of_place_root_2_and_in_place_root_1() {
     let outs = local::launch(N, |c| {
         let r = c.rank() as i64;
         let input: Vec<i64> = (0..4).map(|j| r * 10 + j).collect();
-        let send = c.alloc_elems(4, DataType::Int64);
-        let recv = c.alloc_elems(4, DataType::Int64);
+        let send = c.alloc_elems(4, DataType::Int64)?;
+        let recv = c.alloc_elems(4, DataType::Int64)?;
         c.write(send, &input)?;
         c.nccl_broadcast(send, recv, 4, DataType::Int64, 2)?;
         let oop = c.read::<i64>(recv, 4)?;
@@ -105,10 +105,10 @@ fn broadcast_out_of_place_root_2_and_in_place_root_1() {
 fn reduce_root_3_with_null_recvbuff_elsewhere() {
     let outs = local::launch(N, |c| {
         let r = c.rank() as i32;
-        let send = c.alloc_elems(2, DataType::Int32);
+        let send = c.alloc_elems(2, DataType::Int32)?;
         c.write(send, &[r + 1, (r + 1) * 10])?;
         let recv = if c.rank() == 3 {
-            c.alloc_elems(2, DataType::Int32)
+            c.alloc_elems(2, DataType::Int32)?
         } else {
             NULL
         };

@@ -1,100 +1,109 @@
-//! The communicator handle one rank holds, and the path every call takes.
+//! The communicator handle one rank holds, and the path every call takes on
+//! any engine: checks, trace, zero-count discard, group queueing (all from
+//! `core`), then the engine.
 
 use crate::core::{
-    AddressSpace, Call, Error, ErrorKind, Func, RawCall, Result, check_buffers, check_call,
+    AddressSpace, Call, Error, ErrorKind, Group, Queued, RawCall, Result, check_buffers, check_call,
 };
-use crate::engine::local::exec::{Launch, Scratch, execute};
-use crate::engine::local::memory::Registry;
-use crate::engine::local::world::{World, lock};
+use crate::engine::{Capabilities, Engine};
 use crate::trace::RankTracer;
-use std::sync::Arc;
 
-/// One rank's handle on a communicator (≈ `ncclComm_t`).
+/// One rank's handle on a communicator (≈ `ncclComm_t`), on any engine.
+///
+/// A communicator belongs to the thread of the rank that made it: it is
+/// neither `Send` nor `Sync`, so a rank's communicators cannot end up on
+/// another thread, where the engine would mistake whose wait is whose.
+///
+/// ```compile_fail
+/// fn needs_send<T: Send>() {}
+/// needs_send::<rankwise::Comm>();
+/// ```
 pub struct Comm {
-    world: Arc<World>,
-    rank: usize,
-    pub(super) registry: Registry,
-    op_count: u64,
-    depth: u32,
-    queued: Launch,
-    group_error: Option<Error>,
+    engine: Box<dyn Engine>,
+    group: Group,
     /// PreMulSum ops created on this communicator: code 5 + index
     premul: Vec<Option<f64>>,
-    scratch: Scratch,
     tracer: RankTracer,
-    /// communicators duplicated from this one so far
-    dups: u64,
+    /// fill what the contract leaves undefined after each call
+    poison: bool,
     /// this rank has been told the communicator failed
     saw_failure: bool,
 }
 
 impl Comm {
-    pub(crate) fn new(world: Arc<World>, rank: usize, tracer: RankTracer) -> Comm {
-        let comm = Comm {
-            rank,
-            registry: Registry::default(),
-            op_count: 0,
-            depth: 0,
-            queued: Launch::default(),
-            group_error: None,
+    /// A communicator over `engine`, tracing to `tracer`; `poison` as in
+    /// [`crate::local::LaunchOptions::poison`].
+    pub fn new(engine: Box<dyn Engine>, tracer: RankTracer, poison: bool) -> Comm {
+        tracer.init(engine.handle(), engine.size(), engine.comm_id());
+        Comm {
+            engine,
+            group: Group::default(),
             premul: Vec::new(),
-            scratch: Scratch::default(),
             tracer,
-            world,
-            dups: 0,
+            poison,
             saw_failure: false,
-        };
-        comm.tracer
-            .init(comm.handle(), comm.world.n, comm.world.comm_id);
-        comm
+        }
     }
 
     pub fn rank(&self) -> usize {
-        self.rank
+        self.engine.rank()
     }
     /// Number of ranks (torch's world size, NCCL's `nranks`).
     pub fn size(&self) -> usize {
-        self.world.n
+        self.engine.size()
     }
     /// Launches so far: what the next traced call prints as opCount.
     pub fn op_count(&self) -> u64 {
-        self.op_count
+        self.group.op_count()
     }
     /// The address printed as `comm` in the trace: distinct per rank.
     pub fn handle(&self) -> usize {
-        &self.world.entered[self.rank] as *const _ as usize
+        self.engine.handle()
     }
     /// The communicator id shared by all its ranks (printed as `commId`).
     pub fn comm_id(&self) -> u64 {
-        self.world.comm_id
+        self.engine.comm_id()
+    }
+    /// What the engine under this communicator can do.
+    pub fn capabilities(&self) -> Capabilities {
+        self.engine.capabilities()
     }
     pub(super) fn in_group(&self) -> bool {
-        self.depth > 0
+        self.group.in_group()
+    }
+    pub(super) fn engine(&self) -> &dyn Engine {
+        &*self.engine
+    }
+    pub(super) fn engine_mut(&mut self) -> &mut dyn Engine {
+        &mut *self.engine
     }
 
     /// A new communicator over the same ranks (≈ `ncclCommSplit` with one
     /// color). Every rank calls it in the same order: the k-th `dup` of a
-    /// communicator is the same new communicator on every rank. Waits in any
-    /// communicator of a launch see ranks blocked in the others, so using two
-    /// communicators in opposite orders is diagnosed, not hung.
-    pub fn dup(&mut self) -> Comm {
-        self.dups += 1;
-        let key = (self.world.comm_id, self.dups);
-        let child = {
-            let threads = &self.world.threads;
-            let mut dups = lock(&threads.dups);
-            dups.entry(key)
-                .or_insert_with(|| {
-                    let id = self.world.comm_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.dups;
-                    World::new(self.world.n, self.world.timeout, id, threads.clone())
-                })
-                .clone()
-        };
-        let tracer = self.tracer.config().for_rank(self.rank);
-        Comm::new(child, self.rank, tracer)
+    /// communicator is the same new communicator on every rank. On the
+    /// local engine, waits in any communicator of a launch see ranks
+    /// blocked in the others, so using two communicators in opposite orders
+    /// is diagnosed, not hung.
+    pub fn dup(&mut self) -> Result<Comm> {
+        let rank = self.rank();
+        let engine = self.engine.dup().map_err(|e| e.on_rank(rank))?;
+        let tracer = self.tracer.config().for_rank(rank);
+        Ok(Comm::new(engine, tracer, self.poison))
     }
 
-    /// Creates a PreMulSum op (`ncclRedOpCreatePreMulSum`) and returns its code.
+    /// Waits until this rank's launched work is done (≈ `cudaStreamSynchronize`
+    /// on the communicator's stream); calls on the local engine return done.
+    pub fn synchronize(&mut self) -> Result<()> {
+        let rank = self.rank();
+        self.engine.synchronize().map_err(|e| e.on_rank(rank))
+    }
+
+    /// This rank's program ended (with `error` when it failed): the engine
+    /// tells ranks still waiting for it. Launchers call it once per rank.
+    pub fn finish(&mut self, error: Option<&Error>) {
+        self.engine.finish(error);
+    }
+
     /// The code of a live PreMulSum op with this scalar, created on first
     /// use: calls that pass `RedOp::PreMulSum` directly reuse one code per
     /// scalar instead of creating an op per call.
@@ -109,6 +118,7 @@ impl Comm {
         }
     }
 
+    /// Creates a PreMulSum op (`ncclRedOpCreatePreMulSum`) and returns its code.
     pub fn create_pre_mul_sum(&mut self, scalar: f64) -> i32 {
         self.premul.push(Some(scalar));
         crate::core::redop::NUM_BUILTIN_OPS + self.premul.len() as i32 - 1
@@ -127,7 +137,7 @@ impl Comm {
                     "ncclRedOpDestroy: op {code} is not a live PreMulSum op of this communicator"
                 ),
             )
-            .on_rank(self.rank)),
+            .on_rank(self.rank())),
         }
     }
     fn premul_scalar(&self, code: i32) -> Option<f64> {
@@ -137,8 +147,7 @@ impl Comm {
 
     /// The error for a call on a failed communicator: the failure itself the
     /// first time this rank meets it, NCCL's use-after-error afterwards.
-    fn failed_comm(&mut self, what: &str) -> Error {
-        let why = self.world.failure(self.rank);
+    fn failed_comm(&mut self, why: Error, what: &str) -> Error {
         // the first call to meet the failure reports the failure itself
         if !std::mem::replace(&mut self.saw_failure, true) {
             return why;
@@ -150,18 +159,16 @@ impl Comm {
     }
 
     fn reject(&mut self, err: Error) -> Error {
-        let err = err.on_rank(self.rank);
+        let err = err.on_rank(self.rank());
         self.tracer.warn(&err.message);
-        if self.in_group() && self.group_error.is_none() {
-            self.group_error = Some(err.clone());
-        }
+        self.group.note_error(&err);
         err
     }
 
     /// The path of every call: checks (root, datatype, op, buffers), trace,
     /// zero-count discard, group queueing or launch.
-    /// `space` resolves the call's pointers; None means this rank's
-    /// allocation registry (the raw face).
+    /// `space` resolves the call's pointers; None means the engine's memory
+    /// (the raw face).
     pub(super) fn submit(&mut self, raw: RawCall, space: Option<&dyn AddressSpace>) -> Result<()> {
         self.submit_traced(raw, space, true)
     }
@@ -174,134 +181,87 @@ impl Comm {
         space: Option<&dyn AddressSpace>,
         traced: bool,
     ) -> Result<()> {
-        let call = match check_call(&raw, self.world.n, &|c| self.premul_scalar(c)) {
+        let (n, me) = (self.size(), self.rank());
+        let call = match check_call(&raw, n, &|c| self.premul_scalar(c)) {
             Ok(c) => c,
             Err(e) => return Err(self.reject(e)),
         };
-        let checked = check_buffers(
-            &call,
-            self.world.n,
-            self.rank,
-            space.unwrap_or(&self.registry),
-        );
-        if let Err(e) = checked {
+        let space: &dyn AddressSpace = match space {
+            Some(s) => s,
+            None => self.engine.memory(),
+        };
+        if let Err(e) = check_buffers(&call, n, me, space) {
             return Err(self.reject(e));
         }
-
         if traced {
             self.tracer
-                .coll(&raw, self.op_count, self.handle(), self.world.n);
+                .coll(&raw, self.group.op_count(), self.handle(), n);
         }
-        if call.count == 0 && !call.func.is_p2p() {
-            // NCCL discards empty collectives after logging them
-            return Ok(());
-        }
-        self.queue(call);
-        if self.in_group() {
-            Ok(())
-        } else {
-            self.flush()
-        }
-    }
-
-    fn queue(&mut self, call: Call) {
-        if call.func.is_p2p() {
-            self.queued.p2p.push(call);
-        } else {
-            self.queued.colls.push(call);
+        match self.group.queue(call) {
+            Queued::Waiting | Queued::Discarded => Ok(()),
+            Queued::LaunchNow => self.flush(),
         }
     }
 
     /// Launches what is queued as one operation.
     fn flush(&mut self) -> Result<()> {
-        let mut launch = std::mem::take(&mut self.queued);
-        if launch.colls.is_empty() && launch.p2p.is_empty() {
+        let Some(mut launch) = self.group.take() else {
             return Ok(());
-        }
+        };
         // checked at launch, after this rank's own argument errors (the most
         // specific) had their say, and after a group collected its calls
-        let result = if self.world.has_failed() {
-            let what = launch
-                .colls
-                .first()
-                .or(launch.p2p.first())
-                .map(|c| c.func.name())
-                .unwrap_or("group");
-            Err(self.failed_comm(what))
-        } else {
-            launch.op_count = self.op_count;
-            self.op_count += 1;
-            execute(&self.world, self.rank, &launch, &mut self.scratch)
+        let result = match self.engine.failure() {
+            Some(why) => Err(self.failed_comm(why, launch.first_name())),
+            None => {
+                self.group.number(&mut launch);
+                self.engine.launch(&launch)
+            }
         };
-        if result.is_ok() && self.world.threads.poison {
+        if result.is_ok() && self.poison {
             self.poison_undefined(&launch.colls);
         }
-        // keep the allocations for the next launch
-        launch.colls.clear();
-        launch.p2p.clear();
-        self.queued = launch;
+        self.group.recycle(launch);
         result.map_err(|e| {
-            self.saw_failure |= self.world.has_failed();
-            let e = e.on_rank(self.rank);
+            self.saw_failure |= self.engine.failure().is_some();
+            let e = e.on_rank(self.rank());
             self.tracer.warn(&e.message);
             e
         })
     }
 
     /// Poison mode: fills what the finished calls left undefined on this rank.
-    fn poison_undefined(&self, calls: &[Call]) {
+    fn poison_undefined(&mut self, calls: &[Call]) {
+        let (n, me) = (self.size(), self.rank());
         for c in calls {
-            let elems =
-                crate::core::undefined_recv_elems(c.func, self.world.n, self.rank, c.root, c.count);
+            let elems = crate::core::undefined_recv_elems(c.func, n, me, c.root, c.count);
             if elems > 0 && c.recvbuff != 0 {
                 let pattern = crate::core::poison_pattern(c.datatype);
-                self.registry
-                    .fill_pattern(c.recvbuff, elems * c.datatype.size(), &pattern);
+                self.engine.memory_mut().fill_pattern(
+                    c.recvbuff,
+                    elems * c.datatype.size(),
+                    &pattern,
+                );
             }
         }
     }
 
     /// `ncclGroupStart`: nests; work launches at the outermost end.
     pub fn group_start(&mut self) -> Result<()> {
-        self.depth += 1;
+        self.group.start();
         Ok(())
     }
 
     /// `ncclGroupEnd`: at the outermost level, launches the queued calls as
     /// one operation, or returns the first error raised inside the group.
     pub fn group_end(&mut self) -> Result<()> {
-        if self.depth == 0 {
-            return Err(self.reject(Error::new(
-                ErrorKind::InvalidUsage,
-                "ncclGroupEnd: no group is open (ncclGroupEnd without a matching ncclGroupStart)",
-            )));
+        let me = self.rank();
+        match self.group.end(me) {
+            Ok(true) => self.flush(),
+            Ok(false) => Ok(()),
+            // the group's own first error was traced when it was raised
+            Err(e) if e.rank.is_some() => Err(e),
+            Err(e) => Err(self.reject(e)),
         }
-        self.depth -= 1;
-        if self.depth > 0 {
-            return Ok(());
-        }
-        if let Some(e) = self.group_error.take() {
-            self.queued.colls.clear();
-            self.queued.p2p.clear();
-            return Err(e);
-        }
-        let to_self = |f: Func| {
-            self.queued
-                .p2p
-                .iter()
-                .filter(|c| c.func == f && c.root == self.rank)
-                .count()
-        };
-        let (sends, recvs) = (to_self(Func::Send), to_self(Func::Recv));
-        if sends != recvs {
-            self.queued.colls.clear();
-            self.queued.p2p.clear();
-            return Err(self.reject(Error::new(
-                ErrorKind::InvalidUsage,
-                format!("ncclGroupEnd: {sends} Send(s) to self but {recvs} Recv(s) from self in this group: a send to self needs a matching recv from self in the same group"),
-            )));
-        }
-        self.flush()
     }
 
     /// Runs `body` inside one group (start, body, end), ending the group even
@@ -318,7 +278,7 @@ impl Comm {
 impl Drop for Comm {
     fn drop(&mut self) {
         // an open group with queued work would be lost silently: say so
-        if self.depth > 0 && !(self.queued.colls.is_empty() && self.queued.p2p.is_empty()) {
+        if self.group.in_group() && self.group.has_queued() {
             self.tracer
                 .warn("communicator dropped with an open group: its queued calls never launched");
         }

@@ -1,10 +1,9 @@
-//! The raw face: NCCL's C API over addresses from the rank's allocation
-//! registry. Pointers are plain addresses (`usize`, [`NULL`] is 0) that can
+//! The raw face: NCCL's C API over addresses of the engine's memory. Pointers are plain addresses (`usize`, [`NULL`] is 0) that can
 //! be offset freely; the engine checks every extent and overlap before it
 //! touches memory.
 
 use super::Comm;
-use crate::core::{DataType, Element, Func, RawCall, RedOp, Result};
+use crate::core::{DataType, Element, Error, ErrorKind, Func, RawCall, RedOp, Result, bytes};
 
 /// The NULL pointer.
 pub const NULL: usize = 0;
@@ -45,35 +44,58 @@ impl OpArg for RedOp {
 }
 
 impl Comm {
-    /// Allocates `bytes` zeroed bytes in this rank's registry (≈ `cudaMalloc`).
-    pub fn alloc(&mut self, bytes: usize) -> usize {
-        self.registry.alloc(bytes)
+    /// Allocates `bytes` zeroed bytes of the engine's memory (≈ `cudaMalloc`):
+    /// host memory on the local engine, device memory on a GPU engine.
+    pub fn alloc(&mut self, bytes: usize) -> Result<usize> {
+        let rank = self.rank();
+        self.engine_mut()
+            .memory_mut()
+            .alloc(bytes)
+            .map_err(|e| e.on_rank(rank))
     }
     /// Allocates room for `count` elements of `dt`.
-    pub fn alloc_elems(&mut self, count: usize, dt: DataType) -> usize {
-        self.registry.alloc(count * dt.size())
+    pub fn alloc_elems(&mut self, count: usize, dt: DataType) -> Result<usize> {
+        let bytes = count.checked_mul(dt.size()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::BadLength,
+                format!("alloc: {count} elements of {dt} do not fit in the address space"),
+            )
+            .on_rank(self.rank())
+        })?;
+        self.alloc(bytes)
     }
     /// Frees an allocation by its base address (≈ `cudaFree`).
     pub fn free(&mut self, ptr: usize) -> Result<()> {
-        self.registry.free(ptr).map_err(|e| e.on_rank(self.rank()))
+        let rank = self.rank();
+        self.engine_mut()
+            .memory_mut()
+            .free(ptr)
+            .map_err(|e| e.on_rank(rank))
     }
     /// Copies host elements to `ptr` (≈ `cudaMemcpy` host to device), bounds-checked.
     pub fn write<T: Element>(&mut self, ptr: usize, data: &[T]) -> Result<()> {
-        self.registry
-            .write(ptr, data)
-            .map_err(|e| e.on_rank(self.rank()))
+        let rank = self.rank();
+        self.engine_mut()
+            .memory_mut()
+            .write(ptr, bytes::of(data))
+            .map_err(|e| e.on_rank(rank))
     }
     /// Copies `count` elements from `ptr` to the host, bounds-checked.
     pub fn read<T: Element>(&self, ptr: usize, count: usize) -> Result<Vec<T>> {
-        self.registry
-            .read(ptr, count)
-            .map_err(|e| e.on_rank(self.rank()))
+        let mut out = vec![T::default(); count];
+        self.engine()
+            .memory()
+            .read(ptr, bytes::of_mut(&mut out))
+            .map_err(|e| e.on_rank(self.rank()))?;
+        Ok(out)
     }
     /// Fills `bytes` bytes at `ptr` with `byte`.
     pub fn fill(&mut self, ptr: usize, bytes: usize, byte: u8) -> Result<()> {
-        self.registry
+        let rank = self.rank();
+        self.engine_mut()
+            .memory_mut()
             .fill(ptr, bytes, byte)
-            .map_err(|e| e.on_rank(self.rank()))
+            .map_err(|e| e.on_rank(rank))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -7,7 +7,7 @@
 //! own groups.
 
 use super::Comm;
-use crate::core::{AddressSpace, Element, Error, ErrorKind, Func, RawCall, RedOp, Result};
+use crate::core::{AddressSpace, Element, Error, ErrorKind, Func, RawCall, RedOp, Result, lower};
 
 /// The slices of one typed call: its whole address space.
 struct Slices(Vec<(usize, usize)>);
@@ -29,6 +29,17 @@ fn region<T>(s: &[T]) -> (usize, usize) {
         (0, 0)
     } else {
         (s.as_ptr() as usize, std::mem::size_of_val(s))
+    }
+}
+
+/// As [`region`], for a slice the call writes: the address comes from the
+/// exclusive borrow, so writes through it (by any rank's thread) are writes
+/// through this borrow, which lasts the whole call.
+fn region_mut<T>(s: &mut [T]) -> (usize, usize) {
+    if s.is_empty() {
+        (0, 0)
+    } else {
+        (s.as_mut_ptr() as usize, std::mem::size_of_val(s))
     }
 }
 
@@ -137,7 +148,7 @@ impl Comm {
     /// In-place AllReduce (torch `all_reduce`): every rank's `buf` becomes the reduction.
     pub fn all_reduce<T: Element>(&mut self, buf: &mut [T], op: RedOp) -> Result<()> {
         self.refuse_in_group(Func::AllReduce)?;
-        let r = region(buf);
+        let r = region_mut(buf);
         self.typed::<T>(Func::AllReduce, r.0, r.0, buf.len(), op, 0, vec![r])
     }
 
@@ -157,7 +168,7 @@ impl Comm {
                 format!("{} (the input's length)", input.len()),
             ));
         }
-        let (s, r) = (region(input), region(output));
+        let (s, r) = (region(input), region_mut(output));
         self.typed::<T>(Func::AllReduce, s.0, r.0, input.len(), op, 0, vec![s, r])
     }
 
@@ -174,7 +185,7 @@ impl Comm {
         let s = region(input);
         if self.rank() == dst {
             let mut out = vec![T::default(); input.len()];
-            let r = region(&out);
+            let r = region_mut(&mut out);
             self.typed::<T>(Func::Reduce, s.0, r.0, input.len(), op, dst, vec![s, r])?;
             out.truncate(input.len());
             Ok(Some(out))
@@ -194,7 +205,7 @@ impl Comm {
         op: RedOp,
     ) -> Result<Option<Vec<T>>> {
         self.refuse_in_group(Func::Reduce)?;
-        let r = region(&buf);
+        let r = region_mut(&mut buf);
         let n = buf.len();
         self.typed::<T>(Func::Reduce, r.0, r.0, n, op, dst, vec![r])?;
         buf.truncate(n);
@@ -204,7 +215,7 @@ impl Comm {
     /// In-place Broadcast (torch `broadcast`): every rank's `buf` becomes the root's.
     pub fn broadcast<T: Element>(&mut self, buf: &mut [T], src: usize) -> Result<()> {
         self.refuse_in_group(Func::Broadcast)?;
-        let r = region(buf);
+        let r = region_mut(buf);
         self.typed::<T>(
             Func::Broadcast,
             r.0,
@@ -236,7 +247,7 @@ impl Comm {
                 format!("{n} ranks × {} = {want}", input.len()),
             ));
         }
-        let (s, r) = (region(input), region(output));
+        let (s, r) = (region(input), region_mut(output));
         self.typed::<T>(
             Func::AllGather,
             s.0,
@@ -274,7 +285,7 @@ impl Comm {
             ));
         }
         let q = buf.len() / n;
-        let r = region(buf);
+        let r = region_mut(buf);
         let send = r.0 + self.rank() * q * std::mem::size_of::<T>();
         self.typed::<T>(Func::AllGather, send, r.0, q, RedOp::Sum, 0, vec![r])
     }
@@ -300,7 +311,7 @@ impl Comm {
                 format!("{n} ranks × {} = {want}", output.len()),
             ));
         }
-        let (s, r) = (region(input), region(output));
+        let (s, r) = (region(input), region_mut(output));
         self.typed::<T>(
             Func::ReduceScatter,
             s.0,
@@ -330,7 +341,7 @@ impl Comm {
             ));
         }
         let q = buf.len() / n;
-        let r = region(buf);
+        let r = region_mut(buf);
         let recv = r.0 + self.rank() * q * std::mem::size_of::<T>();
         self.typed::<T>(Func::ReduceScatter, r.0, recv, q, op, 0, vec![r])?;
         let me = self.rank();
@@ -344,18 +355,19 @@ impl Comm {
         &mut self,
         func: Func,
         root: usize,
-        part: &[T],
-        full: Option<&[T]>,
+        part: (usize, usize),
+        full: Option<(usize, usize)>,
     ) -> Result<()> {
         self.refuse_in_group(func)?;
         self.root_arg(func, root)?;
-        let (n, q, me) = (self.size(), part.len(), self.rank());
+        let elem = std::mem::size_of::<T>();
+        let (n, q, me) = (self.size(), part.1 / elem, self.rank());
         let (full_name, verb) = if func == Func::Gather {
             ("output", "receives")
         } else {
             ("input", "sends")
         };
-        let p = region(part);
+        let p = part;
         // Gather: part -> full; Scatter: full -> part
         let ends = |f: usize| {
             if func == Func::Gather {
@@ -367,15 +379,14 @@ impl Comm {
         let want = self.blocks_len(func, q, root);
         match full {
             Some(f) if me == root => {
-                if f.len() != want {
+                if f.1 / elem != want {
                     return Err(self.bad_len(
                         func,
                         full_name,
-                        f.len(),
+                        f.1 / elem,
                         format!("{n} ranks × {q} = {want}"),
                     ));
                 }
-                let f = region(f);
                 let (send, recv) = ends(f.0);
                 self.typed::<T>(func, send, recv, q, RedOp::Sum, root, vec![p, f])
             }
@@ -406,7 +417,7 @@ impl Comm {
         output: Option<&mut [T]>,
         dst: usize,
     ) -> Result<()> {
-        self.rooted_full(Func::Gather, dst, input, output.as_deref())
+        self.rooted_full::<T>(Func::Gather, dst, region(input), output.map(region_mut))
     }
 
     /// Scatter from `src`: the root passes `Some(input)` of `size() * output.len()`
@@ -417,7 +428,7 @@ impl Comm {
         output: &mut [T],
         src: usize,
     ) -> Result<()> {
-        self.rooted_full(Func::Scatter, src, output, input)
+        self.rooted_full::<T>(Func::Scatter, src, region_mut(output), input.map(region))
     }
 
     /// The in-place forms of Gather and Scatter: the root's `buf` has
@@ -433,7 +444,7 @@ impl Comm {
         self.refuse_in_group(func)?;
         self.root_arg(func, root)?;
         let n = self.size();
-        let r = region(buf);
+        let r = region_mut(buf);
         let gather = func == Func::Gather;
         if self.rank() != root {
             let (send, recv) = if gather { (r.0, 0) } else { (0, r.0) };
@@ -479,7 +490,7 @@ impl Comm {
     /// Blocking Recv into `buf` from `src`; the Send must have the same length.
     pub fn recv<T: Element>(&mut self, buf: &mut [T], src: usize) -> Result<()> {
         self.refuse_in_group(Func::Recv)?;
-        let r = region(buf);
+        let r = region_mut(buf);
         self.typed::<T>(Func::Recv, 0, r.0, buf.len(), RedOp::Sum, src, vec![r])
     }
 
@@ -495,7 +506,7 @@ impl Comm {
                         c.typed::<T>(Func::Send, s.0, 0, data.len(), RedOp::Sum, *peer, vec![s])?;
                     }
                     P2POp::Irecv(buf, peer) => {
-                        let r = region(buf);
+                        let r = region_mut(buf);
                         c.typed::<T>(Func::Recv, 0, r.0, buf.len(), RedOp::Sum, *peer, vec![r])?;
                     }
                 }
@@ -520,41 +531,12 @@ impl Comm {
         input_split_sizes: Option<&[usize]>,
     ) -> Result<()> {
         self.refuse_in_group(Func::AlltoAll)?;
-        let n = self.size();
-        let check =
-            |c: &Comm, what: &str, len: usize, splits: Option<&[usize]>| -> Result<Vec<usize>> {
-                match splits {
-                None if len.is_multiple_of(n) => Ok(vec![len / n; n]),
-                None => Err(c.bad_len(
-                    Func::AlltoAll,
-                    what,
-                    len,
-                    format!("a multiple of {n} ranks when no split sizes are given"),
-                )),
-                Some(s) if s.len() != n => Err(Error::new(
-                    ErrorKind::BadLength,
-                    format!(
-                        "AlltoAll: {what} split sizes have {} entries, expected one per rank ({n})",
-                        s.len()
-                    ),
-                )
-                .on_rank(c.rank())),
-                Some(s) if s.iter().sum::<usize>() != len => Err(c.bad_len(
-                    Func::AlltoAll,
-                    what,
-                    len,
-                    format!(
-                        "the sum of its split sizes {:?} = {}",
-                        s,
-                        s.iter().sum::<usize>()
-                    ),
-                )),
-                Some(s) => Ok(s.to_vec()),
-            }
-            };
-        let in_splits = check(self, "input", input.len(), input_split_sizes)?;
-        let out_splits = check(self, "output", output.len(), output_split_sizes)?;
-        let (s, r) = (region(input), region(output));
+        let (n, me) = (self.size(), self.rank());
+        let in_splits =
+            lower::splits(n, "input", input.len(), input_split_sizes).map_err(|e| e.on_rank(me))?;
+        let out_splits = lower::splits(n, "output", output.len(), output_split_sizes)
+            .map_err(|e| e.on_rank(me))?;
+        let (s, r) = (region(input), region_mut(output));
         if input_split_sizes.is_none() && output_split_sizes.is_none() {
             return self.typed::<T>(
                 Func::AlltoAll,
@@ -566,41 +548,22 @@ impl Comm {
                 vec![s, r],
             );
         }
-        let size = std::mem::size_of::<T>();
-        let offsets = |splits: &[usize]| -> Vec<usize> {
-            splits
-                .iter()
-                .scan(0, |acc, x| {
-                    let at = *acc;
-                    *acc += x;
-                    Some(at)
-                })
-                .collect()
-        };
-        let (in_off, out_off) = (offsets(&in_splits), offsets(&out_splits));
+        let pairs = lower::all_to_all_v(std::mem::size_of::<T>(), &in_splits, &out_splits);
         self.group(|c| {
-            for peer in 0..n {
-                let at = s.0 + in_off[peer] * size;
+            for p in &pairs {
+                let (send, recv, whole) = match p.func {
+                    Func::Send => (s.0 + p.offset, 0, s),
+                    _ => (0, r.0 + p.offset, r),
+                };
                 c.typed_traced::<T>(
-                    Func::Send,
-                    at,
-                    0,
-                    in_splits[peer],
+                    p.func,
+                    send,
+                    recv,
+                    p.count,
                     RedOp::Sum,
-                    peer,
-                    vec![s],
-                    in_splits[peer] != 0,
-                )?;
-                let at = r.0 + out_off[peer] * size;
-                c.typed_traced::<T>(
-                    Func::Recv,
-                    0,
-                    at,
-                    out_splits[peer],
-                    RedOp::Sum,
-                    peer,
-                    vec![r],
-                    out_splits[peer] != 0,
+                    p.peer,
+                    vec![whole],
+                    p.traced,
                 )?;
             }
             Ok(())

@@ -455,9 +455,11 @@ mod tests {
         let mut mem = crate::engine::local::memory::Registry::default();
         for dt in DataType::ALL {
             let at = mem.alloc(dt.size());
-            mem.fill(at, dt.size(), POISON).unwrap();
+            crate::engine::Memory::fill(&mut mem, at, dt.size(), POISON).unwrap();
             let collides = crate::with_element_type!(dt, T => {
-                let poison = mem.read::<T>(at, 1).unwrap()[0];
+                let mut poison = [T::default()];
+                crate::engine::Memory::read(&mem, at, crate::core::bytes::of_mut(&mut poison)).unwrap();
+                let poison = poison[0];
                 let top = exact_max(dt).min(TABLE as u64 - 1);
                 (0..=top).any(|v| same_bits(T::from_f64(v as f64), poison))
             });

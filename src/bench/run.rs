@@ -330,8 +330,8 @@ pub fn run_checked(
                     format!("the {dtype} rows' buffers do not fit in the address space"),
                 )
             })?;
-            let a = c.alloc_elems(ea, dtype);
-            let b = c.alloc_elems(eb, dtype);
+            let a = c.alloc_elems(ea, dtype)?;
+            let b = c.alloc_elems(eb, dtype)?;
             for p in mine() {
                 let row = with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw, reprobe)?);
                 if c.rank() == 0 {
@@ -730,7 +730,7 @@ mod tests {
             let pat = Pattern::new(p.func, p.dtype, RedOp::Sum, 2, 0, 9);
             let mut conv = Converter::<i32>::new(2);
             let (ea, eb) = buffer_elems([&p], 2).unwrap();
-            let (a, b) = (c.alloc_elems(ea, p.dtype), c.alloc_elems(eb, p.dtype));
+            let (a, b) = (c.alloc_elems(ea, p.dtype)?, c.alloc_elems(eb, p.dtype)?);
             let bf = bufs(&p, &pat, c.rank(), a, b, false);
             prepare(c, &p, &pat, &mut conv, &bf, c.rank())?;
             call(c, &p, &bf)?;

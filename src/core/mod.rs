@@ -1,14 +1,23 @@
 //! The contract as data and pure functions: datatypes, reduction ops, op
 //! kinds, the call record, buffer sizes and in-place equations, argument
-//! checks, errors and trace formats. No I/O, no threads; every engine, the
-//! API faces and the CLI use these same functions.
+//! checks, errors and trace formats; and what every engine shares around a
+//! call: a rank's group state and launch counter (`group`), the launch an
+//! engine receives (`launch`), AlltoAllv's lowering to Send/Recv (`lower`)
+//! and the cross-rank agreement comparison with its messages (`agree`).
+//! No I/O, no threads; every engine, the API faces and the CLI use these
+//! same functions.
 
+pub mod agree;
+pub mod bytes;
 pub mod call;
 pub mod check;
 pub mod datatype;
 pub mod error;
 pub mod func;
+pub mod group;
+pub mod launch;
 pub mod layout;
+pub mod lower;
 pub mod redop;
 pub mod scalar;
 pub mod trace;
@@ -18,6 +27,8 @@ pub use check::{AddressSpace, check_buffers, check_call};
 pub use datatype::{DataType, Element, F8E4M3, F8E5M2};
 pub use error::{Error, ErrorKind, Result, ResultCode};
 pub use func::Func;
+pub use group::{Group, Queued};
+pub use launch::{Launch, Posted};
 pub use layout::{
     InPlace, Layout, Role, footprint_elems, in_place, is_in_place, layout, poison_pattern, share,
     undefined_recv_elems,

@@ -1,21 +1,14 @@
 //! Executing one launch (a single call, or the fused calls of a group) on
-//! one rank: publish, rendezvous, agree, move data, complete.
+//! one rank: publish, rendezvous, agree (compared by `core::agree`), move
+//! data, complete. The launch's Send/Recv go through `p2p`.
 
+use super::families;
 use super::memory::Phase;
-use super::post::{PAYLOAD_BYTES, PAYLOAD_WORDS, Posted};
-use super::world::{SendSlot, WaitFor, World, lock};
-use super::{agree, families};
-use crate::core::{Call, Error, ErrorKind, Func};
+use super::post::{PAYLOAD_BYTES, PAYLOAD_WORDS};
+use super::world::{WaitFor, World, lock};
+use crate::core::{Call, Error, ErrorKind, Launch, Posted, agree};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-
-/// The work of one launch, in call order.
-#[derive(Debug, Default)]
-pub struct Launch {
-    pub op_count: u64,
-    pub colls: Vec<Call>,
-    pub p2p: Vec<Call>,
-}
 
 /// Per-rank scratch reused across launches.
 #[derive(Default)]
@@ -42,27 +35,9 @@ pub fn execute(
         collectives(world, me, launch, scratch)?;
     }
     if !launch.p2p.is_empty() {
-        p2p(world, me, launch)?;
+        super::p2p::run(world, me, launch)?;
     }
     Ok(())
-}
-
-fn describe(launch: &Launch) -> String {
-    let first = launch
-        .colls
-        .first()
-        .or(launch.p2p.first())
-        .map(|c| c.func.name())
-        .unwrap_or("group");
-    let n = launch.colls.len() + launch.p2p.len();
-    if n > 1 {
-        format!(
-            "a group of {n} calls starting with {first} (opCount {:x})",
-            launch.op_count
-        )
-    } else {
-        format!("{first} (opCount {:x})", launch.op_count)
-    }
 }
 
 /// A launch this small is done entirely by the last rank to arrive: one
@@ -186,7 +161,7 @@ fn inline_launch(
     seq: u64,
     c: &Call,
 ) -> Result<(), Error> {
-    world.wait(me, WaitFor::AllPosted { seq }, &|| describe(launch))?;
+    world.wait(me, WaitFor::AllPosted { seq }, &|| launch.describe())?;
     let n = world.n;
     let fail = |e: Error| {
         let e = e.on_rank(me);
@@ -248,7 +223,7 @@ fn shared_launch(
         }
         (verdict, done)
     } else {
-        if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| describe(launch)) {
+        if let Err(e) = world.wait(me, WaitFor::Arrival { generation }, &|| launch.describe()) {
             if world.arrival.withdraw(generation, world.n) {
                 return Err(e);
             }
@@ -324,134 +299,6 @@ fn read_posts(world: &Arc<World>, scratch: &mut Scratch, seq: u64) {
         let src = lock(&world.posted[r]);
         dst.calls.clear();
         dst.calls.extend_from_slice(&src.calls);
-    }
-}
-
-fn p2p(world: &Arc<World>, me: usize, launch: &Launch) -> Result<(), Error> {
-    // post every Send first, so a group's Sends and Recvs can progress in any order
-    let mut sent: Vec<(usize, u64)> = Vec::new();
-    for c in launch.p2p.iter().filter(|c| c.func == Func::Send) {
-        let pair = world.pair(me, c.root);
-        let mut q = lock(&pair.queue);
-        let seq = pair.posted.load(std::sync::atomic::Ordering::SeqCst);
-        q.slots.push_back(SendSlot {
-            seq,
-            addr: c.sendbuff,
-            count: c.count,
-            datatype: c.datatype,
-            what: format!(
-                "Send #{seq} to rank {} (count {}, {}, opCount {:x})",
-                c.root, c.count, c.datatype, launch.op_count
-            ),
-        });
-        pair.posted
-            .store(seq + 1, std::sync::atomic::Ordering::SeqCst);
-        drop(q);
-        sent.push((c.root, seq));
-    }
-    world.bump();
-    let result = recv_all(world, me, launch).and_then(|()| await_sends(world, me, &sent, launch));
-    if let Err(e) = &result {
-        // fail first: a receiver that finds a withdrawn Send reports the
-        // communicator's failure, which must already carry this reason
-        world.fail(e.clone());
-        withdraw_sends(world, me, &sent);
-    }
-    result
-}
-
-fn recv_all(world: &Arc<World>, me: usize, launch: &Launch) -> Result<(), Error> {
-    use std::sync::atomic::Ordering::SeqCst;
-    for c in launch.p2p.iter().filter(|c| c.func == Func::Recv) {
-        let src = c.root;
-        let pair = world.pair(src, me);
-        let seq = pair.next_recv.fetch_add(1, SeqCst);
-        let what = || {
-            format!(
-                "Recv #{seq} from rank {src} (count {}, {}, opCount {:x})",
-                c.count, c.datatype, launch.op_count
-            )
-        };
-        world.wait(me, WaitFor::Posted { src, dst: me, seq }, &what)?;
-        let slot = {
-            let mut q = lock(&pair.queue);
-            match q.slots.front() {
-                Some(s) if s.seq == seq => {
-                    q.claimed = seq + 1;
-                    q.slots.pop_front()
-                }
-                _ => None,
-            }
-        };
-        let Some(slot) = slot else {
-            return Err(world.failure(me));
-        };
-        if slot.count != c.count || slot.datatype != c.datatype {
-            let err = Error::new(
-                ErrorKind::Mismatch,
-                format!(
-                    "Send/Recv mismatch: rank {src}'s {} meets rank {me}'s {}: both sides must pass the same count and datatype",
-                    slot.what,
-                    what()
-                ),
-            );
-            let mut q = lock(&pair.queue);
-            q.failures.push((seq, err.clone()));
-            pair.completed.store(seq + 1, SeqCst);
-            drop(q);
-            world.bump();
-            return Err(err.on_rank(me));
-        }
-        // SAFETY: the sender stays blocked until `completed` passes this
-        // Send; both extents were checked by their owners (memory.rs).
-        let phase = unsafe { Phase::enter() };
-        phase.copy(slot.addr, c.recvbuff, c.count * c.datatype.size());
-        let q = lock(&pair.queue);
-        pair.completed.store(seq + 1, SeqCst);
-        drop(q);
-        world.bump();
-    }
-    Ok(())
-}
-
-fn await_sends(
-    world: &Arc<World>,
-    me: usize,
-    sent: &[(usize, u64)],
-    launch: &Launch,
-) -> Result<(), Error> {
-    for &(dst, seq) in sent {
-        let what = || {
-            let c = launch
-                .p2p
-                .iter()
-                .filter(|c| c.func == Func::Send && c.root == dst)
-                .count();
-            format!(
-                "Send #{seq} to rank {dst} ({c} Send(s) to it in this launch, opCount {:x})",
-                launch.op_count
-            )
-        };
-        world.wait(me, WaitFor::Completed { src: me, dst, seq }, &what)?;
-        let q = lock(&world.pair(me, dst).queue);
-        if let Some((_, e)) = q.failures.iter().find(|(s, _)| *s == seq) {
-            return Err(e.clone().on_rank(me));
-        }
-    }
-    Ok(())
-}
-
-/// Takes back Sends nobody claimed and waits out copies in flight, so no
-/// rank reads this rank's buffers after it returns.
-fn withdraw_sends(world: &Arc<World>, me: usize, sent: &[(usize, u64)]) {
-    use std::sync::atomic::Ordering::SeqCst;
-    for &(dst, seq) in sent {
-        let pair = world.pair(me, dst);
-        let mut q = lock(&pair.queue);
-        q.slots.retain(|s| s.seq != seq);
-        let claimed = q.claimed;
-        drop(q);
-        world.wait_certain(|| pair.completed.load(SeqCst) >= claimed.min(seq + 1));
     }
 }
 

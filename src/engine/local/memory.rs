@@ -19,6 +19,7 @@
 //! data phase of a launch this rank takes part in could.
 
 use crate::core::{AddressSpace, Element, Error, ErrorKind, Result};
+use crate::engine::Memory;
 use std::cell::UnsafeCell;
 use std::sync::Arc;
 
@@ -94,32 +95,27 @@ impl Registry {
         }
     }
 
-    /// Copies host elements into registered memory.
-    pub fn write<T: Element>(&self, addr: usize, src: &[T]) -> Result<()> {
-        let bytes = std::mem::size_of_val(src);
-        self.extent(addr, bytes, "write")?;
+    /// Copies `src` into registered memory.
+    fn write_bytes(&self, addr: usize, src: &[u8]) -> Result<()> {
+        self.extent(addr, src.len(), "write")?;
         // SAFETY: the extent lies inside a live allocation of this rank, and
         // outside a call only the owning rank touches its allocations.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, addr as *mut u8, bytes) };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len()) };
         Ok(())
     }
 
-    /// Copies `count` elements out of registered memory.
-    pub fn read<T: Element + Default>(&self, addr: usize, count: usize) -> Result<Vec<T>> {
-        let bytes = count * std::mem::size_of::<T>();
-        self.extent(addr, bytes, "read")?;
-        let mut out = vec![T::default(); count];
-        // SAFETY: as in `write`; `out` has room for exactly `bytes` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr() as *mut u8, bytes)
-        };
-        Ok(out)
+    /// Copies `dst.len()` bytes out of registered memory.
+    fn read_bytes(&self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        self.extent(addr, dst.len(), "read")?;
+        // SAFETY: as in `write_bytes`; `dst` has room for exactly its length.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
     }
 
     /// Repeats `pattern` over up to `max_bytes` bytes at `addr`, stopping at
     /// the end of its allocation; returns the bytes written (0 when `addr`
     /// is not registered).
-    pub fn fill_pattern(&self, addr: usize, max_bytes: usize, pattern: &[u8]) -> usize {
+    fn fill_pattern_bytes(&self, addr: usize, max_bytes: usize, pattern: &[u8]) -> usize {
         let Some((base, len)) = self.allocation_of(addr) else {
             return 0;
         };
@@ -139,12 +135,33 @@ impl Registry {
         bytes
     }
 
-    /// Fills `bytes` bytes with `byte` (poisoning undefined outputs).
-    pub fn fill(&self, addr: usize, bytes: usize, byte: u8) -> Result<()> {
+    /// Fills `bytes` bytes with `byte`.
+    fn fill_bytes(&self, addr: usize, bytes: usize, byte: u8) -> Result<()> {
         self.extent(addr, bytes, "fill")?;
-        // SAFETY: as in `write`.
+        // SAFETY: as in `write_bytes`.
         unsafe { std::ptr::write_bytes(addr as *mut u8, byte, bytes) };
         Ok(())
+    }
+}
+
+impl Memory for Registry {
+    fn alloc(&mut self, bytes: usize) -> Result<usize> {
+        Ok(Registry::alloc(self, bytes))
+    }
+    fn free(&mut self, base: usize) -> Result<()> {
+        Registry::free(self, base)
+    }
+    fn write(&mut self, addr: usize, src: &[u8]) -> Result<()> {
+        self.write_bytes(addr, src)
+    }
+    fn read(&self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        self.read_bytes(addr, dst)
+    }
+    fn fill(&mut self, addr: usize, bytes: usize, byte: u8) -> Result<()> {
+        self.fill_bytes(addr, bytes, byte)
+    }
+    fn fill_pattern(&mut self, addr: usize, max_bytes: usize, pattern: &[u8]) -> usize {
+        self.fill_pattern_bytes(addr, max_bytes, pattern)
     }
 }
 
@@ -377,6 +394,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::bytes;
 
     #[test]
     fn registry_resolves_and_bounds() {
@@ -386,15 +404,17 @@ mod tests {
         assert_eq!(a % 16, 0);
         assert_eq!(r.allocation_of(a + 39), Some((a, 40)));
         assert_eq!(r.allocation_of(b), Some((b, 8)));
-        r.write(a + 4, &[1i32, 2, 3]).unwrap();
-        assert_eq!(r.read::<i32>(a, 4).unwrap(), vec![0, 1, 2, 3]);
-        let e = r.write(a + 32, &[1i32, 2, 3]).unwrap_err();
+        Memory::write(&mut r, a + 4, bytes::of(&[1i32, 2, 3])).unwrap();
+        let mut got = [7i32; 4];
+        Memory::read(&r, a, bytes::of_mut(&mut got)).unwrap();
+        assert_eq!(got, [0, 1, 2, 3]);
+        let e = Memory::write(&mut r, a + 32, bytes::of(&[1i32, 2, 3])).unwrap_err();
         assert!(e.message.contains("by 4 bytes"), "{}", e.message);
-        assert!(r.read::<u8>(0x10, 1).is_err());
+        assert!(Memory::read(&r, 0x10, &mut [0u8]).is_err());
         r.free(a).unwrap();
         assert!(r.free(a).is_err());
         assert!(
-            r.read::<u8>(a, 1).is_err(),
+            Memory::read(&r, a, &mut [0u8]).is_err(),
             "freed memory is no longer addressable"
         );
     }

@@ -19,7 +19,7 @@
 //! sits in the slot's first cache line: a two-rank 8-byte AllReduce costs
 //! each rank one line transfer from its peer.
 
-use crate::core::{Call, DataType, Func, RedOp};
+use crate::core::{Call, DataType, Func, Posted, RedOp};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of send buffer a slot can carry: calls this small go inline. Two
@@ -31,13 +31,6 @@ pub const PAYLOAD_BYTES: usize = 128;
 pub const PAYLOAD_WORDS: usize = PAYLOAD_BYTES / 8;
 /// Payload words in the first cache line, beside the call.
 const FIRST_WORDS: usize = 3;
-
-/// What a rank publishes for the collective part of a launch, as read back.
-#[derive(Debug, Default, Clone)]
-pub struct Posted {
-    pub op_count: u64,
-    pub calls: Vec<Call>,
-}
 
 /// `head` of a slot whose launch is a group: its calls are in `World::posted`.
 const GROUP: u64 = u64::MAX;

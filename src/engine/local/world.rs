@@ -11,106 +11,18 @@
 //! deadlock check is exact: it sees all live ranks parked on unsatisfiable
 //! conditions with no change during its scan.
 
+use super::p2p::Pair;
+use super::sync::{Barrier, PARK, Padded, Patience};
 use crate::core::{Error, ErrorKind, Func};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, AtomicUsize,
     Ordering::{Relaxed, SeqCst},
 };
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+
+pub use super::sync::lock;
 use std::time::{Duration, Instant};
-
-/// Busy-wait rounds before yielding, when every rank has a core of its own:
-/// a few microseconds (a `pause` takes tens of nanoseconds), enough for a
-/// peer that is about to arrive. More only costs when the peer is not
-/// running (the machine is busy with other work): then every microsecond
-/// spent spinning is one the peer waits for its core.
-const SPINS: u32 = 128;
-/// `yield_now` rounds before parking, with a core per rank.
-const YIELDS: u32 = 50;
-/// When ranks outnumber cores, a spinning rank only delays the rank it waits
-/// for (which needs its core): such waits yield at once, and keep yielding
-/// longer before they park (a park and its wake-up cost a few microseconds).
-const YIELDS_OVERSUBSCRIBED: u32 = 2000;
-const PARK: Duration = Duration::from_millis(2);
-
-/// How a wait spends its time before it parks.
-#[derive(Debug, Clone, Copy)]
-struct Patience {
-    spins: u32,
-    yields: u32,
-    /// more ranks than cores
-    oversubscribed: bool,
-}
-
-/// Busy-wait rounds before yielding when every rank has a core of its own
-/// (pinned): about a millisecond. No peer needs this core, and yielding it
-/// would hand it to whatever else the machine runs for a whole time slice,
-/// so the rank keeps its core like an MPI process polling.
-const SPINS_PINNED: u32 = 20_000;
-
-impl Patience {
-    fn pinned() -> Patience {
-        Patience {
-            spins: SPINS_PINNED,
-            yields: YIELDS,
-            oversubscribed: false,
-        }
-    }
-
-    fn for_ranks(n: usize) -> Patience {
-        let cores = std::thread::available_parallelism()
-            .map(|c| c.get())
-            .unwrap_or(1);
-        if n > cores {
-            Patience {
-                spins: 0,
-                yields: YIELDS_OVERSUBSCRIBED,
-                oversubscribed: true,
-            }
-        } else {
-            Patience {
-                spins: SPINS,
-                yields: YIELDS,
-                oversubscribed: false,
-            }
-        }
-    }
-
-    /// One round of waiting: spin, yield, or false when it is time to park.
-    #[inline]
-    fn idle(&self, round: u32) -> bool {
-        if round < self.spins {
-            std::hint::spin_loop();
-            true
-        } else if round < self.spins + self.yields {
-            std::thread::yield_now();
-            true
-        } else {
-            false
-        }
-    }
-}
-
-/// A value alone on its cache lines (128 bytes: adjacent-line prefetch
-/// pairs lines), so ranks writing neighbouring values do not invalidate
-/// each other's copies (false sharing).
-#[derive(Default)]
-#[repr(align(128))]
-pub struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// Locks a mutex, ignoring poisoning: the engine's protected data stays
-/// consistent across a panic (panics are caught and turned into errors).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// What a parked rank waits for; any thread can evaluate it.
 #[derive(Debug, Clone)]
@@ -135,7 +47,7 @@ pub struct Wait {
 }
 
 impl Wait {
-    fn ready(&self) -> bool {
+    pub(super) fn ready(&self) -> bool {
         self.world.ready(&self.on)
     }
 }
@@ -144,8 +56,8 @@ impl Wait {
 #[derive(Default)]
 pub struct RankState {
     pub finished: AtomicBool,
-    blocked: AtomicBool,
-    wait: Mutex<Option<Wait>>,
+    pub(super) blocked: AtomicBool,
+    pub(super) wait: Mutex<Option<Wait>>,
 }
 
 /// The rank threads of one launch: their states, the progress counter and
@@ -154,7 +66,7 @@ pub struct RankState {
 pub struct Threads {
     pub ranks: Vec<Padded<RankState>>,
     patience: Patience,
-    epoch: AtomicU64,
+    pub(super) epoch: AtomicU64,
     sleepers: AtomicUsize,
     park_lock: Mutex<()>,
     park: Condvar,
@@ -162,8 +74,6 @@ pub struct Threads {
     pub worlds: Mutex<Vec<Weak<World>>>,
     /// communicators created by `dup`: (parent comm id, k) -> child
     pub dups: Mutex<HashMap<(u64, u64), Arc<World>>>,
-    /// fill buffers the contract leaves undefined (see `LaunchOptions::poison`)
-    pub poison: bool,
     /// serialises recording failures (see `fail_each`)
     failing: Mutex<()>,
     /// compare every rank's calls before moving data (see `LaunchOptions`)
@@ -173,10 +83,9 @@ pub struct Threads {
 impl Threads {
     /// `pinned`: each rank runs on a core of its own, so waits spin instead
     /// of yielding.
-    pub fn new(n: usize, poison: bool, check_agreement: bool, pinned: bool) -> Arc<Threads> {
+    pub fn new(n: usize, check_agreement: bool, pinned: bool) -> Arc<Threads> {
         Arc::new(Threads {
             check_agreement,
-            poison,
             failing: Mutex::new(()),
             ranks: (0..n).map(|_| Padded::default()).collect(),
             patience: if pinned {
@@ -249,82 +158,6 @@ impl Threads {
     }
 }
 
-/// A generation barrier that a waiter can leave (withdraw from) only while
-/// the generation is incomplete, so nobody proceeds past a rank that left.
-#[derive(Default)]
-pub struct Barrier {
-    /// generation << 32 | ranks present
-    word: AtomicU64,
-}
-
-const PRESENT: u64 = 0xFFFF_FFFF;
-
-impl Barrier {
-    /// Arrives; returns the generation and whether this arrival completed it.
-    pub fn arrive(&self, n: usize) -> (u64, bool) {
-        let w = self.word.fetch_add(1, SeqCst);
-        let generation = w >> 32;
-        if (w & PRESENT) + 1 == n as u64 {
-            // all present: nobody can withdraw or arrive until this store
-            self.word.store((generation + 1) << 32, SeqCst);
-            (generation, true)
-        } else {
-            (generation, false)
-        }
-    }
-    pub fn passed(&self, generation: u64) -> bool {
-        self.word.load(SeqCst) >> 32 != generation
-    }
-    /// Leaves generation `generation`; false when it completed meanwhile (then the
-    /// caller must take part in the phase after all).
-    pub fn withdraw(&self, generation: u64, n: usize) -> bool {
-        loop {
-            let w = self.word.load(SeqCst);
-            if w >> 32 != generation {
-                return false;
-            }
-            if w & PRESENT == n as u64 {
-                std::hint::spin_loop();
-                continue;
-            }
-            if self.word.compare_exchange(w, w - 1, SeqCst, SeqCst).is_ok() {
-                return true;
-            }
-        }
-    }
-}
-
-/// One queued Send from `src` to `dst`.
-#[derive(Debug, Clone)]
-pub struct SendSlot {
-    pub seq: u64,
-    pub addr: usize,
-    pub count: usize,
-    pub datatype: crate::core::DataType,
-    pub what: String,
-}
-
-#[derive(Default)]
-pub struct PairQueue {
-    pub slots: VecDeque<SendSlot>,
-    /// Sends whose Recv rejected them, with the error both sides return.
-    pub failures: Vec<(u64, Error)>,
-    /// Sends claimed by the receiver (their data may be in flight).
-    pub claimed: u64,
-}
-
-/// The ordered channel of Sends from one rank to another.
-#[derive(Default)]
-pub struct Pair {
-    pub queue: Mutex<PairQueue>,
-    /// Sends posted so far (mirror of the queue's sequence, for lock-free checks)
-    pub posted: AtomicU64,
-    /// Sends fully received (or rejected)
-    pub completed: AtomicU64,
-    /// Recvs the destination has started (only the destination touches it)
-    pub next_recv: AtomicU64,
-}
-
 pub struct World {
     pub n: usize,
     pub comm_id: u64,
@@ -334,7 +167,7 @@ pub struct World {
     pub done: Padded<Barrier>,
     pub pairs: Vec<Pair>,
     /// group launches' calls (a single call's are in its mailbox)
-    pub posted: Vec<Padded<Mutex<super::post::Posted>>>,
+    pub posted: Vec<Padded<Mutex<crate::core::Posted>>>,
     /// each rank's posts of its collective launches
     pub mailbox: Vec<super::post::Mailbox>,
     /// `(g + 1) << 1 | alone`: the coordinator of collective generation `g`
@@ -569,164 +402,13 @@ impl World {
     }
 }
 
-impl Threads {
-    fn describe_rank(&self, r: usize) -> String {
-        let s = &self.ranks[r];
-        if s.finished.load(SeqCst) {
-            return format!("rank {r}: finished its program");
-        }
-        match &*lock(&s.wait) {
-            Some(w) if s.blocked.load(SeqCst) => format!(
-                "rank {r}: waiting in {} on comm {:#x}",
-                w.what, w.world.comm_id
-            ),
-            _ => format!("rank {r}: running outside rankwise"),
-        }
-    }
-
-    /// Some(diagnosis, communicators to fail) when every live rank waits on
-    /// a condition that no rank can make true.
-    fn detect_deadlock(&self) -> Option<(Error, Vec<Arc<World>>)> {
-        let e0 = self.epoch.load(SeqCst);
-        let mut waits: Vec<(usize, Wait)> = Vec::new();
-        for (r, s) in self.ranks.iter().enumerate() {
-            if s.finished.load(SeqCst) {
-                continue;
-            }
-            if !s.blocked.load(SeqCst) {
-                return None;
-            }
-            let w = lock(&s.wait).clone()?;
-            if w.ready() {
-                return None;
-            }
-            waits.push((r, w));
-        }
-        if waits.is_empty() || self.epoch.load(SeqCst) != e0 {
-            return None;
-        }
-        let mut worlds: Vec<Arc<World>> = Vec::new();
-        for (_, w) in &waits {
-            if !worlds.iter().any(|x| Arc::ptr_eq(x, &w.world)) {
-                worlds.push(w.world.clone());
-            }
-        }
-        Some((self.diagnose(&waits, worlds.len() > 1), worlds))
-    }
-
-    fn diagnose(&self, waits: &[(usize, Wait)], several_comms: bool) -> Error {
-        let n = self.ranks.len();
-        let finished = |r: usize| self.ranks[r].finished.load(SeqCst);
-        let wait_of = |r: usize| waits.iter().find(|(w, _)| *w == r).map(|(_, w)| w);
-        let states: Vec<String> = (0..n).map(|r| self.describe_rank(r)).collect();
-        // the rank each waiter depends on, for point-to-point waits
-        let peer_of = |w: &Wait| match w.on {
-            WaitFor::Posted { src, .. } => Some(src),
-            WaitFor::Completed { dst, .. } => Some(dst),
-            WaitFor::Arrival { .. } | WaitFor::AllPosted { .. } => None,
-        };
-        for (r, w) in waits {
-            let Some(peer) = peer_of(w) else { continue };
-            let needs = if matches!(w.on, WaitFor::Posted { .. }) {
-                "Send"
-            } else {
-                "Recv"
-            };
-            if finished(peer) {
-                return Error::new(
-                    ErrorKind::Unmatched,
-                    format!(
-                        "rank {r} waits in {} but rank {peer} finished its program without the matching {needs}; {}",
-                        w.what,
-                        states.join("; ")
-                    ),
-                );
-            }
-            if let Some(pw) = wait_of(peer)
-                && peer_of(pw).is_none()
-            {
-                return Error::new(
-                    ErrorKind::Unmatched,
-                    format!(
-                        "rank {r} waits in {} but rank {peer} waits in {} and will never post the matching {needs}; {}",
-                        w.what,
-                        pw.what,
-                        states.join("; ")
-                    ),
-                );
-            }
-        }
-        // a cycle of point-to-point waits: the classic ungrouped ring
-        if let Some((start, _)) = waits.iter().find(|(_, w)| peer_of(w).is_some()) {
-            let mut path = vec![*start];
-            let mut cur = *start;
-            while let Some(next) = wait_of(cur).and_then(peer_of) {
-                if let Some(pos) = path.iter().position(|r| *r == next) {
-                    let cycle: Vec<String> = path[pos..]
-                        .iter()
-                        .chain([&next])
-                        .map(|r| r.to_string())
-                        .collect();
-                    return Error::new(
-                        ErrorKind::Deadlock,
-                        format!(
-                            "deadlock: {}: each rank blocks in a Send/Recv that waits on the next; wrap these Send/Recv calls in one group; {}",
-                            cycle.join(" -> "),
-                            states.join("; ")
-                        ),
-                    );
-                }
-                path.push(next);
-                cur = next;
-            }
-        }
-        let gone: Vec<String> = (0..n)
-            .filter(|r| finished(*r))
-            .map(|r| r.to_string())
-            .collect();
-        let why = if several_comms {
-            "ranks wait in collectives of different communicators: every rank must use its communicators in the same order".to_string()
-        } else if gone.is_empty() {
-            "ranks wait in calls that can never match".to_string()
-        } else {
-            format!(
-                "rank{} {} finished without entering the call the others wait in",
-                if gone.len() > 1 { "s" } else { "" },
-                gone.join(",")
-            )
-        };
-        Error::new(
-            ErrorKind::Deadlock,
-            format!("deadlock: {why}; {}", states.join("; ")),
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn barrier_completes_and_withdraw_blocks_completion() {
-        let b = Barrier::default();
-        assert_eq!(b.arrive(3), (0, false));
-        assert_eq!(b.arrive(3), (0, false));
-        assert!(b.withdraw(0, 3), "an incomplete generation can be left");
-        assert_eq!(b.arrive(3), (0, false), "two present again, not three");
-        assert!(!b.passed(0));
-        assert_eq!(b.arrive(3), (0, true));
-        assert!(b.passed(0));
-        assert!(!b.withdraw(0, 3), "a completed generation cannot be left");
-    }
-
-    #[test]
     fn a_finished_rank_turns_a_wait_into_a_diagnosis() {
-        let w = World::new(
-            2,
-            Duration::from_secs(60),
-            1,
-            Threads::new(2, false, true, false),
-        );
+        let w = World::new(2, Duration::from_secs(60), 1, Threads::new(2, true, false));
         w.threads.finish(1);
         let (generation, _) = w.arrival.arrive(2);
         let t = Instant::now();
@@ -756,7 +438,7 @@ mod tests {
             2,
             Duration::from_millis(50),
             1,
-            Threads::new(2, false, true, false),
+            Threads::new(2, true, false),
         );
         // rank 1 is "running" (neither blocked nor finished): no deadlock, so the deadline fires
         let (generation, _) = w.arrival.arrive(2);

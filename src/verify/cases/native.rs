@@ -214,7 +214,7 @@ fn setup<T: Element>(comm: &mut Comm, spec: &Spec, input: &[T]) -> crate::Result
             (0, d.unsigned_abs())
         };
         let elems = (send_off + l.send_elems).max(recv_off + l.recv_elems);
-        let base = comm.alloc(elems * size + GUARD);
+        let base = comm.alloc(elems * size + GUARD)?;
         comm.fill(base, elems * size + GUARD, POISON)?;
         b.allocations.push(base);
         b.send = base + send_off * size;
@@ -226,7 +226,7 @@ fn setup<T: Element>(comm: &mut Comm, spec: &Spec, input: &[T]) -> crate::Result
         // an op with no in-place form called with sendbuff == recvbuff: the
         // engine must reject it (`rankwise run --in-place` on AlltoAll)
         let elems = l.send_elems.max(l.recv_elems);
-        let base = comm.alloc(elems * size + GUARD);
+        let base = comm.alloc(elems * size + GUARD)?;
         b.allocations.push(base);
         b.send = base;
         b.recv = base;
@@ -239,7 +239,7 @@ fn setup<T: Element>(comm: &mut Comm, spec: &Spec, input: &[T]) -> crate::Result
             if null {
                 continue;
             }
-            let at = comm.alloc(elems * size + GUARD);
+            let at = comm.alloc(elems * size + GUARD)?;
             comm.fill(at, elems * size + GUARD, POISON)?;
             b.allocations.push(at);
             if matches!(role, Role::Read | Role::Written) {

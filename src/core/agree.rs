@@ -2,9 +2,14 @@
 //! must describe the same operation. Besides catching the mismatches NCCL
 //! turns into hangs or silent corruption, this is what makes the data phase
 //! memory-safe: extents were checked per rank against that rank's own count.
+//!
+//! Engines only exchange what each rank posted (the local engine through
+//! its mailboxes, others through their own channel); comparing the posts
+//! and wording the error is this module's, so every engine reports a
+//! mismatch in the same words.
 
-use super::post::Posted;
-use crate::core::{Error, ErrorKind};
+use super::Posted;
+use super::{Error, ErrorKind};
 use std::collections::BTreeMap;
 
 /// `ranks 0,1,3 pass 1024, rank 2 passes 1000`

@@ -1,0 +1,225 @@
+//! Ways to get communicators, above the API: each launcher starts the ranks
+//! of one engine and hands each rank's program its [`Comm`]. Today every
+//! engine's ranks run as threads of this process (`threads`).
+//!
+//! [`EngineKind`] names an engine; [`launch_each`] runs a program on N
+//! ranks of any of them, which is how the CLI's `--engine` and the
+//! integration tests' engine list reach every engine through one door.
+
+pub mod threads;
+
+use crate::api::Comm;
+use crate::core::{Error, ErrorKind, Result};
+use crate::settings::{SettingError, Settings};
+use crate::trace::Tracer;
+use std::time::Duration;
+
+/// An engine rankwise can run ranks on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum EngineKind {
+    /// Ranks are threads of this process sharing its memory (no GPU, no setup).
+    Local,
+}
+
+impl EngineKind {
+    /// Every engine this build of rankwise has.
+    pub const ALL: &'static [EngineKind] = &[EngineKind::Local];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Local => "local",
+        }
+    }
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<EngineKind> {
+        EngineKind::ALL
+            .iter()
+            .copied()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = EngineKind::ALL.iter().map(|e| e.name()).collect();
+                Error::new(
+                    ErrorKind::InvalidUsage,
+                    format!("unknown engine {s:?}: this build has {}", known.join(", ")),
+                )
+            })
+    }
+}
+
+/// How ranks are launched.
+#[derive(Clone)]
+pub struct LaunchOptions {
+    /// Longest any wait may last before it fails with `Timeout` (default
+    /// 300 s, or `RANKWISE_TIMEOUT` seconds: see [`crate::settings`]).
+    pub timeout: Duration,
+    pub tracer: Tracer,
+    /// Poison mode (default off, or `RANKWISE_POISON=1`): after each call,
+    /// buffers the contract leaves undefined on a rank — a non-root Reduce's
+    /// recvbuff, a non-root Gather's recvbuff, when passed — are filled with
+    /// a signalling NaN (floats) or 0xA5 bytes (integers), so code that reads
+    /// them fails loudly and deterministically. Applies to engine memory
+    /// (the raw face); the typed face hands non-roots no such buffer at all.
+    pub poison: bool,
+    /// Cross-rank agreement before data moves; on unless turned off with the
+    /// unsafe [`LaunchOptions::without_agreement_checks`].
+    pub(crate) check_agreement: bool,
+    /// Pin rank r's thread to core r when there are at least as many cores
+    /// as ranks (what `mpirun` does by default; the benchmark uses it so a
+    /// run does not depend on where the scheduler first puts the threads).
+    /// Off by default: a library should not move its caller's threads.
+    pub pin_threads: bool,
+}
+
+/// The options `RANKWISE_TIMEOUT`, `RANKWISE_POISON` and the trace
+/// variables ask for. A bad variable cannot make this fail or panic: its
+/// default is used instead and the first such call says so on stderr
+/// ([`Settings::from_env_or_defaults`]); [`LaunchOptions::from_env`]
+/// refuses bad variables instead.
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        LaunchOptions::from_settings(&Settings::from_env_or_defaults())
+    }
+}
+
+impl LaunchOptions {
+    /// The options the `RANKWISE_*` variables ask for, or every variable
+    /// whose value is not one it accepts.
+    pub fn from_env() -> std::result::Result<LaunchOptions, Vec<SettingError>> {
+        Settings::from_env().map(|s| LaunchOptions::from_settings(&s))
+    }
+    /// The options `settings` describes, with the cross-rank agreement check
+    /// on and threads unpinned.
+    pub fn from_settings(settings: &Settings) -> LaunchOptions {
+        LaunchOptions {
+            timeout: settings.timeout,
+            tracer: Tracer::from_settings(settings),
+            poison: settings.poison,
+            check_agreement: true,
+            pin_threads: false,
+        }
+    }
+    pub fn with_timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+    pub fn with_tracer(mut self, t: Tracer) -> Self {
+        self.tracer = t;
+        self
+    }
+    /// Skips the cross-rank agreement check, for measuring what it costs
+    /// (the local engine honours it; engines that need the check to stay
+    /// memory-safe ignore it).
+    ///
+    /// # Safety
+    /// The check is what keeps a mismatched program (one rank passing a
+    /// larger count than another) from reading and writing past other ranks'
+    /// buffers. Without it, every rank must make exactly matching calls.
+    pub unsafe fn without_agreement_checks(mut self) -> Self {
+        self.check_agreement = false;
+        self
+    }
+    pub fn with_pinned_threads(mut self, pin: bool) -> Self {
+        self.pin_threads = pin;
+        self
+    }
+    pub fn with_poison(mut self, on: bool) -> Self {
+        self.poison = on;
+        self
+    }
+}
+
+/// Runs `program` on `nranks` ranks of `engine` and returns each rank's own
+/// result, errors included.
+pub fn launch_each<T, F>(
+    engine: EngineKind,
+    opts: LaunchOptions,
+    nranks: usize,
+    program: F,
+) -> Result<Vec<Result<T>>>
+where
+    T: Send,
+    F: Fn(&mut Comm) -> Result<T> + Sync,
+{
+    if nranks == 0 {
+        return Err(Error::new(
+            ErrorKind::InvalidUsage,
+            "a communicator needs at least 1 rank, 0 given",
+        ));
+    }
+    match engine {
+        EngineKind::Local => crate::engine::local::launch_each(opts, nranks, program),
+    }
+}
+
+/// Runs `program` on `nranks` ranks of `engine` and returns every rank's
+/// value, or the error that caused the others (see [`root_cause`]).
+pub fn launch_with<T, F>(
+    engine: EngineKind,
+    opts: LaunchOptions,
+    nranks: usize,
+    program: F,
+) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&mut Comm) -> Result<T> + Sync,
+{
+    all_ok(launch_each(engine, opts, nranks, program)?)
+}
+
+/// Every rank's value, or the first error that is not merely a consequence
+/// of another rank's failure.
+pub fn all_ok<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
+    if results.iter().all(|r| r.is_ok()) {
+        return Ok(results.into_iter().filter_map(|r| r.ok()).collect());
+    }
+    let errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
+    Err(root_cause(&errors).clone())
+}
+
+/// The error that caused the others: the first that is not a rank learning
+/// of another's failure.
+pub fn root_cause(errors: &[Error]) -> &Error {
+    errors
+        .iter()
+        .find(|e| e.kind != ErrorKind::RemoteError)
+        .unwrap_or(&errors[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engines_parse_by_name_and_unknown_ones_list_the_known() {
+        for e in EngineKind::ALL {
+            assert_eq!(e.name().parse::<EngineKind>().unwrap(), *e);
+        }
+        let err = "gloo".parse::<EngineKind>().unwrap_err();
+        assert!(
+            err.message
+                .contains("unknown engine \"gloo\": this build has local"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn zero_ranks_is_refused_on_every_engine() {
+        for e in EngineKind::ALL {
+            let err = launch_each(*e, LaunchOptions::default(), 0, |_| Ok(())).unwrap_err();
+            assert!(
+                err.message.contains("at least 1 rank, 0 given"),
+                "{e}: {err}"
+            );
+        }
+    }
+}
