@@ -31,6 +31,14 @@ impl EngineKind {
             EngineKind::Local => "local",
         }
     }
+
+    /// Ok when this engine can run ranks on this machine; otherwise what it
+    /// needs and did not find.
+    pub fn available(self) -> std::result::Result<(), String> {
+        match self {
+            EngineKind::Local => Ok(()),
+        }
+    }
 }
 
 impl std::fmt::Display for EngineKind {

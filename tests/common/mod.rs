@@ -1,6 +1,8 @@
 //! Running the `rankwise` binary from integration tests.
 #![allow(dead_code)]
 
+pub mod engines;
+
 use std::path::Path;
 use std::process::Command;
 
