@@ -5,7 +5,7 @@
 //! the call's legal outputs (every buffer sits between guard regions).
 
 use crate::core::{DataType, Error, ErrorKind, RedOp};
-use crate::local::{self, LaunchOptions};
+use crate::launch::{self, EngineKind, LaunchOptions};
 use crate::trace::Tracer;
 use crate::{Comm, NULL, Result};
 use std::sync::Mutex;
@@ -178,8 +178,8 @@ impl Outcome {
     }
 }
 
-/// Runs one scenario.
-pub fn run(s: &Scenario) -> Outcome {
+/// Runs one scenario on `engine`.
+pub fn run(engine: EngineKind, s: &Scenario) -> Outcome {
     let timeout = if s.short_timeout {
         SHORT_TIMEOUT
     } else {
@@ -190,7 +190,7 @@ pub fn run(s: &Scenario) -> Outcome {
         .with_tracer(Tracer::off());
     let extra: Mutex<Vec<(Duration, usize)>> = Mutex::new(vec![(Duration::ZERO, 0); s.ranks]);
     let start = Instant::now();
-    let results = local::launch_each(opts, s.ranks, |c| {
+    let results = launch::launch_each(engine, opts, s.ranks, |c| {
         let mut g = Guards::default();
         let r = (s.program)(c, &mut g);
         let v = g.violations(c);
@@ -710,7 +710,7 @@ mod tests {
 
     #[test]
     fn guards_catch_a_stray_write() {
-        let out = local::launch(1, |c| {
+        let out = crate::local::launch(1, |c| {
             let mut g = Guards::default();
             let inp = g.input(c, 16)?;
             let out = g.output(c, 16)?;

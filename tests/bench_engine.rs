@@ -29,6 +29,7 @@ fn opts(
         warmup: 0,
         check: 2,
         pin: false,
+        engine: rankwise::launch::EngineKind::Local,
     }
 }
 

@@ -5,16 +5,11 @@ use super::limits::{self, ASSUMED_AVAILABLE, Bytes};
 use super::{Options, Report, machine, machine::Machine, plot, run, table};
 use crate::cli::{MAX_LOCAL_RANKS, fail};
 use crate::core::{DataType, Func, RedOp};
+use crate::launch::EngineKind;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
-pub enum Engine {
-    /// ranks are threads of this process
-    Local,
-}
 
 /// Flags follow nccl-tests (`-b -e -f -d -o -r -n -w -c`).
 #[derive(clap::Args, Debug, Clone)]
@@ -56,7 +51,7 @@ pub struct BenchArgs {
     pub check: usize,
     /// Engine to run on
     #[arg(long, value_enum, default_value = "local")]
-    pub engine: Engine,
+    pub engine: EngineKind,
     /// Print one JSON document instead of the table
     #[arg(long)]
     pub json: bool,
@@ -161,6 +156,7 @@ impl BenchArgs {
             warmup: self.warmup,
             check: self.check,
             pin: !self.no_pin,
+            engine: self.engine,
         };
         opts.check()?;
         Ok(opts)

@@ -46,6 +46,8 @@ pub struct Options {
     pub check: usize,
     /// pin rank r to core r when ranks <= cores
     pub pin: bool,
+    /// The engine the ranks run on.
+    pub engine: crate::launch::EngineKind,
 }
 
 impl Options {

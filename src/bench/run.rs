@@ -22,7 +22,7 @@ use crate::core::{
     DataType, Element, Error, ErrorKind, Func, RedOp, Result, footprint_elems, layout,
 };
 use crate::engine::local::last_level_cache;
-use crate::engine::local::{self, LaunchOptions};
+use crate::launch::{self, LaunchOptions};
 use crate::with_element_type;
 use std::sync::{Barrier, Mutex};
 use std::time::Instant;
@@ -314,8 +314,8 @@ pub fn run_checked(
             barrier: Barrier::new(opts.nranks),
         });
     let reprobe = reprobe.as_ref();
-    let launch = LaunchOptions::default().with_pinned_threads(opts.pin);
-    let mut per_rank = local::launch_with(launch, opts.nranks, |c| {
+    let options = LaunchOptions::default().with_pinned_threads(opts.pin);
+    let mut per_rank = launch::launch_with(opts.engine, options, opts.nranks, |c| {
         // only rank 0's rows are returned: the others keep none
         let mut rows = Vec::with_capacity(if c.rank() == 0 { plans.len() } else { 0 });
         // one pair of buffers per datatype, sized for its largest row
@@ -615,6 +615,7 @@ mod tests {
             warmup: 5,
             check: 1,
             pin: false,
+            engine: crate::launch::EngineKind::Local,
         }
     }
 
@@ -726,7 +727,7 @@ mod tests {
             root: None,
             q,
         };
-        let got = local::launch(2, |c| {
+        let got = crate::local::launch(2, |c| {
             let pat = Pattern::new(p.func, p.dtype, RedOp::Sum, 2, 0, 9);
             let mut conv = Converter::<i32>::new(2);
             let (ea, eb) = buffer_elems([&p], 2).unwrap();

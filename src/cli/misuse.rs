@@ -7,20 +7,20 @@ use crate::misuse::{self, DEADLINE};
 use std::process::ExitCode;
 
 pub fn run(args: &super::verify::Args) -> ExitCode {
-    if args.engine != "local" {
+    if let Err(why) = args.engine.available() {
         return fail(
             "verify",
-            format!(
-                "the misuse suite runs on the local engine only, not '{}'",
-                args.engine
-            ),
+            format!("the {} engine cannot run here: {why}", args.engine),
         );
     }
     let scenarios = misuse::catalogue();
     // one scenario panics a rank on purpose: keep its message off the terminal
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let outcomes: Vec<misuse::Outcome> = scenarios.iter().map(misuse::run).collect();
+    let outcomes: Vec<misuse::Outcome> = scenarios
+        .iter()
+        .map(|s| misuse::run(args.engine, s))
+        .collect();
     std::panic::set_hook(hook);
     let passed = outcomes.iter().filter(|o| o.passed).count();
     if args.json {

@@ -12,7 +12,7 @@
 
 use super::{FAILED, MAX_LOCAL_RANKS, REJECTED, fail};
 use crate::core::{DataType, ErrorKind, RedOp, Role, Scalar, layout};
-use crate::local::{self, LaunchOptions};
+use crate::launch::{self, EngineKind, LaunchOptions};
 use crate::verify::cases::native::{self, Inputs, Spec};
 use crate::verify::cases::{Actual, Outcome};
 use crate::verify::records::fmt_values;
@@ -37,6 +37,9 @@ pub struct Args {
     /// Print one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Engine to run on
+    #[arg(long, value_enum, default_value = "local")]
+    pub engine: EngineKind,
 }
 
 /// Most buffer elements (all ranks, send and recv) run accepts: it prints every one.
@@ -336,7 +339,7 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<Scalar>>, note: Option<Strin
         inputs: Inputs::Given(shared.clone()),
         ..spec
     };
-    let results = local::launch_each(LaunchOptions::default(), n, |comm| {
+    let results = launch::launch_each(args.engine, LaunchOptions::default(), n, |comm| {
         let input = shared.get(comm.rank()).cloned().unwrap_or_default();
         Ok(native::execute(comm, &spec, &input))
     });

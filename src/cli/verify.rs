@@ -4,6 +4,7 @@
 //! the seed's four log facts. Exits 0 only if every record passes.
 
 use super::{FAILED, MAX_LOCAL_RANKS, fail};
+use crate::launch::EngineKind;
 use crate::verify::cases::{self, Layer, Suite};
 use crate::verify::evidence::{self, Fact};
 use crate::verify::runner::{self, LayerRun};
@@ -22,9 +23,9 @@ pub struct Args {
     /// count and root) or `misuse` (the catalogue of contract violations)
     #[arg(long, default_value = "seed")]
     pub suite: String,
-    /// Engine to run on (only `local` is built)
-    #[arg(long, default_value = "local")]
-    pub engine: String,
+    /// Engine to run on
+    #[arg(long, value_enum, default_value = "local")]
+    pub engine: EngineKind,
     /// Run directory to write: a new or empty directory (default: a new
     /// runs/<UTC timestamp>, with -2, -3, … when runs share a second)
     #[arg(long)]
@@ -33,8 +34,6 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 }
-
-const ENGINES_LATER: [&str; 2] = ["nccl", "mpi"];
 
 pub fn run(args: Args) -> ExitCode {
     if args.suite == "misuse" {
@@ -49,19 +48,11 @@ pub fn run(args: Args) -> ExitCode {
             ),
         );
     };
-    if args.engine != "local" {
-        let why = if ENGINES_LATER.contains(&args.engine.as_str()) {
-            format!(
-                "the {} engine is not built yet; only 'local' is available",
-                args.engine
-            )
-        } else {
-            format!(
-                "unknown engine '{}': only 'local' is available",
-                args.engine
-            )
-        };
-        return fail("verify", why);
+    if let Err(why) = args.engine.available() {
+        return fail(
+            "verify",
+            format!("the {} engine cannot run here: {why}", args.engine),
+        );
     }
     if let Err(e) = super::check_size(args.ranks, 1, crate::DataType::Int8, Some(MAX_LOCAL_RANKS)) {
         return fail("verify", e);
@@ -73,7 +64,7 @@ pub fn run(args: Args) -> ExitCode {
         Err(e) => return fail("verify", e),
     };
     let plan = cases::plan(suite, n);
-    let manifest = runner::manifest(&plan, &run_id, &args.engine);
+    let manifest = runner::manifest(&plan, &run_id, args.engine.name());
     if let Err(e) = manifest.write(&out) {
         return fail(
             "verify",
@@ -126,7 +117,7 @@ pub fn run(args: Args) -> ExitCode {
             }
         };
         let timeout = crate::local::LaunchOptions::default().timeout;
-        match runner::run_layer(lp, n, &run_id, &out, timeout, &tick) {
+        match runner::run_layer(args.engine, lp, n, &run_id, &out, timeout, &tick) {
             Ok(r) => {
                 if bar.is_none() {
                     say(format!(

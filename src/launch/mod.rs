@@ -15,7 +15,8 @@ use crate::trace::Tracer;
 use std::time::Duration;
 
 /// An engine rankwise can run ranks on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum EngineKind {
     /// Ranks are threads of this process sharing its memory (no GPU, no setup).
@@ -29,6 +30,13 @@ impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Local => "local",
+        }
+    }
+
+    /// What the engine can do beyond the shared contract.
+    pub fn capabilities(self) -> crate::engine::Capabilities {
+        match self {
+            EngineKind::Local => crate::engine::local::LocalEngine::CAPABILITIES,
         }
     }
 

@@ -11,7 +11,7 @@
 use super::cases::{Actual, Expect, Layer, LayerPlan, Plan};
 use super::records::{self, Manifest, ManifestLayer, RankWriter, Row};
 use crate::core::{Error, ErrorKind};
-use crate::engine::local::{self, LaunchOptions};
+use crate::launch::{self, EngineKind, LaunchOptions};
 use crate::trace::Tracer;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -57,8 +57,9 @@ fn io(e: std::io::Error) -> Error {
     Error::new(ErrorKind::System, format!("cannot write a rank file: {e}"))
 }
 
-/// Runs one layer on `plan.n` local ranks; `progress` is called once per row written.
+/// Runs one layer on `n` ranks of `engine`; `progress` is called once per row written.
 pub fn run_layer(
+    engine: EngineKind,
     plan: &LayerPlan,
     n: usize,
     run_id: &str,
@@ -72,7 +73,7 @@ pub fn run_layer(
         .with_tracer(tracer)
         .with_timeout(timeout);
     let layer = plan.layer;
-    let results = local::launch_each(opts, n, |comm| {
+    let results = launch::launch_each(engine, opts, n, |comm| {
         let rank = comm.rank();
         let mut w = RankWriter::create(&records::rank_file(out, layer.name(), rank)).map_err(io)?;
         let mut ops = Vec::with_capacity(plan.cases.len());

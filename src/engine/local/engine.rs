@@ -20,6 +20,12 @@ pub struct LocalEngine {
 }
 
 impl LocalEngine {
+    pub const CAPABILITIES: Capabilities = Capabilities {
+        name: "local",
+        diagnoses_deadlock: true,
+        needs_staging: false,
+    };
+
     pub(crate) fn new(world: Arc<World>, rank: usize) -> LocalEngine {
         LocalEngine {
             world,
@@ -33,11 +39,7 @@ impl LocalEngine {
 
 impl Engine for LocalEngine {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "local",
-            diagnoses_deadlock: true,
-            needs_staging: false,
-        }
+        LocalEngine::CAPABILITIES
     }
     fn rank(&self) -> usize {
         self.rank
