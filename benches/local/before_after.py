@@ -1,0 +1,34 @@
+"""Summary of before_after.sh: medians over repetitions and paired ratios."""
+import json, os, statistics, sys
+
+out, reps = sys.argv[1], int(sys.argv[2])
+
+def load(name):
+    with open(os.path.join(out, name)) as f:
+        return json.load(f)
+
+def med(xs):
+    return statistics.median(xs)
+
+def spread(xs, fmt="{:.3g}"):
+    return f"{fmt.format(med(xs))} [{fmt.format(min(xs))}–{fmt.format(max(xs))}]"
+
+print(f"8-byte AllReduce, median time per call in us, median [min–max] of {reps} runs of 2000 calls")
+print("| N | before | after | after / before (paired) |")
+print("|---:|---|---|---|")
+for n in (2, 4, 8):
+    b = [load(f"lat-{n}-before-{r}.json")["rows"][0]["oop"]["time_us"] for r in range(1, reps + 1)]
+    a = [load(f"lat-{n}-after-{r}.json")["rows"][0]["oop"]["time_us"] for r in range(1, reps + 1)]
+    print(f"| {n} | {spread(b)} | {spread(a)} | {spread([x / y for x, y in zip(a, b)], '{:.2f}')} |")
+
+print(f"\n64 MiB float32 per rank, fraction of the copy bound in %, median [min–max] of {reps} runs")
+print("| op | N | placement | before | after |")
+print("|---|---:|---|---|---|")
+for n in (2, 4):
+    runs = {w: [load(f"bw-{n}-{w}-{r}.json") for r in range(1, reps + 1)] for w in ("before", "after")}
+    for i, row in enumerate(runs["before"][0]["rows"]):
+        for place in ("oop", "ip"):
+            if not row[place]:
+                continue
+            frac = {w: [100 * rr["rows"][i][place]["bound_us"] / rr["rows"][i][place]["time_us"] for rr in runs[w]] for w in runs}
+            print(f"| {row['func']} | {n} | {'out-of-place' if place == 'oop' else 'in-place'} | {spread(frac['before'], '{:.0f}')} | {spread(frac['after'], '{:.0f}')} |")
