@@ -32,3 +32,5 @@ pub mod verify;
 pub use api::{Comm, NULL, P2POp};
 pub use core::{DataType, Element, Error, ErrorKind, Func, RedOp, Result, ResultCode};
 pub use engine::local;
+#[cfg(feature = "mpi")]
+pub use engine::mpi;

@@ -9,6 +9,8 @@
 //! `local` runs ranks as threads of this process.
 
 pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 
 use crate::core::{AddressSpace, Error, Launch, Posted, Result, agree};
 

@@ -1,0 +1,184 @@
+//! One collective on the mpi engine: the MPI collective that computes it,
+//! with NCCL's semantics kept where MPI's differ.
+//!
+//! - Reductions use the user-defined ops of `ops` (NCCL's element
+//!   arithmetic for every datatype). Avg on floats and PreMulSum multiply
+//!   each rank's input by the scalar first (1/N rounded to the type, for
+//!   Avg) and sum; Avg on integers sums and then divides by N toward zero.
+//! - In-place forms (NCCL's pointer equations) run through a scratch copy,
+//!   since MPI forbids aliased send and receive buffers and its rsmpi
+//!   bindings do not expose MPI_IN_PLACE.
+//! - Broadcast is out of place as in NCCL: the root copies sendbuff to its
+//!   recvbuff, then MPI broadcasts recvbuff.
+//! - A non-root Reduce's or Gather's recvbuff is never written.
+
+use super::notice::Waiting;
+use super::{MpiEngine, ffi, ops};
+use crate::core::{Call, Element, Func, Launch, RedOp, Result};
+use crate::engine::local::reduce::Arith;
+
+/// Bytes with 16-byte alignment, for copies of inputs and outputs.
+struct Scratch(Vec<u128>);
+
+impl Scratch {
+    fn copy_of(addr: usize, bytes: usize) -> Scratch {
+        let s = Scratch(vec![0; bytes.div_ceil(16)]);
+        ffi::copy(addr, s.addr(), bytes);
+        s
+    }
+    fn zeroed(bytes: usize) -> Scratch {
+        Scratch(vec![0; bytes.div_ceil(16)])
+    }
+    fn addr(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+fn overlaps(a: usize, a_len: usize, b: usize, b_len: usize) -> bool {
+    a != 0 && b != 0 && a_len > 0 && b_len > 0 && a < b + b_len && b < a + a_len
+}
+
+/// The input MPI reduces: `send` itself, or a scaled or unaliased copy.
+fn reduce_input(
+    c: &Call,
+    n: usize,
+    send: usize,
+    elems: usize,
+    aliased: bool,
+) -> (Option<Scratch>, usize) {
+    let bytes = elems * c.datatype.size();
+    let scale = match c.op {
+        RedOp::PreMulSum(s) => Some(s),
+        RedOp::Avg if c.datatype.is_float() => Some(1.0 / n as f64),
+        _ => None,
+    };
+    if scale.is_none() && !aliased {
+        return (None, send);
+    }
+    let s = Scratch::copy_of(send, bytes);
+    if let Some(scalar) = scale {
+        crate::with_element_type!(c.datatype, T => {
+            let k = T::from_f64(scalar);
+            ffi::map_elems::<T>(s.addr(), elems, |x| T::mul(x, k));
+        });
+    }
+    let at = s.addr();
+    (Some(s), at)
+}
+
+/// Integer Avg: the sums at `addr` divided by N toward zero.
+fn finish_avg(c: &Call, n: usize, addr: usize, elems: usize) {
+    if c.op == RedOp::Avg && !c.datatype.is_float() && addr != 0 {
+        crate::with_element_type!(c.datatype, T => ffi::map_elems::<T>(addr, elems, |x| T::div_n(x, n)));
+    }
+}
+
+pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
+    let (n, me) = (e.size, e.rank);
+    let size = c.datatype.size();
+    let q = c.count;
+    let qb = q * size;
+    let cnt = ffi::int(q, c.func.name())?;
+    let qbytes = ffi::int(qb, c.func.name())?;
+    let root = ffi::int(c.root, c.func.name())?;
+    let dt = ffi::container(size);
+    let comm = e.comm;
+    let on = Waiting::Collective { done: e.colls_done };
+    let what = || {
+        format!(
+            "{} (opCount {:x}) on the mpi engine",
+            c.func, launch.op_count
+        )
+    };
+    match c.func {
+        Func::AllReduce => {
+            let (_keep, input) = reduce_input(c, n, c.sendbuff, q, c.sendbuff == c.recvbuff);
+            let req = ffi::iallreduce(
+                comm,
+                input,
+                c.recvbuff,
+                cnt,
+                dt,
+                ops::get(c.datatype, c.op)?,
+            )?;
+            e.wait(req, on, &what)?;
+            finish_avg(c, n, c.recvbuff, q);
+        }
+        Func::Reduce => {
+            let aliased = me == c.root && overlaps(c.sendbuff, qb, c.recvbuff, qb);
+            let (_keep, input) = reduce_input(c, n, c.sendbuff, q, aliased);
+            let recv = if me == c.root { c.recvbuff } else { 0 };
+            let req = ffi::ireduce(
+                comm,
+                input,
+                recv,
+                cnt,
+                dt,
+                ops::get(c.datatype, c.op)?,
+                root,
+            )?;
+            e.wait(req, on, &what)?;
+            finish_avg(c, n, recv, q);
+        }
+        Func::ReduceScatter => {
+            let aliased = overlaps(c.sendbuff, n * qb, c.recvbuff, qb);
+            let (_keep, input) = reduce_input(c, n, c.sendbuff, n * q, false);
+            let out = aliased.then(|| Scratch::zeroed(qb));
+            let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
+            let req = ffi::ireduce_scatter_block(
+                comm,
+                input,
+                recv,
+                cnt,
+                dt,
+                ops::get(c.datatype, c.op)?,
+            )?;
+            e.wait(req, on, &what)?;
+            finish_avg(c, n, recv, q);
+            if let Some(s) = out {
+                ffi::copy(s.addr(), c.recvbuff, qb);
+            }
+        }
+        Func::Broadcast => {
+            if me == c.root {
+                ffi::copy(c.sendbuff, c.recvbuff, qb);
+            }
+            let req = ffi::ibcast(comm, c.recvbuff, qbytes, root)?;
+            e.wait(req, on, &what)?;
+        }
+        Func::AllGather => {
+            let copy = overlaps(c.sendbuff, qb, c.recvbuff, n * qb)
+                .then(|| Scratch::copy_of(c.sendbuff, qb));
+            let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
+            let req = ffi::iallgather(comm, send, c.recvbuff, qbytes)?;
+            e.wait(req, on, &what)?;
+        }
+        Func::AlltoAll => {
+            let req = ffi::ialltoall(comm, c.sendbuff, c.recvbuff, qbytes)?;
+            e.wait(req, on, &what)?;
+        }
+        Func::Gather => {
+            let at_root = me == c.root;
+            let copy = (at_root && overlaps(c.sendbuff, qb, c.recvbuff, n * qb))
+                .then(|| Scratch::copy_of(c.sendbuff, qb));
+            let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
+            let recv = if at_root { c.recvbuff } else { 0 };
+            let req = ffi::igather(comm, send, recv, qbytes, root)?;
+            e.wait(req, on, &what)?;
+        }
+        Func::Scatter => {
+            let at_root = me == c.root;
+            let out = (at_root && overlaps(c.sendbuff, n * qb, c.recvbuff, qb))
+                .then(|| Scratch::zeroed(qb));
+            let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
+            let send = if at_root { c.sendbuff } else { 0 };
+            let req = ffi::iscatter(comm, send, recv, qbytes, root)?;
+            e.wait(req, on, &what)?;
+            if let Some(s) = out {
+                ffi::copy(s.addr(), c.recvbuff, qb);
+            }
+        }
+        Func::Send | Func::Recv => unreachable!("point-to-point calls run in p2p"),
+    }
+    Ok(())
+}

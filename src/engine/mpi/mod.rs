@@ -1,0 +1,305 @@
+//! The mpi engine: each rank is a process of an MPI job (OpenMPI under
+//! `mpirun`), on one machine or many. Memory is host memory (the same
+//! allocation registry as the local engine). Before a launch's collectives
+//! run, every rank's post travels in an allgather and `core::agree`
+//! compares them; a launch's Send/Recv pairs first exchange their
+//! signatures with each peer. Data moves through MPI's own collectives
+//! (`collectives`) and Isend/Irecv (`p2p`), in their non-blocking forms, so
+//! every wait has a deadline and hears when another rank's program ended
+//! or failed (`notice`): a dead or missing rank is an error, never a hang.
+//!
+//! A program started by `mpirun -n N` gets its rank's communicator from
+//! [`init`].
+
+mod collectives;
+mod ffi;
+mod notice;
+mod ops;
+mod p2p;
+mod wire;
+
+use crate::api::Comm;
+use crate::core::{Error, ErrorKind, Launch, Posted, Result, agree};
+use crate::engine::local::memory::Registry;
+use crate::engine::{Capabilities, Engine, Memory};
+use crate::launch::LaunchOptions;
+use notice::{Notices, Waiting};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// This process's communicator over every rank of the MPI job
+/// (`MPI_COMM_WORLD`), with the options the `RANKWISE_*` variables ask for.
+/// MPI is initialised on the first call and finalised when the process exits.
+pub fn init() -> Result<Comm> {
+    init_with(LaunchOptions::default())
+}
+
+/// [`init`] with explicit options (timeout, trace, poison).
+pub fn init_with(opts: LaunchOptions) -> Result<Comm> {
+    ffi::init()?;
+    static FINALIZE: std::sync::Once = std::sync::Once::new();
+    FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
+    let notices = Notices::for_process(opts.timeout)?;
+    let comm = ffi::dup(ffi::world())?;
+    let (rank, size) = ffi::rank_and_size(comm)?;
+    let mut id = if rank == 0 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ ((std::process::id() as u64) << 32)
+    } else {
+        0
+    };
+    ffi::bcast_u64(comm, &mut id)?;
+    let mut engine = MpiEngine::new(notices, comm, rank, size, id);
+    engine.top = true;
+    Ok(Comm::new(
+        Box::new(engine),
+        opts.tracer.for_rank(rank),
+        opts.poison,
+    ))
+}
+
+extern "C" fn finalize_at_exit() {
+    ffi::finalize();
+}
+
+/// One rank's end of an MPI communicator.
+pub struct MpiEngine {
+    comm: ffi::Comm,
+    rank: usize,
+    size: usize,
+    id: u64,
+    registry: Registry,
+    notices: Rc<Notices>,
+    /// collective launches completed on this communicator
+    colls_done: u64,
+    /// communicators duplicated from this one so far
+    dups: u64,
+    failure: Option<Error>,
+    /// a distinct address per rank and communicator, for the trace's `comm`
+    handle: Box<u8>,
+    /// the communicator [`init`] made: dropping it ends the rank's program
+    top: bool,
+}
+
+impl MpiEngine {
+    pub const CAPABILITIES: Capabilities = Capabilities {
+        name: "mpi",
+        diagnoses_deadlock: false,
+        needs_staging: false,
+    };
+
+    fn new(notices: Rc<Notices>, comm: ffi::Comm, rank: usize, size: usize, id: u64) -> MpiEngine {
+        notices.register(id);
+        MpiEngine {
+            comm,
+            rank,
+            size,
+            id,
+            registry: Registry::default(),
+            notices,
+            colls_done: 0,
+            dups: 0,
+            failure: None,
+            handle: Box::new(0),
+            top: false,
+        }
+    }
+
+    /// Waits for `req`, watching the deadline and other ranks' notices.
+    fn wait(
+        &mut self,
+        mut req: ffi::Request,
+        on: Waiting,
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut round = 0u32;
+        loop {
+            if req.test()? {
+                return Ok(());
+            }
+            if let Some(e) = self.notices.blocking(self.id, &on, what)? {
+                return Err(e);
+            }
+            if start.elapsed() >= self.notices.timeout {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{} timed out after {:?} on rank {} (mpi engine); {}",
+                        what(),
+                        self.notices.timeout,
+                        self.rank,
+                        self.notices.describe()
+                    ),
+                ));
+            }
+            round += 1;
+            if round > 2000 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else if round > 100 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn run(&mut self, launch: &Launch) -> Result<()> {
+        if !launch.colls.is_empty() {
+            let all = self.exchange(&launch.posted())?;
+            agree::collectives(&all)?;
+            for c in &launch.colls {
+                collectives::run(self, c, launch)?;
+            }
+            self.colls_done += 1;
+            self.notices.completed(self.id, self.colls_done);
+        }
+        if !launch.p2p.is_empty() {
+            p2p::run(self, launch)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MpiEngine {
+    fn drop(&mut self) {
+        // a program that drops its communicator without saying how it
+        // ended has finished: the others must not wait for it
+        if self.top {
+            self.notices.finish(self.rank, None);
+        }
+    }
+}
+
+impl Engine for MpiEngine {
+    fn capabilities(&self) -> Capabilities {
+        MpiEngine::CAPABILITIES
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn handle(&self) -> usize {
+        &*self.handle as *const u8 as usize
+    }
+    fn comm_id(&self) -> u64 {
+        self.id
+    }
+    fn memory(&self) -> &dyn Memory {
+        &self.registry
+    }
+    fn memory_mut(&mut self) -> &mut dyn Memory {
+        &mut self.registry
+    }
+
+    /// Two allgathers at most: every rank's launch number, call count and
+    /// first call in fixed-size records, then the rest of any group.
+    fn exchange(&mut self, mine: &Posted) -> Result<Vec<Posted>> {
+        let what = || {
+            format!(
+                "the agreement exchange of launch opCount {:x}",
+                mine.op_count
+            )
+        };
+        let on = Waiting::Collective {
+            done: self.colls_done,
+        };
+        let head = wire::head(mine);
+        let mut heads = vec![0u64; wire::HEAD_WORDS * self.size];
+        let bytes = ffi::int(wire::HEAD_WORDS * 8, "exchange")?;
+        let req = ffi::iallgather(
+            self.comm,
+            head.as_ptr() as usize,
+            heads.as_mut_ptr() as usize,
+            bytes,
+        )?;
+        self.wait(req, on.clone(), &what)?;
+        let mut all: Vec<(Posted, usize)> = heads
+            .chunks(wire::HEAD_WORDS)
+            .map(wire::read_head)
+            .collect::<Result<_>>()?;
+        let extra: Vec<usize> = all
+            .iter()
+            .map(|(_, total)| wire::rest_calls(*total))
+            .collect();
+        if extra.iter().any(|&k| k > 0) {
+            let rest = wire::rest(mine);
+            let counts: Vec<i32> = extra
+                .iter()
+                .map(|k| ffi::int(k * wire::CALL_WORDS * 8, "exchange"))
+                .collect::<Result<_>>()?;
+            let mut displs = Vec::with_capacity(self.size);
+            let mut at = 0i32;
+            for c in &counts {
+                displs.push(at);
+                at = at.checked_add(*c).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidUsage,
+                        "a group too large to exchange over MPI",
+                    )
+                })?;
+            }
+            let mut words = vec![0u64; at as usize / 8];
+            let req = ffi::iallgatherv(
+                self.comm,
+                rest.as_ptr() as usize,
+                ffi::int(rest.len() * 8, "exchange")?,
+                words.as_mut_ptr() as usize,
+                &counts,
+                &displs,
+            )?;
+            self.wait(req, on, &what)?;
+            for (r, (p, _)) in all.iter_mut().enumerate() {
+                let from = displs[r] as usize / 8;
+                wire::read_rest(p, &words[from..from + extra[r] * wire::CALL_WORDS])?;
+            }
+        }
+        Ok(all.into_iter().map(|(p, _)| p).collect())
+    }
+
+    fn execute(&mut self, launch: &Launch) -> Result<()> {
+        self.launch(launch)
+    }
+
+    fn launch(&mut self, launch: &Launch) -> Result<()> {
+        let result = self.run(launch);
+        if let Err(e) = &result {
+            self.failure.get_or_insert_with(|| e.clone());
+        }
+        result
+    }
+
+    fn failure(&self) -> Option<Error> {
+        self.failure.clone().map(|mut e| {
+            e.rank = Some(self.rank);
+            e
+        })
+    }
+
+    fn dup(&mut self) -> Result<Box<dyn Engine>> {
+        self.dups += 1;
+        let comm = ffi::dup(self.comm)?;
+        let id = self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.dups;
+        Ok(Box::new(MpiEngine::new(
+            self.notices.clone(),
+            comm,
+            self.rank,
+            self.size,
+            id,
+        )))
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        // every launch returns complete
+        Ok(())
+    }
+
+    fn finish(&mut self, error: Option<&Error>) {
+        self.notices.finish(self.rank, error);
+    }
+}

@@ -1,0 +1,227 @@
+//! What a rank tells the others when its program ends, and how a waiting
+//! rank uses it. MPI reports neither a rank that finished without entering
+//! a call nor one that failed: the others would wait forever. So each rank,
+//! when its program ends, sends every other rank a notice (on a
+//! communicator of its own): "finished, having completed k collective
+//! launches on each communicator", or "failed: why". Every wait polls for
+//! notices, so a missing or failed rank turns into an error naming it.
+
+use super::ffi;
+use crate::core::{Error, ErrorKind, Result};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+const TAG: i32 = 0x7277;
+/// How long a wait on a peer that has finished keeps going before it gives
+/// up: the peer's last messages may still be in flight when its notice arrives.
+const GRACE: Duration = Duration::from_millis(300);
+
+/// What a rank waits for, to judge whether a notice ends the wait.
+#[derive(Debug, Clone)]
+pub enum Waiting {
+    /// the collective launch after `done` completed ones on this communicator
+    Collective { done: u64 },
+    /// a message from or to this peer
+    Peer(usize),
+}
+
+enum Notice {
+    Finished {
+        done: HashMap<u64, u64>,
+        at: Instant,
+    },
+    Failed(String),
+}
+
+#[derive(Default)]
+struct State {
+    ranks: Vec<Option<Notice>>,
+    /// collective launches this rank completed, per communicator id
+    done: HashMap<u64, u64>,
+    finished: bool,
+}
+
+/// The notices of one process.
+pub struct Notices {
+    comm: ffi::Comm,
+    rank: usize,
+    pub timeout: Duration,
+    state: RefCell<State>,
+}
+
+thread_local! {
+    static PROCESS: RefCell<Option<Rc<Notices>>> = const { RefCell::new(None) };
+}
+
+impl Notices {
+    /// The process's notices, set up on first use (collective over the job).
+    pub fn for_process(timeout: Duration) -> Result<Rc<Notices>> {
+        if let Some(n) = PROCESS.with(|p| p.borrow().clone()) {
+            return Ok(n);
+        }
+        let comm = ffi::dup(ffi::world())?;
+        let (rank, size) = ffi::rank_and_size(comm)?;
+        let n = Rc::new(Notices {
+            comm,
+            rank,
+            timeout,
+            state: RefCell::new(State {
+                ranks: (0..size).map(|_| None).collect(),
+                ..State::default()
+            }),
+        });
+        PROCESS.with(|p| *p.borrow_mut() = Some(n.clone()));
+        Ok(n)
+    }
+
+    pub fn register(&self, id: u64) {
+        self.state.borrow_mut().done.entry(id).or_insert(0);
+    }
+
+    pub fn completed(&self, id: u64, done: u64) {
+        self.state.borrow_mut().done.insert(id, done);
+    }
+
+    /// Receives every notice waiting.
+    fn poll(&self) -> Result<()> {
+        while let Some((src, len)) = ffi::iprobe(self.comm, TAG)? {
+            let mut buf = vec![0u8; len];
+            ffi::recv_probed(self.comm, src, TAG, &mut buf)?;
+            let text = String::from_utf8_lossy(&buf);
+            let notice = match text.strip_prefix("failed\n") {
+                Some(why) => Notice::Failed(why.to_string()),
+                None => Notice::Finished {
+                    done: text
+                        .lines()
+                        .skip(1)
+                        .filter_map(|l| {
+                            let (id, k) = l.split_once(' ')?;
+                            Some((id.parse().ok()?, k.parse().ok()?))
+                        })
+                        .collect(),
+                    at: Instant::now(),
+                },
+            };
+            if let Some(slot) = self.state.borrow_mut().ranks.get_mut(src) {
+                *slot = Some(notice);
+            }
+        }
+        Ok(())
+    }
+
+    /// The error that ends a wait `on` (in communicator `id`), if a notice
+    /// says the wait can never end.
+    pub fn blocking(
+        &self,
+        id: u64,
+        on: &Waiting,
+        what: &dyn Fn() -> String,
+    ) -> Result<Option<Error>> {
+        self.poll()?;
+        let state = self.state.borrow();
+        for (r, n) in state.ranks.iter().enumerate() {
+            if let Some(Notice::Failed(why)) = n {
+                return Ok(Some(Error::new(
+                    ErrorKind::RemoteError,
+                    format!("rank {r} failed: {why}"),
+                )));
+            }
+        }
+        let me = self.rank;
+        match *on {
+            Waiting::Collective { done } => {
+                for (r, n) in state.ranks.iter().enumerate() {
+                    if let Some(Notice::Finished { done: d, .. }) = n {
+                        let theirs = d.get(&id).copied().unwrap_or(0);
+                        if theirs <= done {
+                            return Ok(Some(Error::new(
+                                ErrorKind::Deadlock,
+                                format!(
+                                    "deadlock: rank {r} finished without entering {} that rank {me} waits in: it completed {theirs} collective launch(es) on this communicator, rank {me} {done}",
+                                    what()
+                                ),
+                            )));
+                        }
+                    }
+                }
+            }
+            Waiting::Peer(p) => {
+                if let Some(Some(Notice::Finished { at, .. })) = state.ranks.get(p)
+                    && at.elapsed() > GRACE
+                {
+                    return Ok(Some(Error::new(
+                        ErrorKind::Unmatched,
+                        format!(
+                            "rank {me} waits in {} but rank {p} finished its program without the matching call",
+                            what()
+                        ),
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// What the other ranks said so far, for a timeout's message.
+    pub fn describe(&self) -> String {
+        let state = self.state.borrow();
+        let list = |f: &dyn Fn(&Option<Notice>) -> bool| -> Vec<String> {
+            state
+                .ranks
+                .iter()
+                .enumerate()
+                .filter(|(r, n)| *r != self.rank && f(n))
+                .map(|(r, _)| r.to_string())
+                .collect()
+        };
+        let finished = list(&|n| matches!(n, Some(Notice::Finished { .. })));
+        let running = list(&|n| n.is_none());
+        let mut parts = Vec::new();
+        if !finished.is_empty() {
+            parts.push(format!(
+                "rank(s) {} finished their programs",
+                finished.join(",")
+            ));
+        }
+        if !running.is_empty() {
+            parts.push(format!(
+                "rank(s) {} still running (in another call, or outside rankwise)",
+                running.join(",")
+            ));
+        }
+        parts.join("; ")
+    }
+
+    /// Tells every other rank that this rank's program ended (once).
+    pub fn finish(&self, me: usize, error: Option<&Error>) {
+        let text = {
+            let mut state = self.state.borrow_mut();
+            if std::mem::replace(&mut state.finished, true) {
+                return;
+            }
+            match error {
+                Some(e) if e.kind != ErrorKind::RemoteError => format!("failed\n{e}"),
+                _ => {
+                    let mut t = String::from("finished\n");
+                    for (id, k) in &state.done {
+                        t.push_str(&format!("{id} {k}\n"));
+                    }
+                    t
+                }
+            }
+        };
+        // the messages must outlive this call: MPI sends them on its own
+        let buf: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
+        let Ok(len) = ffi::int(buf.len(), "notice") else {
+            return;
+        };
+        let size = self.state.borrow().ranks.len();
+        for r in (0..size).filter(|r| *r != me) {
+            if let Ok(req) = ffi::isend(self.comm, buf.as_ptr() as usize, len, r as i32, TAG) {
+                req.detach();
+            }
+        }
+    }
+}
