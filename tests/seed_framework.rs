@@ -200,7 +200,9 @@ fn invalid_root_is_rejected_on_every_rank() {
 fn trace_shows_the_seed_log_facts() {
     for engine in engines() {
         let (tracer, lines) = Tracer::memory();
-        launch_with(
+        // each rank returns its own trace lines: on an engine whose ranks
+        // are processes, each process's tracer sees only its own rank
+        let per_rank = launch_with(
             engine,
             LaunchOptions::default().with_tracer(tracer),
             N,
@@ -222,11 +224,19 @@ fn trace_shows_the_seed_log_facts() {
                 let mut out = vec![0; out_splits.iter().sum()];
                 c.all_to_all_single(&mut out, &input, Some(&out_splits), Some(&in_splits))?;
                 let _ = c.broadcast(&mut b, 4);
-                Ok(())
+                let tag = format!(" [{me}] NCCL");
+                let mine: Vec<String> = lines
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|l| l.contains(&tag))
+                    .cloned()
+                    .collect();
+                Ok(mine)
             },
         )
         .unwrap();
-        let lines = lines.lock().unwrap().clone();
+        let lines: Vec<String> = per_rank.concat();
         let rank0: Vec<&String> = lines.iter().filter(|l| l.contains(" [0] NCCL")).collect();
         let field = |l: &str, key: &str| -> String {
             let mut it = l.split_whitespace();

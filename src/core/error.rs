@@ -39,7 +39,7 @@ impl ResultCode {
 }
 
 /// What went wrong, finer than the result code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ErrorKind {
     /// Root (or Send/Recv peer) outside `0..N`.
     InvalidRoot,
@@ -93,7 +93,7 @@ impl ErrorKind {
 }
 
 /// A rankwise error: kind (and so ncclResult_t), rank, message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Error {
     pub kind: ErrorKind,
     /// The rank that reports the error, when known.

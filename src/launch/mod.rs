@@ -21,15 +21,24 @@ use std::time::Duration;
 pub enum EngineKind {
     /// Ranks are threads of this process sharing its memory (no GPU, no setup).
     Local,
+    /// Ranks are the processes of an MPI job (`mpirun`), one rank each.
+    #[cfg(feature = "mpi")]
+    Mpi,
 }
 
 impl EngineKind {
     /// Every engine this build of rankwise has.
-    pub const ALL: &'static [EngineKind] = &[EngineKind::Local];
+    pub const ALL: &'static [EngineKind] = &[
+        EngineKind::Local,
+        #[cfg(feature = "mpi")]
+        EngineKind::Mpi,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Local => "local",
+            #[cfg(feature = "mpi")]
+            EngineKind::Mpi => "mpi",
         }
     }
 
@@ -37,6 +46,8 @@ impl EngineKind {
     pub fn capabilities(self) -> crate::engine::Capabilities {
         match self {
             EngineKind::Local => crate::engine::local::LocalEngine::CAPABILITIES,
+            #[cfg(feature = "mpi")]
+            EngineKind::Mpi => crate::engine::mpi::MpiEngine::CAPABILITIES,
         }
     }
 
@@ -45,6 +56,12 @@ impl EngineKind {
     pub fn available(self) -> std::result::Result<(), String> {
         match self {
             EngineKind::Local => Ok(()),
+            #[cfg(feature = "mpi")]
+            EngineKind::Mpi => crate::engine::mpi::under_mpirun()
+                .then_some(())
+                .ok_or_else(|| {
+                    "this process was not started by mpirun (mpirun -n N …)".to_string()
+                }),
         }
     }
 }
@@ -174,6 +191,13 @@ where
     }
     match engine {
         EngineKind::Local => crate::engine::local::launch_each(opts, nranks, program),
+        // results must cross processes: rankwise::mpi::launch_each
+        // serialises them; this entry point takes any result type
+        #[cfg(feature = "mpi")]
+        EngineKind::Mpi => Err(Error::new(
+            ErrorKind::InvalidUsage,
+            "the mpi engine runs one rank per process: use rankwise::mpi::init() in a program started by mpirun, or rankwise::mpi::launch_each",
+        )),
     }
 }
 

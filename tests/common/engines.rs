@@ -3,19 +3,28 @@
 //! [`engines`], so an engine joins the whole suite by joining
 //! `EngineKind::ALL`.
 //!
-//! `RANKWISE_TEST_ENGINES=local,nccl` picks (and orders) the engines; by
+//! `RANKWISE_TEST_ENGINES=local,mpi` picks (and orders) the engines; by
 //! default every engine of this build that can run here. An engine that
 //! cannot run here (no GPU, say) is reported as skipped on stderr, never
 //! silently dropped.
+//!
+//! The mpi engine runs one rank per process: run a test binary under
+//! `mpirun -n 4 … --test-threads=1` with `RANKWISE_TEST_ENGINES=mpi`, and
+//! every process runs every test; each launch's results are shared by all
+//! processes (serialised), so each process checks every rank's outputs.
 
 use rankwise::launch::{self, EngineKind, LaunchOptions};
 use rankwise::{Comm, Result};
+use serde::{Serialize, de::DeserializeOwned};
 use std::sync::Once;
 
 /// The engines to run each test on.
 pub fn engines() -> Vec<EngineKind> {
-    let wanted: Vec<EngineKind> = match std::env::var("RANKWISE_TEST_ENGINES") {
-        Ok(list) if !list.trim().is_empty() => list
+    let asked = std::env::var("RANKWISE_TEST_ENGINES")
+        .ok()
+        .filter(|l| !l.trim().is_empty());
+    let wanted: Vec<EngineKind> = match &asked {
+        Some(list) => list
             .split(',')
             .map(|s| {
                 s.trim()
@@ -23,17 +32,30 @@ pub fn engines() -> Vec<EngineKind> {
                     .unwrap_or_else(|e| panic!("RANKWISE_TEST_ENGINES: {e}"))
             })
             .collect(),
-        _ => EngineKind::ALL.to_vec(),
+        None => EngineKind::ALL.to_vec(),
     };
     static SKIPS: Once = Once::new();
     let mut skipped = Vec::new();
     let runnable = wanted
         .into_iter()
-        .filter(|e| match e.available() {
-            Ok(()) => true,
-            Err(why) => {
-                skipped.push(format!("SKIPPED: engine {e}: {why}"));
-                false
+        .filter(|e| {
+            let why = match e.available() {
+                // one rank per process: only in a job made for it, or every
+                // process would also run the other engines' copies of a test
+                Ok(()) if e.name() == "mpi" && asked.is_none() => Err(
+                    "runs only where asked for: RANKWISE_TEST_ENGINES=mpi mpirun -n 4 <test binary> --test-threads=1 (.ci/run does)".to_string(),
+                ),
+                Err(why) if e.name() == "mpi" => Err(format!(
+                    "{why}; run RANKWISE_TEST_ENGINES=mpi mpirun -n 4 <test binary> --test-threads=1 (.ci/run does)"
+                )),
+                other => other,
+            };
+            match why {
+                Ok(()) => true,
+                Err(why) => {
+                    skipped.push(format!("SKIPPED: engine {e}: {why}"));
+                    false
+                }
             }
         })
         .collect();
@@ -53,19 +75,30 @@ pub fn launch_each<T, F>(
     program: F,
 ) -> Result<Vec<Result<T>>>
 where
-    T: Send,
+    T: Send + Serialize + DeserializeOwned,
     F: Fn(&mut Comm) -> Result<T> + Sync,
 {
     // names the engine in a failing test's captured output
     eprintln!("engine {engine}, {n} ranks");
-    launch::launch_each(engine, opts, n, program)
+    match engine {
+        #[cfg(feature = "mpi")]
+        EngineKind::Mpi => {
+            // every process must make the same launches in the same order
+            static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _alone = ONE_AT_A_TIME
+                .try_lock()
+                .expect("tests on the mpi engine run one at a time: pass --test-threads=1");
+            rankwise::mpi::launch_each(opts, n, program)
+        }
+        _ => launch::launch_each(engine, opts, n, program),
+    }
 }
 
 /// Runs `program` on `n` ranks of `engine` with default options; every
 /// rank's value, or the error that caused the others.
 pub fn launch<T, F>(engine: EngineKind, n: usize, program: F) -> Result<Vec<T>>
 where
-    T: Send,
+    T: Send + Serialize + DeserializeOwned,
     F: Fn(&mut Comm) -> Result<T> + Sync,
 {
     launch::all_ok(launch_each(engine, LaunchOptions::default(), n, program)?)
@@ -79,7 +112,7 @@ pub fn launch_with<T, F>(
     program: F,
 ) -> Result<Vec<T>>
 where
-    T: Send,
+    T: Send + Serialize + DeserializeOwned,
     F: Fn(&mut Comm) -> Result<T> + Sync,
 {
     launch::all_ok(launch_each(engine, opts, n, program)?)

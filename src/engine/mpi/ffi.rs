@@ -109,6 +109,65 @@ pub fn dup(comm: Comm) -> Result<Comm> {
     Ok(out)
 }
 
+/// The communicator of the ranks below `n` (in rank order), or None on
+/// the others. Collective over `comm`.
+pub fn split_below(comm: Comm, n: usize) -> Result<Option<Comm>> {
+    let (rank, _) = rank_and_size(comm)?;
+    // SAFETY: a constant exported by the MPI shim, read after init.
+    let color = if rank < n {
+        0
+    } else {
+        unsafe { sys::RSMPI_UNDEFINED }
+    };
+    let mut out = std::mem::MaybeUninit::<Comm>::uninit();
+    // SAFETY: a valid communicator; MPI writes the new handle.
+    let rc = unsafe { sys::MPI_Comm_split(comm, color, rank as c_int, out.as_mut_ptr()) };
+    check(rc, "MPI_Comm_split")?;
+    if rank >= n {
+        return Ok(None);
+    }
+    // SAFETY: MPI_Comm_split succeeded, so it wrote the handle.
+    let sub = unsafe { out.assume_init() };
+    let dup = dup(sub)?;
+    Ok(Some(dup))
+}
+
+/// Every rank's `mine`, concatenated in rank order (blocking).
+pub fn allgather_bytes(comm: Comm, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let (_, n) = rank_and_size(comm)?;
+    let len = [mine.len() as u64];
+    let mut lens = vec![0u64; n];
+    let mut req = iallgather(comm, len.as_ptr() as usize, lens.as_mut_ptr() as usize, 8)?;
+    while !req.test()? {
+        std::thread::yield_now();
+    }
+    let counts: Vec<c_int> = lens
+        .iter()
+        .map(|l| int(*l as usize, "result exchange"))
+        .collect::<Result<_>>()?;
+    let mut displs = Vec::with_capacity(n);
+    let mut at = 0usize;
+    for c in &counts {
+        displs.push(int(at, "result exchange")?);
+        at += *c as usize;
+    }
+    let mut all = vec![0u8; at.max(1)];
+    let mut req = iallgatherv(
+        comm,
+        mine.as_ptr() as usize,
+        int(mine.len(), "result exchange")?,
+        all.as_mut_ptr() as usize,
+        &counts,
+        &displs,
+    )?;
+    while !req.test()? {
+        std::thread::yield_now();
+    }
+    Ok((0..n)
+        .map(|r| all[displs[r] as usize..displs[r] as usize + counts[r] as usize].to_vec())
+        .collect())
+}
+
 /// Broadcasts one u64 from rank 0 (blocking; used once per communicator).
 pub fn bcast_u64(comm: Comm, v: &mut u64) -> Result<()> {
     // SAFETY: `v` is one valid u64; every rank passes one.

@@ -23,9 +23,19 @@ use crate::core::{Error, ErrorKind, Launch, Posted, Result, agree};
 use crate::engine::local::memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
 use crate::launch::LaunchOptions;
-use notice::{Notices, Waiting};
+use notice::{Notices, Program, Waiting};
+use serde::{Serialize, de::DeserializeOwned};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// Whether this process was started by an MPI launcher (OpenMPI's mpirun,
+/// or a PMI-based one).
+pub fn under_mpirun() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
 
 /// This process's communicator over every rank of the MPI job
 /// (`MPI_COMM_WORLD`), with the options the `RANKWISE_*` variables ask for.
@@ -42,23 +52,88 @@ pub fn init_with(opts: LaunchOptions) -> Result<Comm> {
     let notices = Notices::for_process(opts.timeout)?;
     let comm = ffi::dup(ffi::world())?;
     let (rank, size) = ffi::rank_and_size(comm)?;
-    let mut id = if rank == 0 {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        t ^ ((std::process::id() as u64) << 32)
-    } else {
-        0
-    };
+    let mut id = launch_id(rank);
     ffi::bcast_u64(comm, &mut id)?;
-    let mut engine = MpiEngine::new(notices, comm, rank, size, id);
+    let mut engine = MpiEngine::new(notices, comm, rank, size, id, id);
     engine.top = true;
     Ok(Comm::new(
         Box::new(engine),
         opts.tracer.for_rank(rank),
         opts.poison,
     ))
+}
+
+/// Runs `program` on the first `nranks` processes of the MPI job (the
+/// others take no part) and returns every rank's result on every process:
+/// each result crosses processes serialised, so every process can check
+/// all of them, as a test on the local engine does. Every process of the
+/// job must call it, in the same order; the job needs at least `nranks`
+/// processes.
+pub fn launch_each<T, F>(opts: LaunchOptions, nranks: usize, program: F) -> Result<Vec<Result<T>>>
+where
+    T: Serialize + DeserializeOwned,
+    F: Fn(&mut Comm) -> Result<T>,
+{
+    ffi::init()?;
+    static FINALIZE: std::sync::Once = std::sync::Once::new();
+    FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
+    let notices = Notices::for_process(opts.timeout)?;
+    let world = ffi::world();
+    let (me, jobs) = ffi::rank_and_size(world)?;
+    if nranks == 0 || nranks > jobs {
+        return Err(Error::new(
+            ErrorKind::InvalidUsage,
+            format!(
+                "{nranks} rank(s) on the mpi engine need that many MPI processes (at least 1); this job has {jobs} (mpirun -n {nranks})"
+            ),
+        ));
+    }
+    let mine: Option<Result<T>> = match ffi::split_below(world, nranks)? {
+        None => None,
+        Some(comm) => {
+            let mut id = launch_id(me);
+            ffi::bcast_u64(comm, &mut id)?;
+            let engine = MpiEngine::new(notices, comm, me, nranks, id, id);
+            let mut comm = Comm::new(Box::new(engine), opts.tracer.for_rank(me), opts.poison);
+            let out = catch_unwind(AssertUnwindSafe(|| program(&mut comm))).unwrap_or_else(|_| {
+                Err(Error::new(ErrorKind::Panic, format!("rank {me} panicked")).on_rank(me))
+            });
+            comm.finish(out.as_ref().err());
+            Some(out)
+        }
+    };
+    let bytes = serde_json::to_vec(&mine).map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("rank {me}'s result cannot be serialised: {e}"),
+        )
+    })?;
+    let all = ffi::allgather_bytes(world, &bytes)?;
+    all.into_iter()
+        .take(nranks)
+        .enumerate()
+        .map(|(r, b)| {
+            let got: Option<Result<T>> = serde_json::from_slice(&b).map_err(|e| {
+                Error::new(
+                    ErrorKind::Internal,
+                    format!("rank {r}'s result cannot be read back: {e}"),
+                )
+            })?;
+            got.ok_or_else(|| Error::new(ErrorKind::Internal, format!("rank {r} sent no result")))
+        })
+        .collect()
+}
+
+/// A communicator id, from the clock and the process, made by rank 0.
+fn launch_id(rank: usize) -> u64 {
+    if rank != 0 {
+        return 0;
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ ((std::process::id() as u64) << 32)
 }
 
 extern "C" fn finalize_at_exit() {
@@ -82,6 +157,8 @@ pub struct MpiEngine {
     handle: Box<u8>,
     /// the communicator [`init`] made: dropping it ends the rank's program
     top: bool,
+    /// the program this communicator belongs to (see `notice`)
+    program: Program,
 }
 
 impl MpiEngine {
@@ -91,7 +168,14 @@ impl MpiEngine {
         needs_staging: false,
     };
 
-    fn new(notices: Rc<Notices>, comm: ffi::Comm, rank: usize, size: usize, id: u64) -> MpiEngine {
+    fn new(
+        notices: Rc<Notices>,
+        comm: ffi::Comm,
+        rank: usize,
+        size: usize,
+        id: u64,
+        program: Program,
+    ) -> MpiEngine {
         notices.register(id);
         MpiEngine {
             comm,
@@ -105,6 +189,7 @@ impl MpiEngine {
             failure: None,
             handle: Box::new(0),
             top: false,
+            program,
         }
     }
 
@@ -121,7 +206,7 @@ impl MpiEngine {
             if req.test()? {
                 return Ok(());
             }
-            if let Some(e) = self.notices.blocking(self.id, &on, what)? {
+            if let Some(e) = self.notices.blocking(self.program, self.id, &on, what)? {
                 return Err(e);
             }
             if start.elapsed() >= self.notices.timeout {
@@ -132,7 +217,7 @@ impl MpiEngine {
                         what(),
                         self.notices.timeout,
                         self.rank,
-                        self.notices.describe()
+                        self.notices.describe(self.program)
                     ),
                 ));
             }
@@ -169,7 +254,7 @@ impl Drop for MpiEngine {
         // a program that drops its communicator without saying how it
         // ended has finished: the others must not wait for it
         if self.top {
-            self.notices.finish(self.rank, None);
+            self.notices.finish(self.rank, self.program, None);
         }
     }
 }
@@ -291,6 +376,7 @@ impl Engine for MpiEngine {
             self.rank,
             self.size,
             id,
+            self.program,
         )))
     }
 
@@ -300,6 +386,6 @@ impl Engine for MpiEngine {
     }
 
     fn finish(&mut self, error: Option<&Error>) {
-        self.notices.finish(self.rank, error);
+        self.notices.finish(self.rank, self.program, error);
     }
 }

@@ -5,6 +5,10 @@
 //! communicator of its own): "finished, having completed k collective
 //! launches on each communicator", or "failed: why". Every wait polls for
 //! notices, so a missing or failed rank turns into an error naming it.
+//!
+//! A process can run several programs one after another (the test
+//! harness's launches): notices carry the program's id, and a wait heeds
+//! only those of its own program.
 
 use super::ffi;
 use crate::core::{Error, ErrorKind, Result};
@@ -27,6 +31,9 @@ pub enum Waiting {
     Peer(usize),
 }
 
+/// A program: the id of the communicator it started with.
+pub type Program = u64;
+
 enum Notice {
     Finished {
         done: HashMap<u64, u64>,
@@ -37,10 +44,22 @@ enum Notice {
 
 #[derive(Default)]
 struct State {
-    ranks: Vec<Option<Notice>>,
+    /// per program, per rank: what its notice said
+    notices: HashMap<Program, Vec<Option<Notice>>>,
+    size: usize,
     /// collective launches this rank completed, per communicator id
     done: HashMap<u64, u64>,
-    finished: bool,
+    /// programs this rank has finished
+    finished: Vec<Program>,
+}
+
+impl State {
+    fn of(&mut self, program: Program) -> &mut Vec<Option<Notice>> {
+        let size = self.size;
+        self.notices
+            .entry(program)
+            .or_insert_with(|| (0..size).map(|_| None).collect())
+    }
 }
 
 /// The notices of one process.
@@ -68,7 +87,7 @@ impl Notices {
             rank,
             timeout,
             state: RefCell::new(State {
-                ranks: (0..size).map(|_| None).collect(),
+                size,
                 ..State::default()
             }),
         });
@@ -90,9 +109,16 @@ impl Notices {
             let mut buf = vec![0u8; len];
             ffi::recv_probed(self.comm, src, TAG, &mut buf)?;
             let text = String::from_utf8_lossy(&buf);
-            let notice = match text.strip_prefix("failed\n") {
-                Some(why) => Notice::Failed(why.to_string()),
-                None => Notice::Finished {
+            let (first, body) = text.split_once('\n').unwrap_or((&text, ""));
+            let Some((kind, program)) = first.split_once(' ') else {
+                continue;
+            };
+            let Ok(program) = program.parse::<Program>() else {
+                continue;
+            };
+            let notice = match kind {
+                "failed" => Notice::Failed(body.to_string()),
+                _ => Notice::Finished {
                     done: text
                         .lines()
                         .skip(1)
@@ -104,7 +130,7 @@ impl Notices {
                     at: Instant::now(),
                 },
             };
-            if let Some(slot) = self.state.borrow_mut().ranks.get_mut(src) {
+            if let Some(slot) = self.state.borrow_mut().of(program).get_mut(src) {
                 *slot = Some(notice);
             }
         }
@@ -115,13 +141,15 @@ impl Notices {
     /// says the wait can never end.
     pub fn blocking(
         &self,
+        program: Program,
         id: u64,
         on: &Waiting,
         what: &dyn Fn() -> String,
     ) -> Result<Option<Error>> {
         self.poll()?;
-        let state = self.state.borrow();
-        for (r, n) in state.ranks.iter().enumerate() {
+        let mut state = self.state.borrow_mut();
+        let ranks = state.of(program);
+        for (r, n) in ranks.iter().enumerate() {
             if let Some(Notice::Failed(why)) = n {
                 return Ok(Some(Error::new(
                     ErrorKind::RemoteError,
@@ -132,7 +160,7 @@ impl Notices {
         let me = self.rank;
         match *on {
             Waiting::Collective { done } => {
-                for (r, n) in state.ranks.iter().enumerate() {
+                for (r, n) in ranks.iter().enumerate() {
                     if let Some(Notice::Finished { done: d, .. }) = n {
                         let theirs = d.get(&id).copied().unwrap_or(0);
                         if theirs <= done {
@@ -148,7 +176,7 @@ impl Notices {
                 }
             }
             Waiting::Peer(p) => {
-                if let Some(Some(Notice::Finished { at, .. })) = state.ranks.get(p)
+                if let Some(Some(Notice::Finished { at, .. })) = ranks.get(p)
                     && at.elapsed() > GRACE
                 {
                     return Ok(Some(Error::new(
@@ -165,11 +193,11 @@ impl Notices {
     }
 
     /// What the other ranks said so far, for a timeout's message.
-    pub fn describe(&self) -> String {
-        let state = self.state.borrow();
+    pub fn describe(&self, program: Program) -> String {
+        let mut state = self.state.borrow_mut();
+        let ranks = state.of(program);
         let list = |f: &dyn Fn(&Option<Notice>) -> bool| -> Vec<String> {
-            state
-                .ranks
+            ranks
                 .iter()
                 .enumerate()
                 .filter(|(r, n)| *r != self.rank && f(n))
@@ -195,16 +223,17 @@ impl Notices {
     }
 
     /// Tells every other rank that this rank's program ended (once).
-    pub fn finish(&self, me: usize, error: Option<&Error>) {
+    pub fn finish(&self, me: usize, program: Program, error: Option<&Error>) {
         let text = {
             let mut state = self.state.borrow_mut();
-            if std::mem::replace(&mut state.finished, true) {
+            if state.finished.contains(&program) {
                 return;
             }
+            state.finished.push(program);
             match error {
-                Some(e) if e.kind != ErrorKind::RemoteError => format!("failed\n{e}"),
+                Some(e) if e.kind != ErrorKind::RemoteError => format!("failed {program}\n{e}"),
                 _ => {
-                    let mut t = String::from("finished\n");
+                    let mut t = format!("finished {program}\n");
                     for (id, k) in &state.done {
                         t.push_str(&format!("{id} {k}\n"));
                     }
@@ -217,7 +246,7 @@ impl Notices {
         let Ok(len) = ffi::int(buf.len(), "notice") else {
             return;
         };
-        let size = self.state.borrow().ranks.len();
+        let size = self.state.borrow().size;
         for r in (0..size).filter(|r| *r != me) {
             if let Ok(req) = ffi::isend(self.comm, buf.as_ptr() as usize, len, r as i32, TAG) {
                 req.detach();
