@@ -304,7 +304,7 @@ fn main() -> ExitCode {
         (
             "finishes-early",
             3,
-            "Deadlock: deadlock: rank 2 finished without entering",
+            "Deadlock: deadlock: rank 2 finished its program without entering AllReduce (opCount 0) on the mpi engine, which rank",
         ),
         (
             "send-recv-count-mismatch",

@@ -285,12 +285,8 @@ impl Engine for MpiEngine {
     /// Two allgathers at most: every rank's launch number, call count and
     /// first call in fixed-size records, then the rest of any group.
     fn exchange(&mut self, mine: &Posted) -> Result<Vec<Posted>> {
-        let what = || {
-            format!(
-                "the agreement exchange of launch opCount {:x}",
-                mine.op_count
-            )
-        };
+        let first = mine.calls.first().map_or("a group", |c| c.func.name());
+        let what = || format!("{first} (opCount {:x}) on the mpi engine", mine.op_count);
         let on = Waiting::Collective {
             done: self.colls_done,
         };

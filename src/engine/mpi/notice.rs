@@ -149,14 +149,6 @@ impl Notices {
         self.poll()?;
         let mut state = self.state.borrow_mut();
         let ranks = state.of(program);
-        for (r, n) in ranks.iter().enumerate() {
-            if let Some(Notice::Failed(why)) = n {
-                return Ok(Some(Error::new(
-                    ErrorKind::RemoteError,
-                    format!("rank {r} failed: {why}"),
-                )));
-            }
-        }
         let me = self.rank;
         match *on {
             Waiting::Collective { done } => {
@@ -167,7 +159,7 @@ impl Notices {
                             return Ok(Some(Error::new(
                                 ErrorKind::Deadlock,
                                 format!(
-                                    "deadlock: rank {r} finished without entering {} that rank {me} waits in: it completed {theirs} collective launch(es) on this communicator, rank {me} {done}",
+                                    "deadlock: rank {r} finished its program without entering {}, which rank {me} waits in (rank {r} completed {theirs} collective launch(es) on this communicator, rank {me} has completed {done})",
                                     what()
                                 ),
                             )));
@@ -187,6 +179,16 @@ impl Notices {
                         ),
                     )));
                 }
+            }
+        }
+        // a failure elsewhere comes second: a rank that never arrived is
+        // the cause, and the failures it set off are its consequences
+        for (r, n) in ranks.iter().enumerate() {
+            if let Some(Notice::Failed(why)) = n {
+                return Ok(Some(Error::new(
+                    ErrorKind::RemoteError,
+                    format!("rank {r} failed: {why}"),
+                )));
             }
         }
         Ok(None)
