@@ -97,6 +97,50 @@ fn null_recvbuff_on_the_root() {
     assert_others_remote(&errs, 2);
 }
 
+/// A raw pointer that is not a whole number of elements into its allocation
+/// is refused on its rank, naming the pointer, the datatype and the
+/// alignment it needs; no rank forms a misaligned view of it.
+#[test]
+fn misaligned_raw_pointers_are_refused() {
+    // rank 1's recvbuff is one byte into its allocation
+    let errs = errors(3, |c| {
+        let s = c.alloc(16);
+        let r = c.alloc(17);
+        let r = if c.rank() == 1 { r + 1 } else { r };
+        c.nccl_all_reduce(s, r, 4, DataType::Float32, RedOp::Sum)
+    });
+    let e = errs[1].as_ref().expect("rank 1 is refused");
+    assert_eq!(e.kind, ErrorKind::OutOfBounds, "{e}");
+    assert_eq!(e.rank, Some(1));
+    assert!(
+        e.to_string().starts_with("ncclInvalidArgument on rank 1: AllReduce: recvbuff 0x")
+            && e.message.contains(
+                " is misaligned: float elements are 4 bytes, so recvbuff must be a multiple of 4, but rank 1 passed an address 1 byte past one"
+            ),
+        "{e}"
+    );
+    assert_others_remote(&errs, 1);
+    // Send/Recv: a double at a 4-byte offset
+    let errs = errors(2, |c| {
+        let b = c.alloc(24);
+        if c.rank() == 0 {
+            c.nccl_send(b + 4, 2, DataType::Float64, 1)
+        } else {
+            c.nccl_recv(b, 2, DataType::Float64, 0)
+        }
+    });
+    let e = errs[0].as_ref().expect("the sender is refused");
+    assert_eq!((e.kind, e.rank), (ErrorKind::OutOfBounds, Some(0)), "{e}");
+    assert!(
+        e.message
+            .contains("is misaligned: double elements are 8 bytes, so sendbuff must be a multiple of 8, but rank 0 passed an address 4 bytes past one"),
+        "{e}"
+    );
+    let e = errs[1].as_ref().expect("the receiver learns of it");
+    assert_eq!(e.rank, Some(1), "{e}");
+    assert!(e.message.contains("rank 0"), "{e}");
+}
+
 #[test]
 fn extent_past_the_end_of_its_allocation() {
     let errs = errors(2, |c| {

@@ -1,7 +1,10 @@
 //! The raw face: NCCL's C API over addresses from the rank's allocation
 //! registry. Pointers are plain addresses (`usize`, [`NULL`] is 0) that can
-//! be offset freely; the engine checks every extent and overlap before it
-//! touches memory.
+//! be offset by whole elements; the checks refuse a buffer that is not
+//! aligned to its datatype's element size (a `float*` at an odd address is a
+//! user error in C too), and every extent and overlap, before the engine
+//! touches memory. [`Comm::read`], [`Comm::write`] and [`Comm::fill`] copy
+//! bytes (as `cudaMemcpy` does) and take any address.
 
 use super::Comm;
 use crate::core::{DataType, Element, Func, RawCall, RedOp, Result};

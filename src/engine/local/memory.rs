@@ -233,10 +233,16 @@ impl Phase {
         if len == 0 {
             return &[];
         }
+        debug_assert!(
+            addr.is_multiple_of(std::mem::align_of::<T>()),
+            "view of {} at {addr:#x}: not aligned for it",
+            std::any::type_name::<T>()
+        );
         // SAFETY: module doc: the extent is live, no thread writes it while
         // the view exists, and addresses are aligned for T (allocations are
-        // 16-byte aligned and offsets are whole elements; typed slices are
-        // aligned by construction).
+        // 16-byte aligned and `check_buffers` refuses a pointer that is not
+        // a whole number of elements into one; typed slices are aligned by
+        // construction; inline payloads start on 8-byte words).
         unsafe { std::slice::from_raw_parts(addr as *const T, len) }
     }
 
@@ -247,6 +253,11 @@ impl Phase {
         if len == 0 {
             return &mut [];
         }
+        debug_assert!(
+            addr.is_multiple_of(std::mem::align_of::<T>()),
+            "mutable view of {} at {addr:#x}: not aligned for it",
+            std::any::type_name::<T>()
+        );
         // SAFETY: as in `view`, and the caller holds the only access to the
         // extent (a rank's own output in a call that nobody else writes).
         unsafe { std::slice::from_raw_parts_mut(addr as *mut T, len) }
