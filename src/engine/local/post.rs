@@ -325,6 +325,71 @@ mod tests {
         corrupted(0, 10).load(0, &mut Posted::default());
     }
 
+    /// One rank posts launch after launch while another reads each one as
+    /// soon as `has` sees it, as ranks do: the reader must see every field
+    /// and payload byte of the post, never a mix of two (the release store
+    /// of `seq` and the acquire load publish them; Miri checks for races).
+    /// The writer reuses a slot only after the reader is done with it, the
+    /// two-slot rule of the module doc.
+    #[test]
+    fn a_post_is_read_whole_from_another_thread() {
+        use std::sync::atomic::AtomicU64;
+        let launches: u64 = if cfg!(miri) { 6 } else { 2000 };
+        let call = |k: u64| Call {
+            func: Func::ALL[(k % 8) as usize],
+            sendbuff: 0x1000 + 8 * k as usize,
+            recvbuff: 0x9000 + 8 * k as usize,
+            count: k as usize,
+            datatype: DataType::ALL[(k % 12) as usize],
+            op: if k.is_multiple_of(3) {
+                RedOp::PreMulSum(k as f64 + 0.5)
+            } else {
+                RedOp::BUILTIN[(k % 5) as usize]
+            },
+            op_code: k as i32,
+            root: (k % 7) as usize,
+        };
+        let payload = |k: u64| -> Vec<u8> {
+            (0..PAYLOAD_BYTES)
+                .map(|i| (i as u64 * 31 + k) as u8)
+                .collect()
+        };
+        let wait = |done: &dyn Fn() -> bool| {
+            while !done() {
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+        };
+        let m = Mailbox::default();
+        // launches the reader has finished reading
+        let read = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for k in 0..launches {
+                    // slot k % 2 last held launch k - 2: wait until it was read
+                    wait(&|| read.load(Ordering::Acquire) + 2 > k);
+                    m.post(k, 100 + k, Some(&call(k)), &payload(k));
+                }
+            });
+            s.spawn(|| {
+                let mut p = Posted::default();
+                let mut words = vec![0u64; PAYLOAD_WORDS];
+                for k in 0..launches {
+                    wait(&|| m.has(k));
+                    assert!(m.load(k, &mut p));
+                    assert_eq!(
+                        (p.op_count, p.calls.as_slice()),
+                        (100 + k, [call(k)].as_slice())
+                    );
+                    m.payload(k, &mut words);
+                    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                    assert_eq!(bytes, payload(k), "launch {k}");
+                    read.store(k + 1, Ordering::Release);
+                }
+            });
+        });
+    }
+
     #[test]
     fn the_call_and_a_small_payload_share_the_first_line() {
         assert_eq!(std::mem::offset_of!(Slot, op_count), 64);
