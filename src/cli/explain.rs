@@ -258,9 +258,17 @@ pub fn explain(args: &Args) -> Result<String, String> {
         ),
         Func::Send | Func::Recv => unreachable!("explain takes collectives only"),
     };
+    let align = if dt.size() > 1 {
+        format!(
+            "\n  Pointers are aligned to the element: sendbuff and recvbuff must be multiples of {} bytes (a misaligned one is refused, ncclInvalidArgument).",
+            dt.size()
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         o,
-        "What count means\n  {meaning}\n  Counts are elements of {} ({} bytes each), never bytes.\n",
+        "What count means\n  {meaning}\n  Counts are elements of {} ({} bytes each), never bytes.{align}\n",
         dt.name(),
         dt.size()
     );

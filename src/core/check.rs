@@ -88,8 +88,10 @@ struct Region {
     elems: usize,
 }
 
-/// NULL, bounds and overlap checks on the buffers the call reads or writes on
-/// this rank. Count 0 touches no memory and passes.
+/// NULL, bounds, alignment and overlap checks on the buffers the call reads
+/// or writes on this rank. Count 0 touches no memory and passes. Every
+/// buffer must be aligned to its datatype's element size (a `float*` is
+/// 4-byte aligned): the engine reads and writes it as elements.
 pub fn check_buffers(
     call: &Call,
     nranks: usize,
@@ -166,6 +168,22 @@ pub fn check_buffers(
                 ));
             }
             Some(_) => {}
+        }
+        // the engine views these bytes as elements of the datatype, so the
+        // address must be aligned for it; allocations are 16-byte aligned,
+        // so this holds exactly when the offset is a whole number of elements
+        if !addr.is_multiple_of(size) {
+            return Err(invalid(
+                ErrorKind::OutOfBounds,
+                func,
+                format!(
+                    "{name} {} is misaligned: {} elements are {size} bytes, so {name} must be a multiple of {size}, but rank {rank}{root_note} passed an address {} byte{} past one",
+                    fmt_ptr(addr),
+                    call.datatype,
+                    addr % size,
+                    if addr % size == 1 { "" } else { "s" }
+                ),
+            ));
         }
         regions[i] = Some(Region { name, addr, elems });
     }
@@ -329,6 +347,47 @@ mod tests {
         );
         // count 0: nothing is touched, NULL is fine
         assert!(buffers(Func::AllReduce, 0, 0, 0, 0, 0, &space).is_ok());
+    }
+
+    #[test]
+    fn buffers_must_be_aligned_to_their_element_size() {
+        let space = Space(vec![(0x1000, 64), (0x2000, 64)]);
+        // int32: an address 2 bytes into an allocation is not an int32 pointer
+        let e = buffers(Func::AllReduce, 0x1002, 0x2000, 4, 1, 0, &space).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::OutOfBounds);
+        assert_eq!(e.code(), crate::core::ResultCode::InvalidArgument);
+        assert_eq!(
+            e.message,
+            "AllReduce: sendbuff 0x1002 is misaligned: int32 elements are 4 bytes, so sendbuff must be a multiple of 4, but rank 1 passed an address 2 bytes past one"
+        );
+        let e = buffers(Func::Reduce, 0x1000, 0x2001, 2, 3, 3, &space).unwrap_err();
+        assert!(
+            e.message
+                .contains("recvbuff 0x2001 is misaligned: int32 elements are 4 bytes, so recvbuff must be a multiple of 4, but rank 3 (the root) passed an address 1 byte past one"),
+            "{}",
+            e.message
+        );
+        // whole-element offsets are fine, and so is count 0 at any address
+        assert!(buffers(Func::AllReduce, 0x1004, 0x2008, 4, 1, 0, &space).is_ok());
+        assert!(buffers(Func::AllReduce, 0x1003, 0x2001, 0, 1, 0, &space).is_ok());
+        // a buffer the call ignores is not checked (non-root Broadcast's sendbuff)
+        assert!(buffers(Func::Broadcast, 0x1003, 0x2000, 4, 1, 0, &space).is_ok());
+        // 1-byte types: every address is aligned
+        let c = check_call(
+            &raw(Func::AllReduce, 0x1003, 0x2001, 4, 0, 0, 0),
+            4,
+            &no_premul,
+        );
+        assert!(check_buffers(&c.unwrap(), 4, 0, &space).is_ok());
+        // 8-byte types need 8: 0x1004 is int32-aligned but not float64-aligned
+        let c = check_call(&raw(Func::Send, 0x1004, 0, 2, 8, 0, 1), 4, &no_premul);
+        let e = check_buffers(&c.unwrap(), 4, 0, &space).unwrap_err();
+        assert!(
+            e.message
+                .contains("sendbuff 0x1004 is misaligned: double elements are 8 bytes"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -333,10 +333,49 @@ fp8_type!(
     "`ncclFloat8e5m2`: 1 sign, 5 exponent, 2 mantissa bits, IEEE-like, max 57344."
 );
 
+mod sealed {
+    /// Only the twelve element types of this module implement it, so only
+    /// they implement [`super::Element`].
+    pub trait Sealed {}
+    impl Sealed for i8 {}
+    impl Sealed for u8 {}
+    impl Sealed for i32 {}
+    impl Sealed for u32 {}
+    impl Sealed for i64 {}
+    impl Sealed for u64 {}
+    impl Sealed for super::f16 {}
+    impl Sealed for super::bf16 {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+    impl Sealed for super::F8E4M3 {}
+    impl Sealed for super::F8E5M2 {}
+}
+
 /// A Rust type that carries one NCCL datatype. The engine moves bytes; this
 /// trait gives the typed face its datatype and the reduction kernels their
 /// arithmetic (in `engine::local::reduce`).
-pub trait Element: Copy + Default + Send + Sync + PartialEq + fmt::Debug + 'static {
+///
+/// The trait is sealed: the engine copies bytes of registered memory into
+/// values of `T` (`Comm::read`) and forms `&[T]` over them, which is sound
+/// only because every bit pattern of `size_of::<T>()` bytes is a valid `T`
+/// and `T` has the size and alignment of its datatype. The twelve types here
+/// are exactly those; a type outside this crate cannot implement it:
+///
+/// ```compile_fail,E0277
+/// use rankwise::{DataType, Element, core::Scalar};
+/// #[derive(Clone, Copy, Default, PartialEq, Debug)]
+/// struct Flag(bool);
+/// impl Element for Flag {
+///     const DTYPE: DataType = DataType::Uint8;
+///     fn to_f64(self) -> f64 { 0.0 }
+///     fn from_f64(_: f64) -> Self { Flag(false) }
+///     fn to_scalar(self) -> Scalar { Scalar::Int(0) }
+///     fn from_scalar(_: Scalar) -> Self { Flag(false) }
+/// }
+/// ```
+pub trait Element:
+    sealed::Sealed + Copy + Default + Send + Sync + PartialEq + fmt::Debug + 'static
+{
     const DTYPE: DataType;
     /// Exact for every value of the type that an f64 holds (all but the
     /// largest 64-bit integers); used for reduction scalars. Values that

@@ -49,7 +49,8 @@ pub enum ErrorKind {
     InvalidOp,
     /// A buffer the call must read or write is NULL.
     NullPointer,
-    /// A pointer is not in a registered allocation, or its extent runs past the end.
+    /// A pointer is not in a registered allocation, its extent runs past the
+    /// end, or it is not aligned to its datatype's element size.
     OutOfBounds,
     /// Send and recv regions overlap other than by the op's in-place equation.
     IllegalOverlap,

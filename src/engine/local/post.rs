@@ -82,6 +82,39 @@ fn op_parts(op: RedOp) -> (u64, f64) {
     }
 }
 
+// Decoding a head word. `post` writes only a real call's fields, so every
+// field has a meaning; a value outside them would mean the slot was not
+// written by `post` (a bug in this module), and guessing a datatype or an op
+// would then move or reduce the wrong bytes. The decoders stop instead.
+
+fn head_func(head: u64) -> Func {
+    let index = (head & 0xFF) as usize;
+    Func::ALL.get(index).copied().unwrap_or_else(|| {
+        unreachable!("mailbox head {head:#x}: op kind index {index} is not one `post` writes")
+    })
+}
+
+fn head_datatype(head: u64) -> DataType {
+    let code = ((head >> 8) & 0xFF) as i32;
+    DataType::from_code(code).unwrap_or_else(|| {
+        unreachable!("mailbox head {head:#x}: datatype code {code} is not one `post` writes")
+    })
+}
+
+fn head_op(head: u64, scalar: impl FnOnce() -> f64) -> RedOp {
+    match (head >> 16) & 0xFF {
+        0 => RedOp::Sum,
+        1 => RedOp::Prod,
+        2 => RedOp::Max,
+        3 => RedOp::Min,
+        4 => RedOp::Avg,
+        5 => RedOp::PreMulSum(scalar()),
+        kind => {
+            unreachable!("mailbox head {head:#x}: reduction kind {kind} is not one `post` writes")
+        }
+    }
+}
+
 impl Mailbox {
     /// Posts launch `seq`: `call` when it is a single call (None: a group,
     /// posted in `World::posted` beforehand), with `payload` (at most
@@ -134,21 +167,13 @@ impl Mailbox {
         if head == GROUP {
             return false;
         }
-        let op = match (head >> 16) & 0xFF {
-            0 => RedOp::Sum,
-            1 => RedOp::Prod,
-            2 => RedOp::Max,
-            3 => RedOp::Min,
-            4 => RedOp::Avg,
-            _ => RedOp::PreMulSum(f64::from_bits(s.scalar.load(Relaxed))),
-        };
         let call = Call {
-            func: Func::ALL[(head & 0xFF) as usize],
+            func: head_func(head),
             sendbuff: s.sendbuff.load(Relaxed) as usize,
             recvbuff: s.recvbuff.load(Relaxed) as usize,
             count: s.count.load(Relaxed) as usize,
-            datatype: DataType::from_code(((head >> 8) & 0xFF) as i32).unwrap_or(DataType::Int8),
-            op,
+            datatype: head_datatype(head),
+            op: head_op(head, || f64::from_bits(s.scalar.load(Relaxed))),
             op_code: (head >> 32) as u32 as i32,
             root: s.root.load(Relaxed) as usize,
         };
@@ -219,6 +244,143 @@ mod tests {
         assert_eq!(p.op_count, 12);
         m.post(2, 13, Some(&c), &[]);
         assert!(m.has(2) && !m.has(0), "launch 2 reuses launch 0's slot");
+    }
+
+    /// Every field of every call `post` can write decodes to itself.
+    #[test]
+    fn every_datatype_func_and_op_round_trips() {
+        let m = Mailbox::default();
+        let mut p = Posted::default();
+        let mut seq = 0;
+        for func in Func::ALL {
+            for datatype in DataType::ALL {
+                for op in RedOp::BUILTIN.into_iter().chain([RedOp::PreMulSum(-3.5)]) {
+                    let c = Call {
+                        func,
+                        sendbuff: 8,
+                        recvbuff: 16,
+                        count: 3,
+                        datatype,
+                        op,
+                        op_code: 9,
+                        root: 1,
+                    };
+                    m.post(seq, seq, Some(&c), &[]);
+                    assert!(m.load(seq, &mut p));
+                    assert_eq!(p.calls, [c]);
+                    seq += 1;
+                }
+            }
+        }
+    }
+
+    /// Posts a Float32 Sum AllReduce, then overwrites byte `byte` of the
+    /// slot's head with `value`, as a bug writing the slot might.
+    fn corrupted(byte: u32, value: u64) -> Mailbox {
+        let m = Mailbox::default();
+        let c = Call {
+            func: Func::AllReduce,
+            sendbuff: 0x1000,
+            recvbuff: 0x1000,
+            count: 4,
+            datatype: DataType::Float32,
+            op: RedOp::Sum,
+            op_code: 0,
+            root: 0,
+        };
+        m.post(0, 0, Some(&c), &[]);
+        let head = m.slots[0].head.load(Ordering::Relaxed);
+        let shift = 8 * byte;
+        m.slots[0].head.store(
+            (head & !(0xFF << shift)) | value << shift,
+            Ordering::Relaxed,
+        );
+        m
+    }
+
+    /// A head whose datatype byte is no datatype is never read as Int8 (or
+    /// as anything): decoding stops and says why.
+    #[test]
+    #[should_panic(expected = "datatype code 12 is not one `post` writes")]
+    fn an_unknown_datatype_code_is_not_read_as_int8() {
+        corrupted(1, 12).load(0, &mut Posted::default());
+    }
+
+    #[test]
+    #[should_panic(expected = "reduction kind 6 is not one `post` writes")]
+    fn an_unknown_reduction_kind_is_not_read_as_premulsum() {
+        corrupted(2, 6).load(0, &mut Posted::default());
+    }
+
+    #[test]
+    #[should_panic(expected = "op kind index 10 is not one `post` writes")]
+    fn an_unknown_op_kind_is_not_indexed() {
+        corrupted(0, 10).load(0, &mut Posted::default());
+    }
+
+    /// One rank posts launch after launch while another reads each one as
+    /// soon as `has` sees it, as ranks do: the reader must see every field
+    /// and payload byte of the post, never a mix of two (the release store
+    /// of `seq` and the acquire load publish them; Miri checks for races).
+    /// The writer reuses a slot only after the reader is done with it, the
+    /// two-slot rule of the module doc.
+    #[test]
+    fn a_post_is_read_whole_from_another_thread() {
+        use std::sync::atomic::AtomicU64;
+        let launches: u64 = if cfg!(miri) { 6 } else { 2000 };
+        let call = |k: u64| Call {
+            func: Func::ALL[(k % 8) as usize],
+            sendbuff: 0x1000 + 8 * k as usize,
+            recvbuff: 0x9000 + 8 * k as usize,
+            count: k as usize,
+            datatype: DataType::ALL[(k % 12) as usize],
+            op: if k.is_multiple_of(3) {
+                RedOp::PreMulSum(k as f64 + 0.5)
+            } else {
+                RedOp::BUILTIN[(k % 5) as usize]
+            },
+            op_code: k as i32,
+            root: (k % 7) as usize,
+        };
+        let payload = |k: u64| -> Vec<u8> {
+            (0..PAYLOAD_BYTES)
+                .map(|i| (i as u64 * 31 + k) as u8)
+                .collect()
+        };
+        let wait = |done: &dyn Fn() -> bool| {
+            while !done() {
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+        };
+        let m = Mailbox::default();
+        // launches the reader has finished reading
+        let read = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for k in 0..launches {
+                    // slot k % 2 last held launch k - 2: wait until it was read
+                    wait(&|| read.load(Ordering::Acquire) + 2 > k);
+                    m.post(k, 100 + k, Some(&call(k)), &payload(k));
+                }
+            });
+            s.spawn(|| {
+                let mut p = Posted::default();
+                let mut words = vec![0u64; PAYLOAD_WORDS];
+                for k in 0..launches {
+                    wait(&|| m.has(k));
+                    assert!(m.load(k, &mut p));
+                    assert_eq!(
+                        (p.op_count, p.calls.as_slice()),
+                        (100 + k, [call(k)].as_slice())
+                    );
+                    m.payload(k, &mut words);
+                    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                    assert_eq!(bytes, payload(k), "launch {k}");
+                    read.store(k + 1, Ordering::Release);
+                }
+            });
+        });
     }
 
     #[test]
