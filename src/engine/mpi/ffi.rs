@@ -42,10 +42,8 @@ pub fn int(n: usize, what: &str) -> Result<c_int> {
 pub fn init() -> Result<()> {
     let mut flag: c_int = 0;
     // SAFETY: MPI_Initialized may be called at any time and writes one int.
-    check(
-        unsafe { sys::MPI_Initialized(&mut flag) },
-        "MPI_Initialized",
-    )?;
+    let rc = unsafe { sys::MPI_Initialized(&mut flag) };
+    check(rc, "MPI_Initialized")?;
     if flag != 0 {
         return Ok(());
     }
@@ -97,10 +95,8 @@ pub fn rank_and_size(comm: Comm) -> Result<(usize, usize)> {
 pub fn dup(comm: Comm) -> Result<Comm> {
     let mut out = std::mem::MaybeUninit::<Comm>::uninit();
     // SAFETY: a valid communicator; MPI writes the new handle.
-    check(
-        unsafe { sys::MPI_Comm_dup(comm, out.as_mut_ptr()) },
-        "MPI_Comm_dup",
-    )?;
+    let rc = unsafe { sys::MPI_Comm_dup(comm, out.as_mut_ptr()) };
+    check(rc, "MPI_Comm_dup")?;
     // SAFETY: MPI_Comm_dup succeeded, so it wrote the handle.
     let out = unsafe { out.assume_init() };
     // SAFETY: a valid communicator and a predefined error handler.
@@ -114,11 +110,9 @@ pub fn dup(comm: Comm) -> Result<Comm> {
 pub fn split_below(comm: Comm, n: usize) -> Result<Option<Comm>> {
     let (rank, _) = rank_and_size(comm)?;
     // SAFETY: a constant exported by the MPI shim, read after init.
-    let color = if rank < n {
-        0
-    } else {
-        unsafe { sys::RSMPI_UNDEFINED }
-    };
+    // SAFETY: a constant exported by the MPI shim, read after init.
+    let undefined = unsafe { sys::RSMPI_UNDEFINED };
+    let color = if rank < n { 0 } else { undefined };
     let mut out = std::mem::MaybeUninit::<Comm>::uninit();
     // SAFETY: a valid communicator; MPI writes the new handle.
     let rc = unsafe { sys::MPI_Comm_split(comm, color, rank as c_int, out.as_mut_ptr()) };
@@ -196,10 +190,8 @@ pub fn bytes() -> Datatype {
 pub fn op_create(f: sys::MPI_User_function) -> Result<Op> {
     let mut op = std::mem::MaybeUninit::<Op>::uninit();
     // SAFETY: `f` is a valid user function; MPI writes the op handle.
-    check(
-        unsafe { sys::MPI_Op_create(f, 1, op.as_mut_ptr()) },
-        "MPI_Op_create",
-    )?;
+    let rc = unsafe { sys::MPI_Op_create(f, 1, op.as_mut_ptr()) };
+    check(rc, "MPI_Op_create")?;
     // SAFETY: MPI_Op_create succeeded, so it wrote the handle.
     Ok(unsafe { op.assume_init() })
 }
@@ -438,10 +430,8 @@ pub fn iprobe(comm: Comm, tag: c_int) -> Result<Option<(usize, usize)>> {
     let status = unsafe { status.assume_init() };
     let mut count: c_int = 0;
     // SAFETY: a filled status, counted in bytes.
-    check(
-        unsafe { sys::MPI_Get_count(&status, bytes(), &mut count) },
-        "MPI_Get_count",
-    )?;
+    let rc = unsafe { sys::MPI_Get_count(&status, bytes(), &mut count) };
+    check(rc, "MPI_Get_count")?;
     Ok(Some((status.MPI_SOURCE as usize, count.max(0) as usize)))
 }
 
