@@ -110,7 +110,6 @@ pub fn dup(comm: Comm) -> Result<Comm> {
 pub fn split_below(comm: Comm, n: usize) -> Result<Option<Comm>> {
     let (rank, _) = rank_and_size(comm)?;
     // SAFETY: a constant exported by the MPI shim, read after init.
-    // SAFETY: a constant exported by the MPI shim, read after init.
     let undefined = unsafe { sys::RSMPI_UNDEFINED };
     let color = if rank < n { 0 } else { undefined };
     let mut out = std::mem::MaybeUninit::<Comm>::uninit();
