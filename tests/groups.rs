@@ -5,7 +5,10 @@
 //! from the launch that runs it; every output is compared element by element
 //! with a closed-form formula of rank, block and offset (CONTRACTS.md §7).
 
-use rankwise::local::{self, LaunchOptions};
+mod common;
+
+use common::engines::{engines, launch, launch_with};
+use rankwise::launch::LaunchOptions;
 use rankwise::{Comm, DataType, ErrorKind, NULL, RedOp, Result};
 
 const N: usize = 4;
@@ -16,7 +19,7 @@ fn rank_sum(n: usize) -> i64 {
 }
 
 /// What the grouped-collectives program reads back on one rank.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Collectives {
     all_reduce: Vec<i32>,
     all_gather: Vec<f32>,
@@ -96,14 +99,16 @@ fn grouped_collectives_expected(n: usize, d: usize) -> Collectives {
 
 #[test]
 fn a_group_of_four_collectives_is_one_launch_and_each_gets_its_own_result() {
-    let outs = local::launch(N, grouped_collectives).unwrap();
-    for (d, got) in outs.into_iter().enumerate() {
-        assert_eq!(got, grouped_collectives_expected(N, d), "rank {d}");
+    for engine in engines() {
+        let outs = launch(engine, N, grouped_collectives).unwrap();
+        for (d, got) in outs.into_iter().enumerate() {
+            assert_eq!(got, grouped_collectives_expected(N, d), "rank {d}");
+        }
     }
 }
 
 /// What the mixed group reads back on one rank.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Mixed {
     ring: Vec<i32>,
     all_reduce: Vec<f64>,
@@ -185,14 +190,16 @@ fn mixed_group_expected(n: usize, d: usize) -> Mixed {
 
 #[test]
 fn a_group_mixing_collectives_and_a_send_recv_ring_completes_in_one_launch() {
-    let outs = local::launch(N, mixed_group).unwrap();
-    for (d, got) in outs.into_iter().enumerate() {
-        assert_eq!(got, mixed_group_expected(N, d), "rank {d}");
+    for engine in engines() {
+        let outs = launch(engine, N, mixed_group).unwrap();
+        for (d, got) in outs.into_iter().enumerate() {
+            assert_eq!(got, mixed_group_expected(N, d), "rank {d}");
+        }
     }
 }
 
 /// What the nested-groups program reads back on one rank.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Nested {
     /// opCount advance after the inner end, then after the outer end
     launches_after_inner: u64,
@@ -271,14 +278,16 @@ fn nested_groups_expected(n: usize, d: usize) -> Nested {
 
 #[test]
 fn nested_groups_launch_once_at_the_outermost_end() {
-    let outs = local::launch(N, nested_groups).unwrap();
-    for (d, got) in outs.into_iter().enumerate() {
-        assert_eq!(got, nested_groups_expected(N, d), "rank {d}");
+    for engine in engines() {
+        let outs = launch(engine, N, nested_groups).unwrap();
+        for (d, got) in outs.into_iter().enumerate() {
+            assert_eq!(got, nested_groups_expected(N, d), "rank {d}");
+        }
     }
 }
 
 /// What the dup program reads back on one rank.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Dup {
     first: Vec<u64>,
     on_dup: Vec<f32>,
@@ -332,14 +341,16 @@ fn dup_expected(n: usize) -> Dup {
 
 #[test]
 fn a_duplicated_communicator_used_in_order_beside_its_parent() {
-    let outs = local::launch(N, dup_in_order).unwrap();
-    for (d, got) in outs.into_iter().enumerate() {
-        assert_eq!(got, dup_expected(N), "rank {d}");
+    for engine in engines() {
+        let outs = launch(engine, N, dup_in_order).unwrap();
+        for (d, got) in outs.into_iter().enumerate() {
+            assert_eq!(got, dup_expected(N), "rank {d}");
+        }
     }
 }
 
 /// What the PreMulSum program saw on one rank.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct PreMul {
     code: i32,
     scaled: Vec<f32>,
@@ -396,9 +407,11 @@ fn premul_expected(n: usize) -> PreMul {
 
 #[test]
 fn a_premulsum_op_is_created_used_and_destroyed_and_refused_after() {
-    let outs = local::launch(N, premul_life).unwrap();
-    for (d, got) in outs.into_iter().enumerate() {
-        assert_eq!(got, premul_expected(N), "rank {d}");
+    for engine in engines() {
+        let outs = launch(engine, N, premul_life).unwrap();
+        for (d, got) in outs.into_iter().enumerate() {
+            assert_eq!(got, premul_expected(N), "rank {d}");
+        }
     }
 }
 
@@ -429,13 +442,15 @@ fn pinned_expected(n: usize) -> (Vec<i32>, Vec<i32>) {
 
 #[test]
 fn pinned_threads_run_collectives() {
-    // 2 ranks are pinned on any machine with 2 cores; more ranks than cores
-    // run unpinned, as documented, and must work the same
-    for n in [1, 2, N] {
-        let opts = LaunchOptions::default().with_pinned_threads(true);
-        let outs = local::launch_with(opts, n, pinned_program).unwrap();
-        for (d, got) in outs.into_iter().enumerate() {
-            assert!(got == pinned_expected(n), "n {n} rank {d}");
+    for engine in engines() {
+        // 2 ranks are pinned on any machine with 2 cores; more ranks than cores
+        // run unpinned, as documented, and must work the same
+        for n in [1, 2, N] {
+            let opts = LaunchOptions::default().with_pinned_threads(true);
+            let outs = launch_with(engine, opts, n, pinned_program).unwrap();
+            for (d, got) in outs.into_iter().enumerate() {
+                assert!(got == pinned_expected(n), "n {n} rank {d}");
+            }
         }
     }
 }

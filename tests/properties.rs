@@ -16,7 +16,12 @@
 
 use proptest::prelude::*;
 use rankwise::core::{DataType, Element, Func, RedOp};
-use rankwise::{NULL, local, with_element_type};
+mod common;
+
+use common::engines::{engines, launch};
+use rankwise::core::bytes;
+use rankwise::launch::EngineKind;
+use rankwise::{NULL, with_element_type};
 
 #[derive(Debug, Clone, Copy)]
 struct Case {
@@ -351,7 +356,17 @@ fn check<T: Element>(c: &Case, rank: usize, got: &Out<T>) -> Result<(), String> 
 }
 
 fn run_case<T: Element>(c: Case) -> Result<(), String> {
-    let outs = local::launch(c.n, |comm| {
+    for engine in engines() {
+        run_case_on::<T>(engine, &c)?;
+    }
+    Ok(())
+}
+
+fn run_case_on<T: Element>(engine: EngineKind, c: &Case) -> Result<(), String> {
+    let c = *c;
+    // each rank's defined output as bytes (None where the contract leaves
+    // it undefined): bytes cross any engine's ranks, processes included
+    let outs = launch(engine, c.n, |comm| {
         let me = comm.rank();
         let dt = T::DTYPE;
         let l = rankwise::core::layout(c.func, c.n, me, c.root, c.count);
@@ -413,14 +428,22 @@ fn run_case<T: Element>(c: Case) -> Result<(), String> {
         }
         // only buffers the contract defines are read
         Ok(match expected::<T>(&c, me) {
-            Out::Undefined => Out::Undefined,
-            Out::Bytes(_) => Out::Bytes(comm.read::<u8>(recv, l.recv_elems * dt.size())?),
-            Out::Values(_) => Out::Values(comm.read::<T>(recv, l.recv_elems)?),
+            Out::Undefined => None,
+            _ => Some(comm.read::<u8>(recv, l.recv_elems * dt.size())?),
         })
     })
-    .map_err(|e| format!("{c:?}: {e}"))?;
-    for (r, got) in outs.iter().enumerate() {
-        check(&c, r, got)?;
+    .map_err(|e| format!("{c:?} on {engine}: {e}"))?;
+    for (r, got) in outs.into_iter().enumerate() {
+        let got = match (expected::<T>(&c, r), got) {
+            (Out::Undefined, _) | (_, None) => Out::Undefined,
+            (Out::Bytes(_), Some(b)) => Out::Bytes(b),
+            (Out::Values(_), Some(b)) => {
+                let mut v = vec![T::default(); b.len() / T::DTYPE.size()];
+                bytes::of_mut(&mut v).copy_from_slice(&b);
+                Out::Values(v)
+            }
+        };
+        check(&c, r, &got).map_err(|e| format!("on {engine}: {e}"))?;
     }
     Ok(())
 }
