@@ -26,7 +26,8 @@
 //! rank's launches are counted that way, a zero-count collective excluded.
 
 use super::ingest::{Collected, Loc, Sig, Stream, WarnRec};
-use super::parse::{InitPhase, OpKind, WarnKind, datatype_name, datatype_size, redop_name};
+use super::parse::{InitPhase, WarnKind};
+use crate::core::{DataType, Func, RedOp, redop::NUM_BUILTIN_OPS};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -294,7 +295,7 @@ pub struct Finding {
     pub other_ranks: Vec<u32>,
     /// For Send/Recv: the peer named by the call.
     pub peer: Option<u32>,
-    pub op: Option<OpKind>,
+    pub op: Option<Func>,
     /// Index of the call in the first culprit rank's sequence (all its calls on the communicator).
     pub call_index: Option<u64>,
     pub location: Option<String>,
@@ -334,7 +335,7 @@ pub struct CallView {
     pub index: u64,
     /// Collective ordinal `#k` (absent for Send/Recv).
     pub collective: Option<u64>,
-    pub op: OpKind,
+    pub op: Func,
     pub count: u64,
     pub datatype: String,
     pub redop: Option<String>,
@@ -483,6 +484,30 @@ fn ranks_word(ranks: &[u32]) -> String {
     }
 }
 
+/// A datatype code as the reports name it: NCCL's enumerator without its
+/// prefix (`float32`, `bfloat16`), or `datatype N` for a code NCCL does not define.
+pub fn datatype_name(code: i32) -> String {
+    match DataType::from_code(code) {
+        Some(dt) => dt.nccl_name()["nccl".len()..].to_ascii_lowercase(),
+        None => format!("datatype {code}"),
+    }
+}
+
+/// Bytes per element of a datatype code (`None` for codes NCCL does not define).
+pub fn datatype_size(code: i32) -> Option<u64> {
+    DataType::from_code(code).map(|dt| dt.size() as u64)
+}
+
+/// A reduction op code as the reports name it: `sum` … `avg`, `premulsum N`
+/// for an op created at run time, `op N` for a negative code.
+pub fn redop_name(code: i32) -> String {
+    match RedOp::from_builtin_code(code) {
+        Some(op) => op.name().to_string(),
+        None if code >= NUM_BUILTIN_OPS => format!("premulsum {code}"),
+        None => format!("op {code}"),
+    }
+}
+
 fn loc_str(c: &Collected, loc: Loc) -> String {
     let path = c
         .files
@@ -500,8 +525,8 @@ fn call_view(c: &Collected, s: &Stream, i: usize, collective: Option<u64>) -> Ca
         op: sig.op,
         count: sig.count,
         datatype: datatype_name(sig.datatype),
-        redop: sig.op.has_redop().then(|| redop_name(sig.redop)),
-        root: sig.op.has_root().then_some(sig.root),
+        redop: sig.op.reduces().then(|| redop_name(sig.redop)),
+        root: sig.op.is_rooted().then_some(sig.root),
         peer: sig.op.is_p2p().then_some(sig.root),
         op_count: (rec.op_count != u64::MAX).then(|| format!("{:x}", rec.op_count)),
         location: loc_str(c, s.loc(i)),
@@ -833,9 +858,9 @@ fn differing_field(a: &Sig, b: &Sig) -> Option<FindingKind> {
         Some(FindingKind::CountMismatch)
     } else if a.datatype != b.datatype {
         Some(FindingKind::DatatypeMismatch)
-    } else if a.op.has_redop() && a.redop != b.redop {
+    } else if a.op.reduces() && a.redop != b.redop {
         Some(FindingKind::RedopMismatch)
-    } else if a.op.has_root() && a.root != b.root {
+    } else if a.op.is_rooted() && a.root != b.root {
         Some(FindingKind::RootMismatch)
     } else {
         None
@@ -843,22 +868,22 @@ fn differing_field(a: &Sig, b: &Sig) -> Option<FindingKind> {
 }
 
 /// The contract-relevant projection of a collective call (ranks that agree on it issued the same call).
-fn contract_key(s: &Sig) -> (OpKind, u64, i32, i32, i32) {
+fn contract_key(s: &Sig) -> (Func, u64, i32, i32, i32) {
     (
         s.op,
         s.count,
         s.datatype,
-        if s.op.has_redop() { s.redop } else { 0 },
-        if s.op.has_root() { s.root } else { 0 },
+        if s.op.reduces() { s.redop } else { 0 },
+        if s.op.is_rooted() { s.root } else { 0 },
     )
 }
 
 fn describe(sig: &Sig) -> String {
     let mut d = format!("count {} {}", sig.count, datatype_name(sig.datatype));
-    if sig.op.has_redop() {
+    if sig.op.reduces() {
         d += &format!(" {}", redop_name(sig.redop));
     }
-    if sig.op.has_root() {
+    if sig.op.is_rooted() {
         d += &format!(" root {}", sig.root);
     }
     d
@@ -1212,7 +1237,7 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
             }
             let peer = sig.root as u32;
             match sig.op {
-                OpKind::Send => sends.entry((me, peer)).or_default().push(i as u32),
+                Func::Send => sends.entry((me, peer)).or_default().push(i as u32),
                 _ => recvs.entry((peer, me)).or_default().push(i as u32),
             }
         }
@@ -1517,7 +1542,7 @@ pub fn analyze(c: &Collected) -> Analysis {
             ),
             _ => what.to_string(),
         };
-        let op = w.op.map_or("call", OpKind::name);
+        let op = w.op.map_or("call", Func::name);
         let msg = if kind == FindingKind::NcclWarning {
             format!("{who} logged NCCL WARN {}{on}", w.text)
         } else {
@@ -1764,7 +1789,7 @@ pub struct RankSummary {
 /// A call whose count is implausible, as the summary names it.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct ImplausibleCall {
-    pub op: OpKind,
+    pub op: Func,
     pub count: u64,
     pub datatype: String,
     pub location: String,
@@ -1774,7 +1799,7 @@ pub struct ImplausibleCall {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct OpSummary {
-    pub op: OpKind,
+    pub op: Func,
     pub calls: u64,
     /// Bytes by the nccl-tests convention (CONTRACTS.md §6).
     pub bytes: u128,
@@ -1797,7 +1822,7 @@ fn call_bytes(sig: &Sig, nranks: u32) -> CallBytes {
     let Some(size) = datatype_size(sig.datatype) else {
         return CallBytes::UnknownDatatype;
     };
-    match sig.op.bytes(sig.count, size, u64::from(nranks)) {
+    match sig.op.alg_bytes_checked(u64::from(nranks), sig.count, size) {
         Some(b) if b <= MAX_CALL_BYTES => CallBytes::Known(b),
         b => CallBytes::Implausible(b),
     }
@@ -1820,11 +1845,12 @@ pub fn summarize(c: &Collected) -> Summary {
                     for rec in &s.calls {
                         *per_sig.entry(rec.sig).or_default() += 1;
                     }
-                    let mut ops: BTreeMap<OpKind, (u64, u128)> = BTreeMap::new();
+                    // ops in the order of `Func::ALL` (AllReduce first)
+                    let mut ops: BTreeMap<usize, (u64, u128)> = BTreeMap::new();
                     let (mut unknown, mut implausible) = (0, 0);
                     for (sig, n) in per_sig {
                         let sig = c.sigs[sig as usize];
-                        let e = ops.entry(sig.op).or_default();
+                        let e = ops.entry(sig.op.index()).or_default();
                         e.0 += n;
                         match call_bytes(&sig, g.nranks) {
                             // ≤ 2^48 · 2^64: exact in 128 bits
@@ -1853,7 +1879,11 @@ pub fn summarize(c: &Collected) -> Summary {
                         .flatten();
                     let ops: Vec<OpSummary> = ops
                         .into_iter()
-                        .map(|(op, (calls, bytes))| OpSummary { op, calls, bytes })
+                        .map(|(op, (calls, bytes))| OpSummary {
+                            op: Func::ALL[op],
+                            calls,
+                            bytes,
+                        })
                         .collect();
                     RankSummary {
                         rank,
@@ -2090,7 +2120,7 @@ mod tests {
         assert_eq!(r0.calls, 3);
         assert_eq!(r0.bytes, 80);
         assert_eq!(r0.unknown_datatype_calls, 1);
-        let ag = r0.ops.iter().find(|o| o.op == OpKind::AllGather).unwrap();
+        let ag = r0.ops.iter().find(|o| o.op == Func::AllGather).unwrap();
         assert_eq!((ag.calls, ag.bytes), (2, 40));
     }
 
@@ -2333,16 +2363,16 @@ mod tests {
         assert_eq!(r0.calls, 4);
         assert_eq!(r0.implausible_count_calls, 2);
         assert_eq!(r0.bytes, 40 + (1u128 << 47));
-        let per_op: Vec<(OpKind, u64, u128)> =
+        let per_op: Vec<(Func, u64, u128)> =
             r0.ops.iter().map(|o| (o.op, o.calls, o.bytes)).collect();
         assert_eq!(
             per_op,
-            [(OpKind::AllReduce, 2, 40), (OpKind::AllGather, 2, 1 << 47)]
+            [(Func::AllReduce, 2, 40), (Func::AllGather, 2, 1 << 47)]
         );
         assert_eq!(
             r0.first_implausible,
             Some(ImplausibleCall {
-                op: OpKind::AllReduce,
+                op: Func::AllReduce,
                 count: u64::MAX,
                 datatype: "float32".into(),
                 location: "x:4".into(),

@@ -15,7 +15,8 @@
 //! buffer and parsed in place; a line over [`LineSplitter::MAX_LINE`] bytes
 //! is skipped, and its length and place reported.
 
-use super::parse::{Body, Broken, Head, InitPhase, Line, OpKind, Parser, WarnKind};
+use super::parse::{Body, Broken, Head, InitPhase, Line, Parser, WarnKind};
+use crate::core::Func;
 use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -69,7 +70,7 @@ pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// rank must agree on (and, for Send/Recv, the peer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Sig {
-    pub op: OpKind,
+    pub op: Func,
     pub count: u64,
     pub datatype: i32,
     pub redop: i32,
@@ -166,7 +167,7 @@ pub struct WarnRec {
     pub pid: u32,
     pub dev: Option<u32>,
     pub loc: Loc,
-    pub op: Option<OpKind>,
+    pub op: Option<Func>,
     pub kind: WarnKind,
     pub text: String,
 }

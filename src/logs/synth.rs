@@ -14,7 +14,7 @@
 //! [`Expected`] says what a correct analyzer must report about it.
 
 use super::analyze::FindingKind;
-use super::parse::OpKind;
+use crate::core::Func;
 use std::collections::VecDeque;
 use std::io::Write;
 
@@ -186,7 +186,7 @@ enum Pattern {
 #[derive(Clone, Copy, Debug)]
 enum Step {
     Coll {
-        op: OpKind,
+        op: Func,
         count: u64,
         datatype: i32,
         redop: i32,
@@ -199,17 +199,17 @@ enum Step {
     },
 }
 
-const COLL_OPS: [OpKind; 8] = [
-    OpKind::AllReduce,
-    OpKind::AllReduce,
-    OpKind::AllReduce,
-    OpKind::Broadcast,
-    OpKind::Reduce,
-    OpKind::AllGather,
-    OpKind::ReduceScatter,
-    OpKind::AlltoAll,
+const COLL_OPS: [Func; 8] = [
+    Func::AllReduce,
+    Func::AllReduce,
+    Func::AllReduce,
+    Func::Broadcast,
+    Func::Reduce,
+    Func::AllGather,
+    Func::ReduceScatter,
+    Func::AlltoAll,
 ];
-const ROOTED_EXTRA: [OpKind; 2] = [OpKind::Gather, OpKind::Scatter];
+const ROOTED_EXTRA: [Func; 2] = [Func::Gather, Func::Scatter];
 const COUNTS: [u64; 8] = [1, 7, 1024, 4096, 65536, 1 << 20, 3 << 18, 25_000_000];
 
 impl Spec {
@@ -245,8 +245,8 @@ impl Spec {
                 op,
                 count,
                 datatype: r.below(12) as i32,
-                redop: if op.has_redop() { r.below(5) as i32 } else { 0 },
-                root: if op.has_root() {
+                redop: if op.reduces() { r.below(5) as i32 } else { 0 },
+                root: if op.is_rooted() {
                     r.below(u64::from(self.nranks)) as i32
                 } else {
                     0
@@ -351,7 +351,7 @@ impl Spec {
                 kind,
                 rank,
                 at: pick(
-                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.has_redop())),
+                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.reduces())),
                     rng,
                 )?,
             },
@@ -363,7 +363,7 @@ impl Spec {
                     kind,
                     rank,
                     at: pick(
-                        &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.has_root())),
+                        &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.is_rooted())),
                         rng,
                     )?,
                 }
@@ -371,7 +371,7 @@ impl Spec {
             FaultKind::InvalidRoot => Fault::InvalidRoot {
                 rank,
                 at: pick(
-                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.has_root())),
+                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.is_rooted())),
                     rng,
                 )?,
             },
@@ -642,7 +642,7 @@ impl<'a> RankGen<'a> {
     #[allow(clippy::too_many_arguments)]
     fn push_call(
         &mut self,
-        op: OpKind,
+        op: Func,
         sendbuff: u64,
         recvbuff: u64,
         count: u64,
@@ -801,10 +801,10 @@ impl<'a> RankGen<'a> {
                     Fault::Mismatch { kind, rank, at } if rank == self.rank && at == k => {
                         match kind {
                             FaultKind::OpKind => {
-                                op = if op == OpKind::AllReduce {
-                                    OpKind::AllGather
+                                op = if op == Func::AllReduce {
+                                    Func::AllGather
                                 } else {
-                                    OpKind::AllReduce
+                                    Func::AllReduce
                                 };
                             }
                             FaultKind::Count => count = count * 2 + 1,
@@ -826,7 +826,7 @@ impl<'a> RankGen<'a> {
                     r,
                     count,
                     datatype,
-                    if op.has_redop() { redop } else { 0 },
+                    if op.reduces() { redop } else { 0 },
                     root,
                 );
                 if count > 0 {
@@ -871,7 +871,7 @@ impl<'a> RankGen<'a> {
                     }
                     any = true;
                     let buf = base_ptr + 0x6000_0000 + u64::from(peer) * 0x10_0000;
-                    let op = if send { OpKind::Send } else { OpKind::Recv };
+                    let op = if send { Func::Send } else { Func::Recv };
                     self.push_call(op, 0, buf, count, datatype, 0, peer as i32);
                 }
                 if any {
