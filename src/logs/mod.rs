@@ -15,14 +15,15 @@
 //!   also the per-op call and byte summary;
 //! - [`report`]: text and JSON;
 //! - [`cli`]: the `rankwise logs` subcommands;
-//! - [`synth`]: multi-rank logs generated with one injected fault, for tests
-//!   and the speed measurement.
+//! - `synth` (with the `synth` feature only): multi-rank logs generated
+//!   with one injected fault, for the tests and the speed measurement.
 
 pub mod analyze;
 pub mod cli;
 pub mod ingest;
 pub mod parse;
 pub mod report;
+#[cfg(feature = "synth")]
 pub mod synth;
 
 pub use analyze::{Analysis, Finding, FindingKind, Severity, Summary, analyze, summarize};

@@ -1,5 +1,7 @@
-//! Synthetic multi-rank NCCL logs with one injected fault, for tests and the
-//! speed measurement.
+//! Synthetic multi-rank NCCL logs with one injected fault: test support for
+//! the integration tests, the examples and the speed measurement, built only
+//! with the `synth` feature (the crate's own tests, examples and benches
+//! turn it on; it is not part of the library's API).
 //!
 //! A workload is a deterministic function of a seed: step `i` is either a
 //! collective (op, count, datatype, reduction op, root all drawn from the
@@ -7,14 +9,17 @@
 //! all-to-all with uneven counts) whose counts change from step to step.
 //! Each rank's lines are produced lazily, so a gigabyte of log needs no
 //! gigabyte of memory. opCount follows NCCL: one per launch, shared by the
-//! calls of a group, not advanced by a zero-count collective.
+//! calls of a group, not advanced by a zero-count collective. COLL lines
+//! come from core's trace formatter ([`coll_line`]), the one rankwise's
+//! tracer prints.
 //!
 //! A [`Fault`] changes one rank's behaviour at one position (a collective
 //! ordinal `#k`, or the ordinal of a call within a Send→Recv pair), and
 //! [`Expected`] says what a correct analyzer must report about it.
 
 use super::analyze::FindingKind;
-use crate::core::Func;
+use crate::core::trace::{LinePrefix, coll_line};
+use crate::core::{Func, RawCall};
 use std::collections::VecDeque;
 use std::io::Write;
 
@@ -639,31 +644,26 @@ impl<'a> RankGen<'a> {
         self.queue.push_back(l);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn push_call(
-        &mut self,
-        op: Func,
-        sendbuff: u64,
-        recvbuff: u64,
-        count: u64,
-        dt: i32,
-        redop: i32,
-        root: i32,
-    ) {
-        let fmt_ptr = |p: u64| {
-            if p == 0 {
-                "(nil)".to_string()
-            } else {
-                format!("0x{p:x}")
-            }
+    /// The COLL line of `call`, as NCCL (and rankwise's trace) prints it.
+    fn push_call(&mut self, call: RawCall) {
+        let mut l = Vec::with_capacity(200);
+        self.prefix(&mut l);
+        let pre = LinePrefix {
+            host: &self.host,
+            pid: self.pid,
+            tid: self.tid,
+            dev: self.dev as usize,
         };
-        let (s, r) = (fmt_ptr(sendbuff), fmt_ptr(recvbuff));
-        let (opc, comm, n) = (self.op_count, self.comm, self.spec.nranks);
-        self.push_info(format_args!(
-            "{}: opCount {opc:x} sendbuff {s} recvbuff {r} count {count} datatype {dt} op {redop} root {root} comm 0x{comm:x} [nranks={n}] stream 0x{:x}",
-            op.name(),
-            comm + 0x8_0000
-        ));
+        let line = coll_line(
+            &pre,
+            &call,
+            self.op_count,
+            self.comm as usize,
+            self.spec.nranks as usize,
+        );
+        l.extend_from_slice(line.as_bytes());
+        l.push(b'\n');
+        self.queue.push_back(l);
     }
 
     fn push_noise(&mut self) {
@@ -820,15 +820,15 @@ impl<'a> RankGen<'a> {
                 } else {
                     (base_ptr + (k % 64) * 0x20_0000, base_ptr + 0x4000_0000)
                 };
-                self.push_call(
-                    op,
-                    s,
-                    r,
-                    count,
+                self.push_call(RawCall {
+                    func: op,
+                    sendbuff: s as usize,
+                    recvbuff: r as usize,
+                    count: count as usize,
                     datatype,
-                    if op.reduces() { redop } else { 0 },
+                    op: if op.reduces() { redop } else { 0 },
                     root,
-                );
+                });
                 if count > 0 {
                     self.op_count += 1;
                 }
@@ -871,8 +871,21 @@ impl<'a> RankGen<'a> {
                     }
                     any = true;
                     let buf = base_ptr + 0x6000_0000 + u64::from(peer) * 0x10_0000;
-                    let op = if send { Func::Send } else { Func::Recv };
-                    self.push_call(op, 0, buf, count, datatype, 0, peer as i32);
+                    // Send's buffer is its sendbuff, Recv's its recvbuff
+                    let (func, sendbuff, recvbuff) = if send {
+                        (Func::Send, buf, 0)
+                    } else {
+                        (Func::Recv, 0, buf)
+                    };
+                    self.push_call(RawCall {
+                        func,
+                        sendbuff: sendbuff as usize,
+                        recvbuff: recvbuff as usize,
+                        count: count as usize,
+                        datatype,
+                        op: 0,
+                        root: peer as i32,
+                    });
                 }
                 if any {
                     self.op_count += 1;
