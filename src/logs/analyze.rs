@@ -25,7 +25,7 @@
 //! Fused calls are grouped by opCount (a group's calls share one): each
 //! rank's launches are counted that way, a zero-count collective excluded.
 
-use super::ingest::{Collected, Loc, Sig, Stream, WarnRec};
+use super::model::{Collected, Loc, Sig, Stream, WarnRec};
 use super::parse::{InitPhase, WarnKind};
 use crate::core::{DataType, Func, RedOp, redop::NUM_BUILTIN_OPS};
 use serde::Serialize;
@@ -403,8 +403,8 @@ pub struct CommReport {
 pub struct Analysis {
     pub verdict: String,
     pub problems: u64,
-    pub counts: super::ingest::Counts,
-    pub files: Vec<super::ingest::FileInfo>,
+    pub counts: super::model::Counts,
+    pub files: Vec<super::model::FileInfo>,
     pub communicators: Vec<CommReport>,
     pub findings: Vec<Finding>,
     /// Findings not listed (each kind is listed at most [`LIST_LIMIT`] times per communicator).
@@ -1751,8 +1751,8 @@ fn pick_headline<'a>(errors: &[&'a Finding]) -> Option<&'a Finding> {
 /// Calls and bytes per communicator, rank and op.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
-    pub counts: super::ingest::Counts,
-    pub files: Vec<super::ingest::FileInfo>,
+    pub counts: super::model::Counts,
+    pub files: Vec<super::model::FileInfo>,
     pub communicators: Vec<CommSummary>,
     /// COLL lines that could not be read (and so are not counted): how
     /// many, and the first one.

@@ -62,7 +62,7 @@ fn emit(text: &str) {
     let _ = out.flush();
 }
 
-fn read(input: &InputArgs) -> Result<super::ingest::Collected, ExitCode> {
+fn read(input: &InputArgs) -> Result<super::model::Collected, ExitCode> {
     let files = expand_paths(&input.paths).map_err(fail)?;
     let collected = collect(
         &files,

@@ -21,13 +21,15 @@
 pub mod analyze;
 pub mod cli;
 pub mod ingest;
+pub mod model;
 pub mod parse;
 pub mod report;
 #[cfg(feature = "synth")]
 pub mod synth;
 
 pub use analyze::{Analysis, Finding, FindingKind, Severity, Summary, analyze, summarize};
-pub use ingest::{Collected, InputError, Options, collect, collect_bytes, expand_paths};
+pub use ingest::{InputError, Options, collect, collect_bytes, expand_paths};
+pub use model::Collected;
 
 /// Read `paths` (files or directories) and analyze them.
 pub fn analyze_paths(paths: &[std::path::PathBuf], opts: Options) -> Result<Analysis, InputError> {

@@ -6,7 +6,8 @@
 use super::analyze::{
     Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks,
 };
-use super::ingest::{FileInfo, LineSplitter};
+use super::ingest::LineSplitter;
+use super::model::FileInfo;
 use std::fmt::Write;
 
 fn plural(n: u64, word: &str) -> String {
