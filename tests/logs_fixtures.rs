@@ -2,7 +2,7 @@
 //! through libnccl directly, see scripts/capture_nccl_log.py) read end to end.
 
 use rankwise::Func;
-use rankwise::logs::analyze::IdentifiedBy;
+use rankwise::logs::resolve::IdentifiedBy;
 use rankwise::logs::{Analysis, FindingKind, Options, analyze, collect_bytes, summarize};
 use std::io::Write;
 use std::path::PathBuf;

@@ -3,11 +3,11 @@
 //! The text report's first line is the verdict, one sentence; the details
 //! follow. The JSON form is the same structures serialized (`--json`).
 
-use super::analyze::{
-    Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks,
-};
+use super::findings::{Analysis, CallView, Severity, fmt_ranges, fmt_ranks};
 use super::ingest::LineSplitter;
 use super::model::FileInfo;
+use super::resolve::IdentifiedBy;
+use super::summary::{MAX_CALL_BYTES, Summary};
 use std::fmt::Write;
 
 fn plural(n: u64, word: &str) -> String {
@@ -127,9 +127,9 @@ pub fn analysis_text(a: &Analysis) -> String {
             cm.nranks,
             fmt_ranks(&cm.ranks_seen),
             match cm.identified_by {
-                super::analyze::IdentifiedBy::CommId => "commId",
-                super::analyze::IdentifiedBy::Split => "split parent and color",
-                super::analyze::IdentifiedBy::Order => "order of first use; no init lines",
+                IdentifiedBy::CommId => "commId",
+                IdentifiedBy::Split => "split parent and color",
+                IdentifiedBy::Order => "order of first use; no init lines",
             }
         )
         .unwrap();

@@ -17,7 +17,7 @@
 //! ordinal `#k`, or the ordinal of a call within a Send→Recv pair), and
 //! [`Expected`] says what a correct analyzer must report about it.
 
-use super::analyze::FindingKind;
+use super::findings::FindingKind;
 use crate::core::trace::{LinePrefix, coll_line};
 use crate::core::{Func, RawCall};
 use std::collections::VecDeque;
