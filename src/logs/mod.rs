@@ -13,7 +13,8 @@
 //!   parallel segments, memory proportional to the calls kept;
 //! - [`resolve`]: streams → communicators, each stream with its rank;
 //! - [`analyze`]: runs the checks on every communicator — the collective
-//!   order ([`collectives`]), Send/Recv ([`p2p`]) — and on the WARN lines
+//!   order ([`collectives`], which tells how the ranks' streams part with
+//!   [`align`]), Send/Recv ([`p2p`]) — and on the WARN lines
 //!   ([`warnings`]), then the [`verdict`]; what they report is in
 //!   [`findings`];
 //! - [`summary`]: calls and bytes per communicator, rank and op;
@@ -22,6 +23,7 @@
 //! - `synth` (with the `synth` feature only): multi-rank logs generated
 //!   with one injected fault, for the tests and the speed measurement.
 
+pub mod align;
 pub mod analyze;
 pub mod cli;
 pub mod collectives;
