@@ -20,6 +20,12 @@ pub enum Severity {
 pub enum FindingKind {
     /// Ranks stopped: others issued collective #k, these never did.
     Stopped,
+    /// Ranks left out calls the others made; their later calls line up.
+    Skipped,
+    /// Ranks made calls the others did not; their later calls line up.
+    Extra,
+    /// Ranks made the others' next calls in a different order.
+    Reordered,
     OpMismatch,
     CountMismatch,
     DatatypeMismatch,
@@ -55,9 +61,9 @@ impl FindingKind {
     pub fn severity(self) -> Severity {
         use FindingKind::*;
         match self {
-            Stopped | OpMismatch | CountMismatch | DatatypeMismatch | RedopMismatch
-            | RootMismatch | UnmatchedSend | UnmatchedRecv | P2pMismatch | InvalidPeer
-            | InvalidRoot | InvalidType | InvalidOp => Severity::Error,
+            Stopped | Skipped | Extra | Reordered | OpMismatch | CountMismatch
+            | DatatypeMismatch | RedopMismatch | RootMismatch | UnmatchedSend | UnmatchedRecv
+            | P2pMismatch | InvalidPeer | InvalidRoot | InvalidType | InvalidOp => Severity::Error,
             NcclWarning | MissingRanks | DuplicateRank | RepeatedLog | NranksConflict
             | RankOutOfRange | MalformedCalls => Severity::Warning,
             ZeroCount => Severity::Info,
@@ -166,6 +172,23 @@ pub struct Divergence {
     pub issued: Vec<u32>,
     /// Ranks grouped by the call they issued at this position.
     pub groups: Vec<CallGroup>,
+    /// How each rank that parts from the others departs, grouped.
+    pub departures: Vec<DepartureReport>,
+}
+
+/// How some ranks' collectives part from the others' at the divergence.
+#[derive(Clone, Debug, Serialize)]
+pub struct DepartureReport {
+    pub ranks: Vec<u32>,
+    /// `stopped`, `skipped`, `extra`, `reordered`, or the field that differs.
+    pub kind: FindingKind,
+    /// Calls skipped, extra or reordered (1 for a mismatch, 0 when stopped).
+    pub calls: u64,
+    /// From these ordinals on (theirs, the others') the streams line up
+    /// again; absent when nothing was seen to line up.
+    pub realigned: Option<[u64; 2]>,
+    /// Calls that line up from there (counted up to 256).
+    pub lined_up: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
