@@ -65,10 +65,18 @@ pub enum FaultKind {
     InvalidRoot,
     /// Every rank issues collective #k with count 0 (not a fault: a note).
     ZeroCount,
+    /// A rank leaves out collective #k and goes on with the rest.
+    Skip,
+    /// A rank leaves out 2 to 5 collectives in a row and goes on.
+    SkipSeveral,
+    /// A rank makes one collective the others do not, then goes on.
+    Extra,
+    /// A rank makes collectives #k and #k+1 in the other order.
+    Swap,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::None,
         FaultKind::Stop,
         FaultKind::OpKind,
@@ -81,6 +89,10 @@ impl FaultKind {
         FaultKind::P2pCount,
         FaultKind::InvalidRoot,
         FaultKind::ZeroCount,
+        FaultKind::Skip,
+        FaultKind::SkipSeveral,
+        FaultKind::Extra,
+        FaultKind::Swap,
     ];
 }
 
@@ -112,7 +124,27 @@ pub enum Fault {
     ZeroCount {
         at: u64,
     },
+    /// `rank` leaves out collectives `#at .. #at + calls` and goes on.
+    Skip {
+        rank: u32,
+        at: u64,
+        calls: u64,
+    },
+    /// `rank` makes [`EXTRA_CALL`] before collective `#at`.
+    Extra {
+        rank: u32,
+        at: u64,
+    },
+    /// `rank` makes collective `#at + 1` before `#at`.
+    Swap {
+        rank: u32,
+        at: u64,
+    },
 }
+
+/// The call an [`Fault::Extra`] rank adds: an AllReduce whose count no
+/// workload draws (`(op, count, datatype, redop, root)`).
+pub const EXTRA_CALL: (Func, u64, i32, i32, i32) = (Func::AllReduce, 123_456_789, 7, 0, 0);
 
 /// What the analyzer must report for the injected fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +156,11 @@ pub struct Expected {
     pub position: Option<u64>,
     /// Launches per rank (NCCL's opCount at the end), faults included.
     pub launches: Vec<u64>,
+    /// For a fault in the collective order: the call the headline names, as
+    /// `Op #k` (the first skipped call; the extra call; the first call of
+    /// the pair made in the other order; otherwise the call the other
+    /// ranks made at the fault's position).
+    pub call: Option<String>,
 }
 
 /// How the log text looks.
@@ -313,6 +350,37 @@ impl Spec {
         out
     }
 
+    /// Every collective's contract, in order: `(op, count, datatype, redop
+    /// if it reduces, root if it has one)`.
+    fn collective_keys(&self) -> Vec<(Func, u64, i32, i32, i32)> {
+        (0..self.steps)
+            .filter_map(|i| match self.step(i) {
+                Step::Coll {
+                    op,
+                    count,
+                    datatype,
+                    redop,
+                    root,
+                } => Some((
+                    op,
+                    count,
+                    datatype,
+                    if op.reduces() { redop } else { 0 },
+                    if op.is_rooted() { root } else { 0 },
+                )),
+                Step::P2p { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The step of collective `#k`.
+    fn collective_step(&self, k: u64) -> Option<Step> {
+        (0..self.steps)
+            .map(|i| self.step(i))
+            .filter(|s| matches!(s, Step::Coll { .. }))
+            .nth(k as usize)
+    }
+
     /// Number of calls in each Send→Recv pair over the whole workload.
     fn pair_counts(&self) -> Vec<((u32, u32), u64)> {
         let mut m = std::collections::BTreeMap::new();
@@ -383,6 +451,41 @@ impl Spec {
             FaultKind::ZeroCount => Fault::ZeroCount {
                 at: pick(&self.collectives(|_| true), rng)?,
             },
+            FaultKind::Skip | FaultKind::SkipSeveral => {
+                let calls = if kind == FaultKind::Skip {
+                    1
+                } else {
+                    2 + rng.below(4)
+                };
+                // at least two calls after the skipped ones, so the rest
+                // of the rank's stream can be seen to line up
+                let len = self.collectives(|_| true).len() as u64;
+                let last = len.checked_sub(calls + 2)?;
+                Fault::Skip {
+                    rank,
+                    at: rng.below(last + 1),
+                    calls,
+                }
+            }
+            FaultKind::Extra => {
+                let len = self.collectives(|_| true).len() as u64;
+                Fault::Extra {
+                    rank,
+                    at: pick(&(0..len).collect::<Vec<_>>(), rng)?,
+                }
+            }
+            FaultKind::Swap => {
+                // a pair of different calls, so the order shows
+                let keys = self.collective_keys();
+                let pairs: Vec<u64> = (0..keys.len().saturating_sub(1))
+                    .filter(|&j| keys[j] != keys[j + 1])
+                    .map(|j| j as u64)
+                    .collect();
+                Fault::Swap {
+                    rank,
+                    at: pick(&pairs, rng)?,
+                }
+            }
             FaultKind::UnmatchedSend | FaultKind::UnmatchedRecv | FaultKind::P2pCount => {
                 let pairs = self.pair_counts();
                 if pairs.is_empty() {
@@ -452,6 +555,37 @@ impl Spec {
                 ),
             },
             Fault::ZeroCount { at } => (None, vec![], None, Some(at)),
+            Fault::Skip { rank, at, calls } => {
+                let (p, lines_up) = self.skip_shows_at(at, calls);
+                if lines_up {
+                    let (kind, ranks) = self.skipped_or_extra(rank, false);
+                    (Some(kind), ranks, None, Some(p))
+                } else {
+                    (Some(FindingKind::Stopped), vec![rank], None, Some(p))
+                }
+            }
+            Fault::Extra { rank, at } => {
+                let (kind, ranks) = self.skipped_or_extra(rank, true);
+                (Some(kind), ranks, None, Some(at))
+            }
+            Fault::Swap { rank, at } => (Some(FindingKind::Reordered), vec![rank], None, Some(at)),
+        };
+        let call = match fault {
+            Fault::Skip { at, calls, .. } => {
+                let p = self.skip_shows_at(at, calls).0;
+                self.collective_keys()
+                    .get(p as usize)
+                    .map(|k| format!("{} #{p}", k.0.name()))
+            }
+            Fault::Extra { at, .. } => Some(format!("{} #{at}", EXTRA_CALL.0.name())),
+            Fault::Swap { at, .. }
+            | Fault::Stop { at, .. }
+            | Fault::InvalidRoot { at, .. }
+            | Fault::Mismatch { at, .. } => self
+                .collective_keys()
+                .get(at as usize)
+                .map(|k| format!("{} #{at}", k.0.name())),
+            Fault::None | Fault::P2p { .. } | Fault::ZeroCount { .. } => None,
         };
         Expected {
             kind,
@@ -459,6 +593,32 @@ impl Spec {
             peer,
             position,
             launches,
+            call,
+        }
+    }
+
+    /// Where a rank that leaves out collectives `#at .. #at + calls` first
+    /// differs from the others, and whether its stream goes on past there.
+    /// Calls equal to the ones after them cannot be told apart: the
+    /// difference shows at the end of such a run.
+    fn skip_shows_at(&self, at: u64, calls: u64) -> (u64, bool) {
+        let keys = self.collective_keys();
+        let (d, mut p) = (calls as usize, at as usize);
+        while p + d < keys.len() && keys[p] == keys[p + d] {
+            p += 1;
+        }
+        (p as u64, p + d < keys.len())
+    }
+
+    /// Who the headline blames for a rank's skipped (`extra` false) or
+    /// extra call. With two ranks neither outnumbers the other, and a call
+    /// one rank lacks is told as skipped by that rank (the commoner fault):
+    /// an extra call on `rank` is a skipped call on the other rank.
+    fn skipped_or_extra(&self, rank: u32, extra: bool) -> (FindingKind, Vec<u32>) {
+        match (extra, self.nranks) {
+            (false, _) => (FindingKind::Skipped, vec![rank]),
+            (true, 2) => (FindingKind::Skipped, vec![1 - rank]),
+            (true, _) => (FindingKind::Extra, vec![rank]),
         }
     }
 
@@ -769,7 +929,43 @@ impl<'a> RankGen<'a> {
             } => {
                 let k = self.coll_k;
                 self.coll_k += 1;
+                if let Fault::Swap { rank, at } = self.fault
+                    && rank == self.rank
+                    && (k == at || k == at + 1)
+                {
+                    // this rank makes #at+1 in #at's place and #at in #at+1's
+                    let other = if k == at { at + 1 } else { at };
+                    if let Some(Step::Coll {
+                        op: o,
+                        count: q,
+                        datatype: t,
+                        redop: x,
+                        root: r,
+                    }) = self.spec.collective_step(other)
+                    {
+                        (op, count, datatype, redop, root) = (o, q, t, x, r);
+                    }
+                }
                 match self.fault {
+                    Fault::Skip { rank, at, calls }
+                        if rank == self.rank && (at..at + calls).contains(&k) =>
+                    {
+                        self.push_noise();
+                        return true;
+                    }
+                    Fault::Extra { rank, at } if rank == self.rank && at == k => {
+                        let (op, count, datatype, redop, root) = EXTRA_CALL;
+                        self.push_call(RawCall {
+                            func: op,
+                            sendbuff: (base_ptr + 0x3000_0000) as usize,
+                            recvbuff: (base_ptr + 0x3000_0000) as usize,
+                            count: count as usize,
+                            datatype,
+                            op: redop,
+                            root,
+                        });
+                        self.op_count += 1;
+                    }
                     Fault::Stop { rank, at } if rank == self.rank && at == k => {
                         self.done = true;
                         return true;
@@ -958,11 +1154,96 @@ mod tests {
         let s = spec(11);
         let clean = s.render(Fault::None);
         let mut rng = Rng::new(5);
-        for kind in [FaultKind::Count, FaultKind::Datatype, FaultKind::OpKind] {
+        for kind in [
+            FaultKind::Count,
+            FaultKind::Datatype,
+            FaultKind::OpKind,
+            FaultKind::Skip,
+            FaultKind::SkipSeveral,
+            FaultKind::Extra,
+            FaultKind::Swap,
+        ] {
             let f = s.place(kind, &mut rng).unwrap();
             let bad = s.render(f);
             let differing: Vec<usize> = (0..4).filter(|&r| clean[r].1 != bad[r].1).collect();
             assert_eq!(differing.len(), 1, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_skip_shows_where_the_next_call_first_differs() {
+        let s = spec(11);
+        let keys = s.collective_keys();
+        // a skip of one call at #j shows at the first #p >= j whose call
+        // differs from #p+1's; where neighbours differ, at #j itself
+        for j in 0..keys.len() as u64 - 2 {
+            let (p, lines_up) = s.skip_shows_at(j, 1);
+            let mut q = j as usize;
+            while keys[q] == keys[q + 1] {
+                q += 1;
+            }
+            assert_eq!((p, lines_up), (q as u64, true), "#{j}");
+        }
+        // skipping the last two calls: nothing after them, a stop
+        let last = keys.len() as u64 - 2;
+        assert!(!s.skip_shows_at(last, 2).1);
+    }
+
+    #[test]
+    fn skip_extra_and_swap_change_the_rank_s_collectives_as_said() {
+        let s = spec(12);
+        let colls = |f: Fault, rank: usize| -> Vec<String> {
+            let text = String::from_utf8(s.render(f)[rank].1.clone()).unwrap();
+            text.lines()
+                .filter(|l| {
+                    l.contains(": opCount ") && !l.contains(" Send: ") && !l.contains(" Recv: ")
+                })
+                .map(|l| {
+                    let msg = &l[l.find("NCCL INFO ").unwrap() + 10..];
+                    // the op and its contract fields, without opCount and pointers
+                    let op = msg.split(':').next().unwrap().to_string();
+                    let field = |k: &str| {
+                        let i = msg.find(&format!(" {k} ")).unwrap() + k.len() + 2;
+                        msg[i..].split(' ').next().unwrap().to_string()
+                    };
+                    format!(
+                        "{op} {} {} {} {}",
+                        field("count"),
+                        field("datatype"),
+                        field("op"),
+                        field("root")
+                    )
+                })
+                .collect()
+        };
+        let clean = colls(Fault::None, 2);
+        let skip = colls(
+            Fault::Skip {
+                rank: 2,
+                at: 5,
+                calls: 3,
+            },
+            2,
+        );
+        assert_eq!(skip, [&clean[..5], &clean[8..]].concat());
+        let extra = colls(Fault::Extra { rank: 2, at: 5 }, 2);
+        assert_eq!(extra[5], "AllReduce 123456789 7 0 0");
+        assert_eq!([&extra[..5], &extra[6..]].concat(), clean);
+        let swap = colls(Fault::Swap { rank: 2, at: 5 }, 2);
+        let mut swapped = clean.clone();
+        swapped.swap(5, 6);
+        assert_eq!(swap, swapped);
+        // the other ranks are untouched
+        assert_eq!(
+            colls(
+                Fault::Skip {
+                    rank: 2,
+                    at: 5,
+                    calls: 3
+                },
+                1
+            ),
+            colls(Fault::None, 1)
+        );
     }
 }
