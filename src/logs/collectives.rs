@@ -374,13 +374,21 @@ impl<'a> Told<'a> {
             departures.push(self.departure_report(f.kind, *dep, ms, &fd));
             findings.push(f);
         }
-        // mismatches: one finding for them all, as before
-        let odd_groups: Vec<&(Sig, Vec<usize>)> = groups
+        // mismatches: one finding for them all, naming the first field
+        // that differs; the ranks grouped by the call they made instead
+        let odd_groups: Vec<(Sig, Vec<usize>)> = groups
             .iter()
-            .filter(|(_, v)| {
-                v.iter()
-                    .any(|&m| departure_of(m).is_some_and(|d| d.departure == Departure::Mismatch))
+            .map(|(sig, v)| {
+                let odd = v
+                    .iter()
+                    .copied()
+                    .filter(|&m| {
+                        departure_of(m).is_some_and(|d| d.departure == Departure::Mismatch)
+                    })
+                    .collect();
+                (*sig, odd)
             })
+            .filter(|(_, v): &(Sig, Vec<usize>)| !v.is_empty())
             .collect();
         if !odd_groups.is_empty() {
             let (ref_sig, _) = &groups[0];
@@ -615,7 +623,7 @@ impl<'a> Told<'a> {
 
     /// Different calls in the reference's place (`odd`: the groups of
     /// ranks that made each), told as the field that differs.
-    fn told_mismatch(&self, ref_sig: &Sig, refs: &[usize], odd: &[&(Sig, Vec<usize>)]) -> Finding {
+    fn told_mismatch(&self, ref_sig: &Sig, refs: &[usize], odd: &[(Sig, Vec<usize>)]) -> Finding {
         let (k, ranks, name) = (self.k, self.ranks, self.name);
         let kind = odd
             .iter()
