@@ -2,14 +2,16 @@
 //!
 //!     cargo run --release --example logs_bench -- [--dir DIR] [--bytes N]
 //!         [--ranks N] [--interleaved] [--period STEPS] [--threads N]
+//!         [--fault skip|extra|swap|count|stop]
 //!
 //! Generates the log into DIR (default /tmp/rankwise-logs-bench) unless it is
 //! already there, then times reading + parsing and the analysis separately
 //! and prints the peak resident memory. `--period` repeats the workload every
 //! STEPS steps, as a training loop does (fewer distinct calls); without it
-//! every collective draws a fresh count.
+//! every collective draws a fresh count. `--fault` injects one fault at a
+//! random place (the analysis then has a divergence to tell).
 
-use rankwise::logs::synth::{Fault, Layout, Spec, Style};
+use rankwise::logs::synth::{Fault, FaultKind, Layout, Rng, Spec, Style};
 use rankwise::logs::{Options, analyze, collect, expand_paths};
 use std::io::Write;
 use std::time::Instant;
@@ -70,6 +72,7 @@ fn main() {
     };
     let mut threads = 0;
     let mut period = None;
+    let mut fault_kind = FaultKind::None;
     while let Some(a) = args.next() {
         let mut val = || args.next().expect("option needs a value");
         match a.as_str() {
@@ -79,6 +82,16 @@ fn main() {
             "--interleaved" => spec.style.layout = Layout::Interleaved,
             "--period" => period = Some(val().parse::<u64>().unwrap()),
             "--threads" => threads = val().parse().unwrap(),
+            "--fault" => {
+                fault_kind = match val().as_str() {
+                    "skip" => FaultKind::Skip,
+                    "extra" => FaultKind::Extra,
+                    "swap" => FaultKind::Swap,
+                    "count" => FaultKind::Count,
+                    "stop" => FaultKind::Stop,
+                    f => panic!("unknown fault {f}"),
+                }
+            }
             o => panic!("unknown option {o}"),
         }
     }
@@ -89,10 +102,13 @@ fn main() {
         sample.steps = 2000;
         let sample_bytes: usize = sample.render(Fault::None).iter().map(|f| f.1.len()).sum();
         spec.steps = bytes * 2000 / sample_bytes as u64;
+        let fault = spec
+            .place(fault_kind, &mut Rng::new(spec.seed ^ 0xbe7c))
+            .expect("no place for the fault");
         std::fs::create_dir_all(&dir).unwrap();
         let t = Instant::now();
         let mut files: Vec<(String, std::io::BufWriter<std::fs::File>)> = Vec::new();
-        spec.render_to(Fault::None, |name, chunk| {
+        spec.render_to(fault, |name, chunk| {
             let i = match files.iter().position(|(n, _)| n == name) {
                 Some(i) => i,
                 None => {
@@ -110,7 +126,7 @@ fn main() {
             f.flush().unwrap();
         }
         eprintln!(
-            "generated {} steps into {} in {:.1} s",
+            "generated {} steps into {} in {:.1} s, fault {fault:?}",
             spec.steps,
             dir.display(),
             t.elapsed().as_secs_f64()

@@ -1,7 +1,7 @@
 //! Write a synthetic multi-rank NCCL log, optionally with one injected fault.
 //!
 //!     cargo run --release --example logs_gen -- DIR [--ranks N] [--steps N] [--seed N]
-//!         [--period STEPS] [--fault none|stop|op|count|datatype|redop|root|unmatched-send|unmatched-recv|p2p-count|invalid-root|zero-count]
+//!         [--period STEPS] [--fault none|stop|op|count|datatype|redop|root|unmatched-send|unmatched-recv|p2p-count|invalid-root|zero-count|skip|skip-several|extra|swap]
 //!         [--interleaved] [--prefix none|timestamp|torchrun|mpirun] [--no-init] [--rankwise] [--noise PERCENT] [--gzip]
 //!
 //! Prints the fault placed and what an analyzer must report about it.
@@ -58,6 +58,10 @@ fn main() {
                     "p2p-count" => FaultKind::P2pCount,
                     "invalid-root" => FaultKind::InvalidRoot,
                     "zero-count" => FaultKind::ZeroCount,
+                    "skip" => FaultKind::Skip,
+                    "skip-several" => FaultKind::SkipSeveral,
+                    "extra" => FaultKind::Extra,
+                    "swap" => FaultKind::Swap,
                     f => panic!("unknown fault {f}"),
                 }
             }

@@ -117,9 +117,12 @@ fn check(c: &Case) {
                 "{ctx}"
             );
             let label = match kind {
-                FindingKind::Stopped | FindingKind::UnmatchedSend | FindingKind::UnmatchedRecv => {
-                    "likely hang: "
-                }
+                FindingKind::Stopped
+                | FindingKind::Skipped
+                | FindingKind::Extra
+                | FindingKind::Reordered
+                | FindingKind::UnmatchedSend
+                | FindingKind::UnmatchedRecv => "likely hang: ",
                 _ => "contract mismatch: ",
             };
             assert!(a.verdict.starts_with(label), "{ctx}");

@@ -1,8 +1,8 @@
 //! Real NCCL 2.28.9 logs (tests/fixtures/, captured through PyTorch 2.11 and
 //! through libnccl directly, see scripts/capture_nccl_log.py) read end to end.
 
-use rankwise::logs::analyze::IdentifiedBy;
-use rankwise::logs::parse::OpKind;
+use rankwise::Func;
+use rankwise::logs::resolve::IdentifiedBy;
 use rankwise::logs::{Analysis, FindingKind, Options, analyze, collect_bytes, summarize};
 use std::io::Write;
 use std::path::PathBuf;
@@ -95,13 +95,13 @@ fn torch_group_calls_zero_count_and_p2p() {
         })
         .collect();
     assert_eq!(z.len(), 1);
-    assert_eq!((z[0].position, z[0].op), (Some(9), Some(OpKind::AllReduce)));
+    assert_eq!((z[0].position, z[0].op), (Some(9), Some(Func::AllReduce)));
     // on one rank NCCL 2.28 never advances opCount: every call is opCount 0
     assert_eq!(m.launches, 1);
     let last = m.last_call.as_ref().unwrap();
     assert_eq!(
         (last.op, last.count, last.datatype.as_str()),
-        (OpKind::AllReduce, 4, "int32")
+        (Func::AllReduce, 4, "int32")
     );
     assert_eq!(last.op_count.as_deref(), Some("0"));
 
@@ -113,7 +113,7 @@ fn torch_group_calls_zero_count_and_p2p() {
     );
     assert_eq!((ctypes.p2p_pairs, ctypes.p2p_matched), (1, 2));
     let last = ctypes.members[0].last_call.as_ref().unwrap();
-    assert_eq!((last.op, last.count, last.peer), (OpKind::Recv, 0, Some(0)));
+    assert_eq!((last.op, last.count, last.peer), (Func::Recv, 0, Some(0)));
 }
 
 #[test]
@@ -149,25 +149,25 @@ fn argcheck_warnings_are_found_with_their_values_and_lines() {
             (
                 lines[0],
                 FindingKind::InvalidRoot,
-                Some(OpKind::Reduce),
+                Some(Func::Reduce),
                 vec![0]
             ),
             (
                 lines[1],
                 FindingKind::InvalidType,
-                Some(OpKind::AllReduce),
+                Some(Func::AllReduce),
                 vec![0]
             ),
             (
                 lines[2],
                 FindingKind::InvalidOp,
-                Some(OpKind::AllReduce),
+                Some(Func::AllReduce),
                 vec![0]
             ),
             (
                 lines[3],
                 FindingKind::InvalidRoot,
-                Some(OpKind::Broadcast),
+                Some(Func::Broadcast),
                 vec![0]
             ),
         ]
@@ -246,16 +246,13 @@ fn summary_bytes_of_the_torch_communicator() {
             .map(|o| (o.calls, o.bytes))
     };
     // all_reduce: int64×3, f32×5, bf16×6, f32×2, f32×3, f32×0, int32×4
-    assert_eq!(
-        get(OpKind::AllReduce),
-        Some((7, 24 + 20 + 12 + 8 + 12 + 16))
-    );
-    assert_eq!(get(OpKind::Reduce), Some((1, 14))); // f16×7
-    assert_eq!(get(OpKind::Broadcast), Some((1, 4))); // uint8×4
-    assert_eq!(get(OpKind::AllGather), Some((1, 24))); // N·6·4, N = 1
-    assert_eq!(get(OpKind::AlltoAll), Some((1, 24)));
-    assert_eq!(get(OpKind::Send), Some((2, 56))); // f32×5 + f32×9
-    assert_eq!(get(OpKind::Recv), Some((2, 56)));
+    assert_eq!(get(Func::AllReduce), Some((7, 24 + 20 + 12 + 8 + 12 + 16)));
+    assert_eq!(get(Func::Reduce), Some((1, 14))); // f16×7
+    assert_eq!(get(Func::Broadcast), Some((1, 4))); // uint8×4
+    assert_eq!(get(Func::AllGather), Some((1, 24))); // N·6·4, N = 1
+    assert_eq!(get(Func::AlltoAll), Some((1, 24)));
+    assert_eq!(get(Func::Send), Some((2, 56))); // f32×5 + f32×9
+    assert_eq!(get(Func::Recv), Some((2, 56)));
     assert_eq!(r.bytes, 92 + 14 + 4 + 24 + 24 + 56 + 56);
 }
 

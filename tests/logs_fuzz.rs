@@ -3,9 +3,11 @@
 //! the lines read.
 
 use proptest::prelude::*;
-use rankwise::logs::analyze::{MAX_CALL_BYTES, MAX_NRANKS, MISSING_LISTED};
+use rankwise::logs::findings::MISSING_LISTED;
 use rankwise::logs::parse::{Body, Line, Parser};
 use rankwise::logs::report::{analysis_text, summary_text};
+use rankwise::logs::resolve::MAX_NRANKS;
+use rankwise::logs::summary::MAX_CALL_BYTES;
 use rankwise::logs::{analyze, collect_bytes, summarize};
 
 const REAL: &str = include_str!("fixtures/nccl-2.28.9-1rank-torch-ctypes.log");
@@ -212,7 +214,7 @@ fn a_flood_of_warnings_is_counted_not_kept() {
         .iter()
         .filter(|f| f.kind == rankwise::logs::FindingKind::InvalidRoot)
         .count();
-    assert_eq!(roots, rankwise::logs::analyze::LIST_LIMIT);
+    assert_eq!(roots, rankwise::logs::findings::LIST_LIMIT);
     assert!(a.findings_omitted > 0);
     assert!(
         a.verdict.starts_with("invalid argument: rank 0 (h:1)"),

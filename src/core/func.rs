@@ -120,15 +120,40 @@ impl Func {
     pub fn reduces(self) -> bool {
         matches!(self, Func::AllReduce | Func::Reduce | Func::ReduceScatter)
     }
+    /// The name as NCCL logs it in a COLL line (`AllReduce`), on raw bytes
+    /// and without allocating; also the spellings older releases and
+    /// plugins print (`Bcast`, `AllToAll`).
+    pub fn from_log_name(name: &[u8]) -> Option<Func> {
+        match name {
+            b"Bcast" => Some(Func::Broadcast),
+            b"AllToAll" => Some(Func::AlltoAll),
+            _ => Func::ALL.into_iter().find(|f| f.name().as_bytes() == name),
+        }
+    }
+    /// The ops whose `bytes` count every rank's block (N·count·size).
+    fn counts_every_rank(self) -> bool {
+        matches!(
+            self,
+            Func::AllGather | Func::ReduceScatter | Func::AlltoAll | Func::Gather | Func::Scatter
+        )
+    }
     /// nccl-tests' `bytes` for one call: the size the timing is divided by.
     pub fn alg_bytes(self, nranks: usize, count: usize, elem_size: usize) -> usize {
-        match self {
-            Func::AllGather
-            | Func::ReduceScatter
-            | Func::AlltoAll
-            | Func::Gather
-            | Func::Scatter => nranks * count * elem_size,
-            _ => count * elem_size,
+        if self.counts_every_rank() {
+            nranks * count * elem_size
+        } else {
+            count * elem_size
+        }
+    }
+    /// [`Func::alg_bytes`] for counts read from outside (a log line may
+    /// state any count): `None` when it does not fit in 64 bits. It is also
+    /// the size of the largest buffer the call names on one rank.
+    pub fn alg_bytes_checked(self, nranks: u64, count: u64, elem_size: u64) -> Option<u64> {
+        let per_rank = count.checked_mul(elem_size)?;
+        if self.counts_every_rank() {
+            per_rank.checked_mul(nranks.max(1))
+        } else {
+            Some(per_rank)
         }
     }
     /// nccl-tests' bus-bandwidth factor: busbw = algbw × factor.
@@ -172,6 +197,43 @@ mod tests {
         }
         assert_eq!(Func::parse("all-to-all"), Some(Func::AlltoAll));
         assert_eq!(Func::parse("allfoo"), None);
+    }
+
+    #[test]
+    fn log_names_are_nccls_op_names() {
+        for f in Func::ALL {
+            assert_eq!(Func::from_log_name(f.name().as_bytes()), Some(f));
+        }
+        assert_eq!(Func::from_log_name(b"Bcast"), Some(Func::Broadcast));
+        assert_eq!(Func::from_log_name(b"AllToAll"), Some(Func::AlltoAll));
+        for other in [&b"allreduce"[..], b"ncclAllReduce", b"Foo", b""] {
+            assert_eq!(Func::from_log_name(other), None);
+        }
+    }
+
+    #[test]
+    fn checked_bytes_agree_with_alg_bytes_or_say_overflow() {
+        for f in Func::ALL {
+            for (n, q, s) in [(1, 0, 4), (4, 100, 4), (8, 7, 2), (3, 1 << 20, 8)] {
+                assert_eq!(
+                    f.alg_bytes_checked(n as u64, q as u64, s as u64),
+                    Some(f.alg_bytes(n, q, s) as u64),
+                    "{f}"
+                );
+            }
+        }
+        assert_eq!(Func::AllReduce.alg_bytes_checked(1, u64::MAX, 4), None);
+        assert_eq!(
+            Func::AllReduce.alg_bytes_checked(1, u64::MAX, 1),
+            Some(u64::MAX)
+        );
+        assert_eq!(Func::AlltoAll.alg_bytes_checked(4, 1 << 62, 1), None);
+        assert_eq!(
+            Func::AlltoAll.alg_bytes_checked(4, 1 << 61, 1),
+            Some(1 << 63)
+        );
+        // nranks 0 (a corrupted line) counts as one rank
+        assert_eq!(Func::AllGather.alg_bytes_checked(0, 10, 4), Some(40));
     }
 
     #[test]

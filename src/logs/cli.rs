@@ -5,9 +5,10 @@
 //! missing file, no NCCL lines, no call that could be read); 2 for clap's
 //! usage errors.
 
-use super::analyze::{analyze, summarize};
+use super::analyze::analyze;
 use super::ingest::{Options, collect, expand_paths};
 use super::report::{analysis_text, file_notes, summary_text};
+use super::summary::summarize;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,7 +63,7 @@ fn emit(text: &str) {
     let _ = out.flush();
 }
 
-fn read(input: &InputArgs) -> Result<super::ingest::Collected, ExitCode> {
+fn read(input: &InputArgs) -> Result<super::model::Collected, ExitCode> {
     let files = expand_paths(&input.paths).map_err(fail)?;
     let collected = collect(
         &files,

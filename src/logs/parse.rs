@@ -22,151 +22,9 @@
 //!   `AllReduce : invalid type 42`, `AllReduce : invalid reduction operation 42`,
 //!   `AllReduce : reduction operation 42 unknown to this communicator`.
 
+use crate::core::Func;
 use memchr::memmem;
 use serde::Serialize;
-
-/// The operations whose COLL line the parser reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum OpKind {
-    AllReduce,
-    Reduce,
-    Broadcast,
-    AllGather,
-    ReduceScatter,
-    AlltoAll,
-    Gather,
-    Scatter,
-    Send,
-    Recv,
-}
-
-impl OpKind {
-    pub const ALL: [OpKind; 10] = [
-        OpKind::AllReduce,
-        OpKind::Reduce,
-        OpKind::Broadcast,
-        OpKind::AllGather,
-        OpKind::ReduceScatter,
-        OpKind::AlltoAll,
-        OpKind::Gather,
-        OpKind::Scatter,
-        OpKind::Send,
-        OpKind::Recv,
-    ];
-
-    /// The name NCCL prints.
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::AllReduce => "AllReduce",
-            OpKind::Reduce => "Reduce",
-            OpKind::Broadcast => "Broadcast",
-            OpKind::AllGather => "AllGather",
-            OpKind::ReduceScatter => "ReduceScatter",
-            OpKind::AlltoAll => "AlltoAll",
-            OpKind::Gather => "Gather",
-            OpKind::Scatter => "Scatter",
-            OpKind::Send => "Send",
-            OpKind::Recv => "Recv",
-        }
-    }
-
-    pub fn from_name(name: &[u8]) -> Option<OpKind> {
-        Some(match name {
-            b"AllReduce" => OpKind::AllReduce,
-            b"Reduce" => OpKind::Reduce,
-            b"Broadcast" | b"Bcast" => OpKind::Broadcast,
-            b"AllGather" => OpKind::AllGather,
-            b"ReduceScatter" => OpKind::ReduceScatter,
-            b"AlltoAll" | b"AllToAll" => OpKind::AlltoAll,
-            b"Gather" => OpKind::Gather,
-            b"Scatter" => OpKind::Scatter,
-            b"Send" => OpKind::Send,
-            b"Recv" => OpKind::Recv,
-            _ => return None,
-        })
-    }
-
-    /// Send and Recv: matched pairwise, not in the collective order.
-    pub fn is_p2p(self) -> bool {
-        matches!(self, OpKind::Send | OpKind::Recv)
-    }
-
-    /// The `root` field is part of the contract (every rank must agree).
-    pub fn has_root(self) -> bool {
-        matches!(
-            self,
-            OpKind::Reduce | OpKind::Broadcast | OpKind::Gather | OpKind::Scatter
-        )
-    }
-
-    /// The `op` field is part of the contract (every rank must agree).
-    pub fn has_redop(self) -> bool {
-        matches!(
-            self,
-            OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter
-        )
-    }
-
-    /// Bytes an operation moves, nccl-tests convention (CONTRACTS.md §6):
-    /// `N·q·size` for AllGather, ReduceScatter, AlltoAll, Gather, Scatter and
-    /// `q·size` for the others. It is also the size of the largest buffer
-    /// the call names on one rank. `None` when it does not fit in 64 bits.
-    pub fn bytes(self, count: u64, elem_size: u64, nranks: u64) -> Option<u64> {
-        let per_rank = count.checked_mul(elem_size)?;
-        match self {
-            OpKind::AllGather
-            | OpKind::ReduceScatter
-            | OpKind::AlltoAll
-            | OpKind::Gather
-            | OpKind::Scatter => per_rank.checked_mul(nranks.max(1)),
-            _ => Some(per_rank),
-        }
-    }
-}
-
-/// Size in bytes of an NCCL datatype code (`None` for codes NCCL does not define).
-pub fn datatype_size(code: i32) -> Option<u64> {
-    const SIZES: [u64; 12] = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1];
-    usize::try_from(code)
-        .ok()
-        .and_then(|i| SIZES.get(i).copied())
-}
-
-/// Name of an NCCL datatype code, or the code itself.
-pub fn datatype_name(code: i32) -> String {
-    const NAMES: [&str; 12] = [
-        "int8",
-        "uint8",
-        "int32",
-        "uint32",
-        "int64",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "bfloat16",
-        "float8e4m3",
-        "float8e5m2",
-    ];
-    match usize::try_from(code).ok().and_then(|i| NAMES.get(i)) {
-        Some(n) => (*n).to_string(),
-        None => format!("datatype {code}"),
-    }
-}
-
-/// Name of an NCCL reduction op code (values from 5 on are PreMulSum ops
-/// created at run time).
-pub fn redop_name(code: i32) -> String {
-    match code {
-        0 => "sum".into(),
-        1 => "prod".into(),
-        2 => "max".into(),
-        3 => "min".into(),
-        4 => "avg".into(),
-        c if c >= 5 => format!("premulsum {c}"),
-        c => format!("op {c}"),
-    }
-}
 
 /// NCCL's own line header, and what the prefixes in front of it say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +43,7 @@ pub struct Head<'a> {
 /// The COLL line of one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Coll {
-    pub op: OpKind,
+    pub op: Func,
     pub op_count: Option<u64>,
     pub sendbuff: u64,
     pub recvbuff: u64,
@@ -233,7 +91,7 @@ pub enum WarnKind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Warn<'a> {
-    pub op: Option<OpKind>,
+    pub op: Option<Func>,
     pub kind: WarnKind,
     /// The message after `NCCL WARN `.
     pub text: &'a [u8],
@@ -524,7 +382,7 @@ fn parse_info(msg: &[u8]) -> Result<Body<'_>, Broken<'_>> {
     if let [name @ .., b':'] = t0 {
         let rest_start = toks.pos;
         if toks.next() == Some(&b"opCount"[..]) {
-            return match OpKind::from_name(name) {
+            return match Func::from_log_name(name) {
                 Some(op) => parse_coll(op, &msg[rest_start..])
                     .map(Body::Coll)
                     .map_err(Broken::Call),
@@ -557,7 +415,7 @@ fn field<'a, T>(
     value.and_then(parse).ok_or(BadField { field, value })
 }
 
-fn parse_coll(op: OpKind, fields: &[u8]) -> Result<Coll, BadField<'_>> {
+fn parse_coll(op: Func, fields: &[u8]) -> Result<Coll, BadField<'_>> {
     let mut toks = Tokens::new(fields);
     let (mut count, mut datatype, mut comm) = (None, None, None);
     let mut c = Coll {
@@ -660,7 +518,7 @@ fn parse_warn(msg: &[u8]) -> Warn<'_> {
     let mut toks = Tokens::new(msg);
     let op = toks.next().and_then(|t| {
         let name = t.strip_suffix(b":").unwrap_or(t);
-        OpKind::from_name(name)
+        Func::from_log_name(name)
     });
     let number_after = |needle: &[u8]| -> Option<i64> {
         let p = memmem::find(msg, needle)?;
@@ -799,7 +657,7 @@ mod tests {
             (h.host, h.pid, h.tid, h.dev),
             (&b"vm"[..], 590, 590, Some(0))
         );
-        assert_eq!(c.op, OpKind::AllReduce);
+        assert_eq!(c.op, Func::AllReduce);
         assert_eq!(c.op_count, Some(0));
         assert_eq!(c.sendbuff, 0x7fd796e00000);
         assert_eq!(c.count, 3);
@@ -813,7 +671,7 @@ mod tests {
         let (_, c) = coll(
             "vm:447:447 [0] NCCL INFO Send: opCount 1a sendbuff (nil) recvbuff 0x7f66dae00200 count 9 datatype 7 op 0 root 3 comm 0x23ebc600 [nranks=4] stream 0x2b37a4b0",
         );
-        assert_eq!(c.op, OpKind::Send);
+        assert_eq!(c.op, Func::Send);
         assert_eq!(c.op_count, Some(0x1a));
         assert_eq!(c.sendbuff, 0);
         assert_eq!(c.recvbuff, 0x7f66dae00200);
@@ -972,31 +830,31 @@ mod tests {
             w(
                 "[2026-12-02 16:09:41] vm:473:473 [0] misc/argcheck.cc:48 NCCL WARN Broadcast : invalid root 1 (root should be in the 0..1 range)"
             ),
-            (Some(OpKind::Broadcast), WarnKind::InvalidRoot(1))
+            (Some(Func::Broadcast), WarnKind::InvalidRoot(1))
         );
         assert_eq!(
             w("h:9:9 [3] NCCL WARN Broadcast : invalid root 4 (valid roots are 0..=3)"),
-            (Some(OpKind::Broadcast), WarnKind::InvalidRoot(4))
+            (Some(Func::Broadcast), WarnKind::InvalidRoot(4))
         );
         assert_eq!(
             w("h:9:9 [3] NCCL WARN Reduce: root 4 is out of range: valid roots are 0..=3"),
-            (Some(OpKind::Reduce), WarnKind::InvalidRoot(4))
+            (Some(Func::Reduce), WarnKind::InvalidRoot(4))
         );
         assert_eq!(
             w(
                 "[2026-12-02 16:23:23] vm:447:447 [0] misc/argcheck.cc:52 NCCL WARN AllReduce : invalid type 42"
             ),
-            (Some(OpKind::AllReduce), WarnKind::InvalidType(42))
+            (Some(Func::AllReduce), WarnKind::InvalidType(42))
         );
         assert_eq!(
             w(
                 "[2026-12-02 16:23:23] vm:447:447 [0] misc/argcheck.cc:67 NCCL WARN AllReduce : reduction operation 42 unknown to this communicator"
             ),
-            (Some(OpKind::AllReduce), WarnKind::InvalidOp(42))
+            (Some(Func::AllReduce), WarnKind::InvalidOp(42))
         );
         assert_eq!(
             w("h:1:1 [0] misc/argcheck.cc:60 NCCL WARN AllReduce : invalid reduction operation 7"),
-            (Some(OpKind::AllReduce), WarnKind::InvalidOp(7))
+            (Some(Func::AllReduce), WarnKind::InvalidOp(7))
         );
         assert_eq!(
             w("h:1:1 [0] transport/net.cc:1 NCCL WARN Call to connect returned Connection refused"),
@@ -1075,13 +933,86 @@ mod tests {
     }
 
     #[test]
-    fn bytes_by_the_nccl_tests_convention_or_none_past_64_bits() {
-        assert_eq!(OpKind::AllReduce.bytes(10, 4, 8), Some(40));
-        assert_eq!(OpKind::AllGather.bytes(10, 4, 8), Some(320));
-        assert_eq!(OpKind::AllReduce.bytes(u64::MAX, 4, 1), None);
-        assert_eq!(OpKind::AllReduce.bytes(u64::MAX, 1, 1), Some(u64::MAX));
-        assert_eq!(OpKind::AlltoAll.bytes(1 << 62, 1, 4), None);
-        assert_eq!(OpKind::AlltoAll.bytes(1 << 61, 1, 4), Some(1 << 63));
+    fn reads_back_every_line_cores_trace_writes() {
+        use crate::core::RawCall;
+        use crate::core::trace::{LinePrefix, coll_line, init_line, warn_line};
+        let pre = LinePrefix {
+            host: "node3",
+            pid: 77,
+            tid: 78,
+            dev: 2,
+        };
+        for (i, func) in Func::ALL.into_iter().enumerate() {
+            let call = RawCall {
+                func,
+                sendbuff: if func == Func::Recv {
+                    0
+                } else {
+                    0x7f00_0000_1000
+                },
+                recvbuff: if func == Func::Send {
+                    0
+                } else {
+                    0x7f00_0000_2000
+                },
+                count: 1000 + i,
+                datatype: (i % 12) as i32,
+                op: (i % 5) as i32,
+                root: (i % 4) as i32,
+            };
+            let line = coll_line(&pre, &call, 0x1a + i as u64, 0x55aa_0000, 4);
+            let (h, c) = coll(&line);
+            assert_eq!(
+                (h.host, h.pid, h.tid, h.dev),
+                (&b"node3"[..], 77, 78, Some(2))
+            );
+            // Send logs its buffer under recvbuff
+            let buffer = if func == Func::Send {
+                call.sendbuff
+            } else {
+                call.recvbuff
+            };
+            assert_eq!(
+                (c.op, c.op_count, c.count, c.datatype, c.redop, c.root),
+                (
+                    func,
+                    Some(0x1a + i as u64),
+                    1000 + i as u64,
+                    call.datatype,
+                    call.op,
+                    call.root
+                ),
+                "{line}"
+            );
+            assert_eq!(c.recvbuff, buffer as u64, "{line}");
+            assert_eq!((c.comm, c.nranks), (0x55aa_0000, Some(4)), "{line}");
+        }
+        match p(&init_line(&pre, 0x55aa_0000, 2, 4, 0xfeed)) {
+            Line::Nccl(_, Body::Init(i)) => assert_eq!(
+                (i.comm, i.rank, i.nranks, i.comm_id, i.phase),
+                (
+                    0x55aa_0000,
+                    Some(2),
+                    Some(4),
+                    Some(0xfeed),
+                    InitPhase::Complete
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        let warn = warn_line(
+            &pre,
+            "Broadcast : invalid root 4 (root should be in the 0..4 range)",
+        );
+        match p(&warn) {
+            Line::Nccl(_, Body::Warn(w)) => {
+                assert_eq!(
+                    (w.op, w.kind),
+                    (Some(Func::Broadcast), WarnKind::InvalidRoot(4))
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

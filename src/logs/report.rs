@@ -3,10 +3,13 @@
 //! The text report's first line is the verdict, one sentence; the details
 //! follow. The JSON form is the same structures serialized (`--json`).
 
-use super::analyze::{
-    Analysis, CallView, MAX_CALL_BYTES, Severity, Summary, fmt_ranges, fmt_ranks,
+use super::findings::{
+    Analysis, CallView, DepartureReport, FindingKind, Severity, fmt_ranges, fmt_ranks,
 };
-use super::ingest::{FileInfo, LineSplitter};
+use super::ingest::LineSplitter;
+use super::model::FileInfo;
+use super::resolve::IdentifiedBy;
+use super::summary::{MAX_CALL_BYTES, Summary};
 use std::fmt::Write;
 
 fn plural(n: u64, word: &str) -> String {
@@ -91,6 +94,41 @@ fn call_text(v: &CallView) -> String {
     t
 }
 
+/// How some ranks part from the others, in a line:
+/// `rank 1: skipped 1 call; its #11 on line up with the others' #12 on (32 calls)`.
+fn departure_text(d: &DepartureReport) -> String {
+    let who = if d.ranks.len() == 1 {
+        format!("rank {}", d.ranks[0])
+    } else {
+        format!("ranks {}", fmt_ranks(&d.ranks))
+    };
+    let its = if d.ranks.len() == 1 { "its" } else { "their" };
+    let what = match d.kind {
+        FindingKind::Stopped => return format!("{who}: stopped"),
+        FindingKind::Skipped => format!("skipped {}", plural(d.calls, "call")),
+        FindingKind::Extra => format!("made {}", plural(d.calls, "extra call")),
+        FindingKind::Reordered => format!("made {} in a different order", plural(d.calls, "call")),
+        kind => serde_json::to_value(kind)
+            .ok()
+            .and_then(|v| v.as_str().map(|s| s.replace('_', " ")))
+            .unwrap_or_default(),
+    };
+    match d.realigned {
+        Some([mine, theirs]) => {
+            // the classifier compares at most WINDOW calls
+            let count = if d.lined_up as usize >= crate::logs::align::WINDOW {
+                format!("{}+ calls", d.lined_up)
+            } else {
+                plural(d.lined_up, "call")
+            };
+            format!(
+                "{who}: {what}; {its} #{mine} on line up with the others' #{theirs} on ({count})"
+            )
+        }
+        None => format!("{who}: {what}; nothing after it lines up"),
+    }
+}
+
 /// The analysis as text: verdict, input, communicators, findings.
 pub fn analysis_text(a: &Analysis) -> String {
     let mut t = String::new();
@@ -126,9 +164,9 @@ pub fn analysis_text(a: &Analysis) -> String {
             cm.nranks,
             fmt_ranks(&cm.ranks_seen),
             match cm.identified_by {
-                super::analyze::IdentifiedBy::CommId => "commId",
-                super::analyze::IdentifiedBy::Split => "split parent and color",
-                super::analyze::IdentifiedBy::Order => "order of first use; no init lines",
+                IdentifiedBy::CommId => "commId",
+                IdentifiedBy::Split => "split parent and color",
+                IdentifiedBy::Order => "order of first use; no init lines",
             }
         )
         .unwrap();
@@ -165,6 +203,9 @@ pub fn analysis_text(a: &Analysis) -> String {
                         Some(v) => writeln!(t, "    {who}: {}", call_text(v)).unwrap(),
                         None => writeln!(t, "    {who}: no call").unwrap(),
                     }
+                }
+                for dep in &d.departures {
+                    writeln!(t, "    {}", departure_text(dep)).unwrap();
                 }
             }
         }
@@ -347,6 +388,42 @@ mod tests {
   b.log: truncated gzip stream: lines before the cut were used
 "
         );
+    }
+
+    #[test]
+    fn departures_in_one_line_each() {
+        let dep = |ranks: Vec<u32>, kind, calls, realigned, lined_up| DepartureReport {
+            ranks,
+            kind,
+            calls,
+            realigned,
+            lined_up,
+        };
+        let cases = [
+            (
+                dep(vec![2], FindingKind::Skipped, 1, Some([3, 4]), 12),
+                "rank 2: skipped 1 call; its #3 on line up with the others' #4 on (12 calls)",
+            ),
+            (
+                dep(vec![1, 5, 6], FindingKind::Extra, 2, Some([9, 7]), 256),
+                "ranks 1,5-6: made 2 extra calls; their #9 on line up with the others' #7 on (256+ calls)",
+            ),
+            (
+                dep(vec![0], FindingKind::Reordered, 3, Some([5, 5]), 1),
+                "rank 0: made 3 calls in a different order; its #5 on line up with the others' #5 on (1 call)",
+            ),
+            (
+                dep(vec![3], FindingKind::RootMismatch, 1, None, 0),
+                "rank 3: root mismatch; nothing after it lines up",
+            ),
+            (
+                dep(vec![4, 5], FindingKind::Stopped, 0, None, 0),
+                "ranks 4-5: stopped",
+            ),
+        ];
+        for (d, text) in cases {
+            assert_eq!(departure_text(&d), text);
+        }
     }
 
     #[test]

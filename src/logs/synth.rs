@@ -1,5 +1,7 @@
-//! Synthetic multi-rank NCCL logs with one injected fault, for tests and the
-//! speed measurement.
+//! Synthetic multi-rank NCCL logs with one injected fault: test support for
+//! the integration tests, the examples and the speed measurement, built only
+//! with the `synth` feature (the crate's own tests, examples and benches
+//! turn it on; it is not part of the library's API).
 //!
 //! A workload is a deterministic function of a seed: step `i` is either a
 //! collective (op, count, datatype, reduction op, root all drawn from the
@@ -7,14 +9,17 @@
 //! all-to-all with uneven counts) whose counts change from step to step.
 //! Each rank's lines are produced lazily, so a gigabyte of log needs no
 //! gigabyte of memory. opCount follows NCCL: one per launch, shared by the
-//! calls of a group, not advanced by a zero-count collective.
+//! calls of a group, not advanced by a zero-count collective. COLL lines
+//! come from core's trace formatter ([`coll_line`]), the one rankwise's
+//! tracer prints.
 //!
 //! A [`Fault`] changes one rank's behaviour at one position (a collective
 //! ordinal `#k`, or the ordinal of a call within a Send→Recv pair), and
 //! [`Expected`] says what a correct analyzer must report about it.
 
-use super::analyze::FindingKind;
-use super::parse::OpKind;
+use super::findings::FindingKind;
+use crate::core::trace::{LinePrefix, coll_line};
+use crate::core::{Func, RawCall};
 use std::collections::VecDeque;
 use std::io::Write;
 
@@ -60,10 +65,18 @@ pub enum FaultKind {
     InvalidRoot,
     /// Every rank issues collective #k with count 0 (not a fault: a note).
     ZeroCount,
+    /// A rank leaves out collective #k and goes on with the rest.
+    Skip,
+    /// A rank leaves out 2 to 5 collectives in a row and goes on.
+    SkipSeveral,
+    /// A rank makes one collective the others do not, then goes on.
+    Extra,
+    /// A rank makes collectives #k and #k+1 in the other order.
+    Swap,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::None,
         FaultKind::Stop,
         FaultKind::OpKind,
@@ -76,6 +89,10 @@ impl FaultKind {
         FaultKind::P2pCount,
         FaultKind::InvalidRoot,
         FaultKind::ZeroCount,
+        FaultKind::Skip,
+        FaultKind::SkipSeveral,
+        FaultKind::Extra,
+        FaultKind::Swap,
     ];
 }
 
@@ -107,7 +124,27 @@ pub enum Fault {
     ZeroCount {
         at: u64,
     },
+    /// `rank` leaves out collectives `#at .. #at + calls` and goes on.
+    Skip {
+        rank: u32,
+        at: u64,
+        calls: u64,
+    },
+    /// `rank` makes [`EXTRA_CALL`] before collective `#at`.
+    Extra {
+        rank: u32,
+        at: u64,
+    },
+    /// `rank` makes collective `#at + 1` before `#at`.
+    Swap {
+        rank: u32,
+        at: u64,
+    },
 }
+
+/// The call an [`Fault::Extra`] rank adds: an AllReduce whose count no
+/// workload draws (`(op, count, datatype, redop, root)`).
+pub const EXTRA_CALL: (Func, u64, i32, i32, i32) = (Func::AllReduce, 123_456_789, 7, 0, 0);
 
 /// What the analyzer must report for the injected fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +156,11 @@ pub struct Expected {
     pub position: Option<u64>,
     /// Launches per rank (NCCL's opCount at the end), faults included.
     pub launches: Vec<u64>,
+    /// For a fault in the collective order: the call the headline names, as
+    /// `Op #k` (the first skipped call; the extra call; the first call of
+    /// the pair made in the other order; otherwise the call the other
+    /// ranks made at the fault's position).
+    pub call: Option<String>,
 }
 
 /// How the log text looks.
@@ -186,7 +228,7 @@ enum Pattern {
 #[derive(Clone, Copy, Debug)]
 enum Step {
     Coll {
-        op: OpKind,
+        op: Func,
         count: u64,
         datatype: i32,
         redop: i32,
@@ -199,17 +241,17 @@ enum Step {
     },
 }
 
-const COLL_OPS: [OpKind; 8] = [
-    OpKind::AllReduce,
-    OpKind::AllReduce,
-    OpKind::AllReduce,
-    OpKind::Broadcast,
-    OpKind::Reduce,
-    OpKind::AllGather,
-    OpKind::ReduceScatter,
-    OpKind::AlltoAll,
+const COLL_OPS: [Func; 8] = [
+    Func::AllReduce,
+    Func::AllReduce,
+    Func::AllReduce,
+    Func::Broadcast,
+    Func::Reduce,
+    Func::AllGather,
+    Func::ReduceScatter,
+    Func::AlltoAll,
 ];
-const ROOTED_EXTRA: [OpKind; 2] = [OpKind::Gather, OpKind::Scatter];
+const ROOTED_EXTRA: [Func; 2] = [Func::Gather, Func::Scatter];
 const COUNTS: [u64; 8] = [1, 7, 1024, 4096, 65536, 1 << 20, 3 << 18, 25_000_000];
 
 impl Spec {
@@ -245,8 +287,8 @@ impl Spec {
                 op,
                 count,
                 datatype: r.below(12) as i32,
-                redop: if op.has_redop() { r.below(5) as i32 } else { 0 },
-                root: if op.has_root() {
+                redop: if op.reduces() { r.below(5) as i32 } else { 0 },
+                root: if op.is_rooted() {
                     r.below(u64::from(self.nranks)) as i32
                 } else {
                     0
@@ -308,6 +350,37 @@ impl Spec {
         out
     }
 
+    /// Every collective's contract, in order: `(op, count, datatype, redop
+    /// if it reduces, root if it has one)`.
+    fn collective_keys(&self) -> Vec<(Func, u64, i32, i32, i32)> {
+        (0..self.steps)
+            .filter_map(|i| match self.step(i) {
+                Step::Coll {
+                    op,
+                    count,
+                    datatype,
+                    redop,
+                    root,
+                } => Some((
+                    op,
+                    count,
+                    datatype,
+                    if op.reduces() { redop } else { 0 },
+                    if op.is_rooted() { root } else { 0 },
+                )),
+                Step::P2p { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The step of collective `#k`.
+    fn collective_step(&self, k: u64) -> Option<Step> {
+        (0..self.steps)
+            .map(|i| self.step(i))
+            .filter(|s| matches!(s, Step::Coll { .. }))
+            .nth(k as usize)
+    }
+
     /// Number of calls in each Send→Recv pair over the whole workload.
     fn pair_counts(&self) -> Vec<((u32, u32), u64)> {
         let mut m = std::collections::BTreeMap::new();
@@ -351,7 +424,7 @@ impl Spec {
                 kind,
                 rank,
                 at: pick(
-                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.has_redop())),
+                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.reduces())),
                     rng,
                 )?,
             },
@@ -363,7 +436,7 @@ impl Spec {
                     kind,
                     rank,
                     at: pick(
-                        &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.has_root())),
+                        &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.is_rooted())),
                         rng,
                     )?,
                 }
@@ -371,13 +444,48 @@ impl Spec {
             FaultKind::InvalidRoot => Fault::InvalidRoot {
                 rank,
                 at: pick(
-                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.has_root())),
+                    &self.collectives(|s| matches!(s, Step::Coll { op, .. } if op.is_rooted())),
                     rng,
                 )?,
             },
             FaultKind::ZeroCount => Fault::ZeroCount {
                 at: pick(&self.collectives(|_| true), rng)?,
             },
+            FaultKind::Skip | FaultKind::SkipSeveral => {
+                let calls = if kind == FaultKind::Skip {
+                    1
+                } else {
+                    2 + rng.below(4)
+                };
+                // at least two calls after the skipped ones, so the rest
+                // of the rank's stream can be seen to line up
+                let len = self.collectives(|_| true).len() as u64;
+                let last = len.checked_sub(calls + 2)?;
+                Fault::Skip {
+                    rank,
+                    at: rng.below(last + 1),
+                    calls,
+                }
+            }
+            FaultKind::Extra => {
+                let len = self.collectives(|_| true).len() as u64;
+                Fault::Extra {
+                    rank,
+                    at: pick(&(0..len).collect::<Vec<_>>(), rng)?,
+                }
+            }
+            FaultKind::Swap => {
+                // a pair of different calls, so the order shows
+                let keys = self.collective_keys();
+                let pairs: Vec<u64> = (0..keys.len().saturating_sub(1))
+                    .filter(|&j| keys[j] != keys[j + 1])
+                    .map(|j| j as u64)
+                    .collect();
+                Fault::Swap {
+                    rank,
+                    at: pick(&pairs, rng)?,
+                }
+            }
             FaultKind::UnmatchedSend | FaultKind::UnmatchedRecv | FaultKind::P2pCount => {
                 let pairs = self.pair_counts();
                 if pairs.is_empty() {
@@ -447,6 +555,37 @@ impl Spec {
                 ),
             },
             Fault::ZeroCount { at } => (None, vec![], None, Some(at)),
+            Fault::Skip { rank, at, calls } => {
+                let (p, lines_up) = self.skip_shows_at(at, calls);
+                if lines_up {
+                    let (kind, ranks) = self.skipped_or_extra(rank, false);
+                    (Some(kind), ranks, None, Some(p))
+                } else {
+                    (Some(FindingKind::Stopped), vec![rank], None, Some(p))
+                }
+            }
+            Fault::Extra { rank, at } => {
+                let (kind, ranks) = self.skipped_or_extra(rank, true);
+                (Some(kind), ranks, None, Some(at))
+            }
+            Fault::Swap { rank, at } => (Some(FindingKind::Reordered), vec![rank], None, Some(at)),
+        };
+        let call = match fault {
+            Fault::Skip { at, calls, .. } => {
+                let p = self.skip_shows_at(at, calls).0;
+                self.collective_keys()
+                    .get(p as usize)
+                    .map(|k| format!("{} #{p}", k.0.name()))
+            }
+            Fault::Extra { at, .. } => Some(format!("{} #{at}", EXTRA_CALL.0.name())),
+            Fault::Swap { at, .. }
+            | Fault::Stop { at, .. }
+            | Fault::InvalidRoot { at, .. }
+            | Fault::Mismatch { at, .. } => self
+                .collective_keys()
+                .get(at as usize)
+                .map(|k| format!("{} #{at}", k.0.name())),
+            Fault::None | Fault::P2p { .. } | Fault::ZeroCount { .. } => None,
         };
         Expected {
             kind,
@@ -454,6 +593,32 @@ impl Spec {
             peer,
             position,
             launches,
+            call,
+        }
+    }
+
+    /// Where a rank that leaves out collectives `#at .. #at + calls` first
+    /// differs from the others, and whether its stream goes on past there.
+    /// Calls equal to the ones after them cannot be told apart: the
+    /// difference shows at the end of such a run.
+    fn skip_shows_at(&self, at: u64, calls: u64) -> (u64, bool) {
+        let keys = self.collective_keys();
+        let (d, mut p) = (calls as usize, at as usize);
+        while p + d < keys.len() && keys[p] == keys[p + d] {
+            p += 1;
+        }
+        (p as u64, p + d < keys.len())
+    }
+
+    /// Who the headline blames for a rank's skipped (`extra` false) or
+    /// extra call. With two ranks neither outnumbers the other, and a call
+    /// one rank lacks is told as skipped by that rank (the commoner fault):
+    /// an extra call on `rank` is a skipped call on the other rank.
+    fn skipped_or_extra(&self, rank: u32, extra: bool) -> (FindingKind, Vec<u32>) {
+        match (extra, self.nranks) {
+            (false, _) => (FindingKind::Skipped, vec![rank]),
+            (true, 2) => (FindingKind::Skipped, vec![1 - rank]),
+            (true, _) => (FindingKind::Extra, vec![rank]),
         }
     }
 
@@ -639,31 +804,26 @@ impl<'a> RankGen<'a> {
         self.queue.push_back(l);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn push_call(
-        &mut self,
-        op: OpKind,
-        sendbuff: u64,
-        recvbuff: u64,
-        count: u64,
-        dt: i32,
-        redop: i32,
-        root: i32,
-    ) {
-        let fmt_ptr = |p: u64| {
-            if p == 0 {
-                "(nil)".to_string()
-            } else {
-                format!("0x{p:x}")
-            }
+    /// The COLL line of `call`, as NCCL (and rankwise's trace) prints it.
+    fn push_call(&mut self, call: RawCall) {
+        let mut l = Vec::with_capacity(200);
+        self.prefix(&mut l);
+        let pre = LinePrefix {
+            host: &self.host,
+            pid: self.pid,
+            tid: self.tid,
+            dev: self.dev as usize,
         };
-        let (s, r) = (fmt_ptr(sendbuff), fmt_ptr(recvbuff));
-        let (opc, comm, n) = (self.op_count, self.comm, self.spec.nranks);
-        self.push_info(format_args!(
-            "{}: opCount {opc:x} sendbuff {s} recvbuff {r} count {count} datatype {dt} op {redop} root {root} comm 0x{comm:x} [nranks={n}] stream 0x{:x}",
-            op.name(),
-            comm + 0x8_0000
-        ));
+        let line = coll_line(
+            &pre,
+            &call,
+            self.op_count,
+            self.comm as usize,
+            self.spec.nranks as usize,
+        );
+        l.extend_from_slice(line.as_bytes());
+        l.push(b'\n');
+        self.queue.push_back(l);
     }
 
     fn push_noise(&mut self) {
@@ -769,7 +929,43 @@ impl<'a> RankGen<'a> {
             } => {
                 let k = self.coll_k;
                 self.coll_k += 1;
+                if let Fault::Swap { rank, at } = self.fault
+                    && rank == self.rank
+                    && (k == at || k == at + 1)
+                {
+                    // this rank makes #at+1 in #at's place and #at in #at+1's
+                    let other = if k == at { at + 1 } else { at };
+                    if let Some(Step::Coll {
+                        op: o,
+                        count: q,
+                        datatype: t,
+                        redop: x,
+                        root: r,
+                    }) = self.spec.collective_step(other)
+                    {
+                        (op, count, datatype, redop, root) = (o, q, t, x, r);
+                    }
+                }
                 match self.fault {
+                    Fault::Skip { rank, at, calls }
+                        if rank == self.rank && (at..at + calls).contains(&k) =>
+                    {
+                        self.push_noise();
+                        return true;
+                    }
+                    Fault::Extra { rank, at } if rank == self.rank && at == k => {
+                        let (op, count, datatype, redop, root) = EXTRA_CALL;
+                        self.push_call(RawCall {
+                            func: op,
+                            sendbuff: (base_ptr + 0x3000_0000) as usize,
+                            recvbuff: (base_ptr + 0x3000_0000) as usize,
+                            count: count as usize,
+                            datatype,
+                            op: redop,
+                            root,
+                        });
+                        self.op_count += 1;
+                    }
                     Fault::Stop { rank, at } if rank == self.rank && at == k => {
                         self.done = true;
                         return true;
@@ -801,10 +997,10 @@ impl<'a> RankGen<'a> {
                     Fault::Mismatch { kind, rank, at } if rank == self.rank && at == k => {
                         match kind {
                             FaultKind::OpKind => {
-                                op = if op == OpKind::AllReduce {
-                                    OpKind::AllGather
+                                op = if op == Func::AllReduce {
+                                    Func::AllGather
                                 } else {
-                                    OpKind::AllReduce
+                                    Func::AllReduce
                                 };
                             }
                             FaultKind::Count => count = count * 2 + 1,
@@ -820,15 +1016,15 @@ impl<'a> RankGen<'a> {
                 } else {
                     (base_ptr + (k % 64) * 0x20_0000, base_ptr + 0x4000_0000)
                 };
-                self.push_call(
-                    op,
-                    s,
-                    r,
-                    count,
+                self.push_call(RawCall {
+                    func: op,
+                    sendbuff: s as usize,
+                    recvbuff: r as usize,
+                    count: count as usize,
                     datatype,
-                    if op.has_redop() { redop } else { 0 },
+                    op: if op.reduces() { redop } else { 0 },
                     root,
-                );
+                });
                 if count > 0 {
                     self.op_count += 1;
                 }
@@ -871,8 +1067,21 @@ impl<'a> RankGen<'a> {
                     }
                     any = true;
                     let buf = base_ptr + 0x6000_0000 + u64::from(peer) * 0x10_0000;
-                    let op = if send { OpKind::Send } else { OpKind::Recv };
-                    self.push_call(op, 0, buf, count, datatype, 0, peer as i32);
+                    // Send's buffer is its sendbuff, Recv's its recvbuff
+                    let (func, sendbuff, recvbuff) = if send {
+                        (Func::Send, buf, 0)
+                    } else {
+                        (Func::Recv, 0, buf)
+                    };
+                    self.push_call(RawCall {
+                        func,
+                        sendbuff: sendbuff as usize,
+                        recvbuff: recvbuff as usize,
+                        count: count as usize,
+                        datatype,
+                        op: 0,
+                        root: peer as i32,
+                    });
                 }
                 if any {
                     self.op_count += 1;
@@ -945,11 +1154,96 @@ mod tests {
         let s = spec(11);
         let clean = s.render(Fault::None);
         let mut rng = Rng::new(5);
-        for kind in [FaultKind::Count, FaultKind::Datatype, FaultKind::OpKind] {
+        for kind in [
+            FaultKind::Count,
+            FaultKind::Datatype,
+            FaultKind::OpKind,
+            FaultKind::Skip,
+            FaultKind::SkipSeveral,
+            FaultKind::Extra,
+            FaultKind::Swap,
+        ] {
             let f = s.place(kind, &mut rng).unwrap();
             let bad = s.render(f);
             let differing: Vec<usize> = (0..4).filter(|&r| clean[r].1 != bad[r].1).collect();
             assert_eq!(differing.len(), 1, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_skip_shows_where_the_next_call_first_differs() {
+        let s = spec(11);
+        let keys = s.collective_keys();
+        // a skip of one call at #j shows at the first #p >= j whose call
+        // differs from #p+1's; where neighbours differ, at #j itself
+        for j in 0..keys.len() as u64 - 2 {
+            let (p, lines_up) = s.skip_shows_at(j, 1);
+            let mut q = j as usize;
+            while keys[q] == keys[q + 1] {
+                q += 1;
+            }
+            assert_eq!((p, lines_up), (q as u64, true), "#{j}");
+        }
+        // skipping the last two calls: nothing after them, a stop
+        let last = keys.len() as u64 - 2;
+        assert!(!s.skip_shows_at(last, 2).1);
+    }
+
+    #[test]
+    fn skip_extra_and_swap_change_the_rank_s_collectives_as_said() {
+        let s = spec(12);
+        let colls = |f: Fault, rank: usize| -> Vec<String> {
+            let text = String::from_utf8(s.render(f)[rank].1.clone()).unwrap();
+            text.lines()
+                .filter(|l| {
+                    l.contains(": opCount ") && !l.contains(" Send: ") && !l.contains(" Recv: ")
+                })
+                .map(|l| {
+                    let msg = &l[l.find("NCCL INFO ").unwrap() + 10..];
+                    // the op and its contract fields, without opCount and pointers
+                    let op = msg.split(':').next().unwrap().to_string();
+                    let field = |k: &str| {
+                        let i = msg.find(&format!(" {k} ")).unwrap() + k.len() + 2;
+                        msg[i..].split(' ').next().unwrap().to_string()
+                    };
+                    format!(
+                        "{op} {} {} {} {}",
+                        field("count"),
+                        field("datatype"),
+                        field("op"),
+                        field("root")
+                    )
+                })
+                .collect()
+        };
+        let clean = colls(Fault::None, 2);
+        let skip = colls(
+            Fault::Skip {
+                rank: 2,
+                at: 5,
+                calls: 3,
+            },
+            2,
+        );
+        assert_eq!(skip, [&clean[..5], &clean[8..]].concat());
+        let extra = colls(Fault::Extra { rank: 2, at: 5 }, 2);
+        assert_eq!(extra[5], "AllReduce 123456789 7 0 0");
+        assert_eq!([&extra[..5], &extra[6..]].concat(), clean);
+        let swap = colls(Fault::Swap { rank: 2, at: 5 }, 2);
+        let mut swapped = clean.clone();
+        swapped.swap(5, 6);
+        assert_eq!(swap, swapped);
+        // the other ranks are untouched
+        assert_eq!(
+            colls(
+                Fault::Skip {
+                    rank: 2,
+                    at: 5,
+                    calls: 3
+                },
+                1
+            ),
+            colls(Fault::None, 1)
+        );
     }
 }

@@ -1,0 +1,158 @@
+//! argcheck WARN lines → findings. A WARN line carries no comm pointer: it
+//! is attributed to the communicator its process (and device) used last
+//! before it, and to that rank. A file that repeats a process's calls
+//! repeats its WARN lines too: those are skipped.
+
+use super::findings::{Finding, FindingKind, LIST_LIMIT, loc_str};
+use super::model::{Collected, Loc, Stream, WarnRec};
+use super::parse::WarnKind;
+use super::resolve::CommGroup;
+use crate::core::Func;
+use std::collections::HashMap;
+
+/// How many of the stream's calls were logged before `loc`.
+fn calls_before(s: &Stream, loc: Loc) -> usize {
+    let (mut lo, mut hi) = (0, s.calls.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if s.loc(mid) <= loc {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// `(host, pid)` → the `(group, rank, stream)` of every member stream in that process.
+type ByProcess = HashMap<(u32, u32), Vec<(usize, u32, usize)>>;
+
+fn by_process(c: &Collected, groups: &[CommGroup]) -> ByProcess {
+    let mut m: ByProcess = HashMap::new();
+    for (gi, g) in groups.iter().enumerate() {
+        for &(rank, si, _) in &g.members {
+            let s = &c.streams[si];
+            m.entry((s.host, s.pid)).or_default().push((gi, rank, si));
+        }
+    }
+    m
+}
+
+/// Which communicator and rank a WARN line belongs to: the communicator its
+/// process used last before the line (not one already destroyed).
+fn attribute(c: &Collected, procs: &ByProcess, w: &WarnRec) -> Option<(usize, u32)> {
+    let members = procs.get(&(w.host, w.pid))?;
+    // Several ranks in one process (one thread per GPU, or rankwise's trace):
+    // the `[dev]` number tells them apart.
+    let same_dev = w.dev.is_some() && members.iter().any(|&(_, _, si)| c.streams[si].dev == w.dev);
+    let candidates = members
+        .iter()
+        .filter(|&&(_, _, si)| !same_dev || c.streams[si].dev == w.dev);
+    let mut best: Option<(Loc, usize, u32)> = None;
+    for &(gi, rank, si) in candidates.clone() {
+        let s = &c.streams[si];
+        if s.first > w.loc || s.ended.is_some_and(|(_, l)| l < w.loc) {
+            continue;
+        }
+        let before = calls_before(s, w.loc);
+        let last = if before > 0 {
+            s.loc(before - 1)
+        } else {
+            s.first
+        };
+        if best.is_none_or(|(l, _, _)| last > l) {
+            best = Some((last, gi, rank));
+        }
+    }
+    match best {
+        Some((_, gi, rank)) => Some((gi, rank)),
+        // A WARN before the process's first logged call: the communicator it used next.
+        None => candidates
+            .min_by_key(|&&(_, _, si)| c.streams[si].first)
+            .map(|&(gi, rank, _)| (gi, rank)),
+    }
+}
+
+/// A finding for every WARN line (at most [`LIST_LIMIT`] of each kind),
+/// with the index in `groups` of the communicator it is attributed to;
+/// and how many were not listed.
+pub(crate) fn findings(
+    c: &Collected,
+    groups: &[CommGroup],
+) -> (Vec<(Option<usize>, Finding)>, u64) {
+    let mut out = Vec::new();
+    let mut omitted = 0u64;
+    let procs = by_process(c, groups);
+    let mut listed: HashMap<FindingKind, usize> = HashMap::new();
+    // A file that repeats a process's calls repeats its WARN lines too.
+    let repeated: std::collections::HashSet<(u32, u32, u32)> = c
+        .repeated_procs
+        .iter()
+        .chain(groups.iter().flat_map(|g| &g.repeated))
+        .copied()
+        .collect();
+    for w in &c.warnings {
+        if repeated.contains(&(w.loc.file, w.host, w.pid)) {
+            continue;
+        }
+        let (kind, what) = match w.kind {
+            WarnKind::InvalidRoot(_) => (FindingKind::InvalidRoot, "invalid root"),
+            WarnKind::InvalidType(_) => (FindingKind::InvalidType, "invalid datatype"),
+            WarnKind::InvalidOp(_) => (FindingKind::InvalidOp, "invalid reduction op"),
+            WarnKind::Other => (FindingKind::NcclWarning, "warning"),
+        };
+        let n = listed.entry(kind).or_default();
+        if *n >= LIST_LIMIT {
+            omitted += 1;
+            continue;
+        }
+        *n += 1;
+        let host = &c.hosts[w.host as usize];
+        let target = attribute(c, &procs, w);
+        let comm = target.map(|(gi, _)| groups[gi].name.as_str());
+        let rank = target.map(|t| t.1);
+        let who = match rank {
+            Some(r) => format!("rank {r} ({host}:{})", w.pid),
+            None => format!("{host}:{}", w.pid),
+        };
+        // The WARN line names no communicator: say whose it is taken to be.
+        let on = comm.map_or(String::new(), |n| format!(" on {n}"));
+        let guess = if comm.is_some() {
+            " (the communicator this process used last)"
+        } else {
+            ""
+        };
+        // NCCL's "root should be in the 0..N range" reads as if N were legal.
+        let what = match (w.kind, target) {
+            (WarnKind::InvalidRoot(v), Some((gi, _))) => format!(
+                "root {v} is out of range: valid roots are 0..={}",
+                groups[gi].nranks.saturating_sub(1)
+            ),
+            _ => what.to_string(),
+        };
+        let op = w.op.map_or("call", Func::name);
+        let msg = if kind == FindingKind::NcclWarning {
+            format!("{who} logged NCCL WARN {}{on}", w.text)
+        } else {
+            format!(
+                "{who}: {op} rejected by NCCL ({what}){on}{guess}; this call was never issued; WARN {}",
+                w.text
+            )
+        };
+        let mut f = Finding::new(kind, comm, msg);
+        f.brief = if kind == FindingKind::NcclWarning {
+            format!("WARN {}", w.text)
+        } else {
+            format!(
+                "invalid argument: {who}: {op} rejected by NCCL ({what}){on}; WARN {}",
+                w.text
+            )
+        };
+        f.warn_text = Some(w.text.clone());
+        f.ranks = rank.into_iter().collect();
+        f.op = w.op;
+        f.location = Some(loc_str(c, w.loc));
+        out.push((target.map(|t| t.0), f));
+    }
+    (out, omitted)
+}
