@@ -6,6 +6,7 @@
 //! ranks of any of them, which is how the CLI's `--engine` and the
 //! integration tests' engine list reach every engine through one door.
 
+pub mod store;
 pub mod threads;
 
 use crate::api::Comm;
