@@ -39,7 +39,7 @@ impl ResultCode {
 }
 
 /// What went wrong, finer than the result code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ErrorKind {
     /// Root (or Send/Recv peer) outside `0..N`.
     InvalidRoot,

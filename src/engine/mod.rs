@@ -6,9 +6,13 @@
 //! how the ranks' signatures travel, how data moves, and how a stuck or
 //! dead peer becomes an error.
 //!
-//! `local` runs ranks as threads of this process.
+//! `local` runs ranks as threads of this process; `nccl` runs every call on
+//! real NCCL (feature `nccl`, on by default; NCCL and CUDA are loaded at
+//! run time).
 
 pub mod local;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 use crate::core::{AddressSpace, Error, Launch, Posted, Result, agree};
 

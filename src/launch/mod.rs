@@ -1,11 +1,13 @@
 //! Ways to get communicators, above the API: each launcher starts the ranks
-//! of one engine and hands each rank's program its [`Comm`]. Today every
-//! engine's ranks run as threads of this process (`threads`).
+//! of one engine and hands each rank's program its [`Comm`]: as threads of
+//! this process (`threads`), or one process per rank (`process`, which
+//! re-executes rankwise and serves the ranks a side channel, `store`).
 //!
 //! [`EngineKind`] names an engine; [`launch_each`] runs a program on N
 //! ranks of any of them, which is how the CLI's `--engine` and the
 //! integration tests' engine list reach every engine through one door.
 
+pub mod process;
 pub mod store;
 pub mod threads;
 
@@ -22,15 +24,23 @@ use std::time::Duration;
 pub enum EngineKind {
     /// Ranks are threads of this process sharing its memory (no GPU, no setup).
     Local,
+    /// Every call on real NCCL, one GPU process per rank (several may share
+    /// one GPU); NCCL and the CUDA driver are found at run time.
+    Nccl,
 }
 
 impl EngineKind {
     /// Every engine this build of rankwise has.
+    #[cfg(feature = "nccl")]
+    pub const ALL: &'static [EngineKind] = &[EngineKind::Local, EngineKind::Nccl];
+    /// Every engine this build of rankwise has.
+    #[cfg(not(feature = "nccl"))]
     pub const ALL: &'static [EngineKind] = &[EngineKind::Local];
 
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Local => "local",
+            EngineKind::Nccl => "nccl",
         }
     }
 
@@ -38,6 +48,11 @@ impl EngineKind {
     pub fn capabilities(self) -> crate::engine::Capabilities {
         match self {
             EngineKind::Local => crate::engine::local::LocalEngine::CAPABILITIES,
+            EngineKind::Nccl => crate::engine::Capabilities {
+                name: "nccl",
+                diagnoses_deadlock: false,
+                needs_staging: true,
+            },
         }
     }
 
@@ -46,7 +61,31 @@ impl EngineKind {
     pub fn available(self) -> std::result::Result<(), String> {
         match self {
             EngineKind::Local => Ok(()),
+            #[cfg(feature = "nccl")]
+            EngineKind::Nccl => crate::engine::nccl::available(),
+            #[cfg(not(feature = "nccl"))]
+            EngineKind::Nccl => {
+                Err("this build has no NCCL engine (built without the `nccl` feature)".into())
+            }
         }
+    }
+
+    /// What the engine runs on, for every output that names it: `local`, or
+    /// `nccl (NCCL 2.28.9, /path/libnccl.so.2, found via …)`.
+    pub fn describe(self) -> String {
+        match self {
+            EngineKind::Local => "local".into(),
+            #[cfg(feature = "nccl")]
+            EngineKind::Nccl => format!("nccl ({})", crate::engine::nccl::describe()),
+            #[cfg(not(feature = "nccl"))]
+            EngineKind::Nccl => "nccl (not in this build)".into(),
+        }
+    }
+
+    /// Whether the CLI runs this engine's ranks as processes (one per rank,
+    /// `process`) rather than threads of this process.
+    pub fn uses_processes(self) -> bool {
+        matches!(self, EngineKind::Nccl)
     }
 }
 
@@ -175,6 +214,13 @@ where
     }
     match engine {
         EngineKind::Local => crate::engine::local::launch_each(opts, nranks, program),
+        #[cfg(feature = "nccl")]
+        EngineKind::Nccl => crate::engine::nccl::launch_each(opts, nranks, program),
+        #[cfg(not(feature = "nccl"))]
+        EngineKind::Nccl => Err(Error::new(
+            ErrorKind::InvalidUsage,
+            "this build has no NCCL engine (built without the `nccl` feature)",
+        )),
     }
 }
 
