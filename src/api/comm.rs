@@ -203,7 +203,8 @@ impl Comm {
                 .coll(&raw, self.group.op_count(), self.handle(), n);
         }
         match self.group.queue(call) {
-            Queued::Waiting | Queued::Discarded => Ok(()),
+            Queued::Waiting => Ok(()),
+            Queued::Discarded => self.engine.discard(&call).map_err(|e| self.reject(e)),
             Queued::LaunchNow => self.flush(),
         }
     }

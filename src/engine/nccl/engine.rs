@@ -340,12 +340,30 @@ impl NcclEngine {
         }
     }
 
-    /// Pairs this launch's Sends and Recvs with their peers' through the side channel.
+    /// Pairs this launch's Sends and Recvs with their peers' through the
+    /// side channel; a rank's Sends to itself pair with its own Recvs here.
     fn pair_p2p(&mut self, launch: &Launch) -> Result<()> {
         let deadline = Instant::now() + self.opts.timeout;
         let me = self.rank;
+        let side = |c: &Call| Side {
+            call: *c,
+            op_count: launch.op_count,
+        };
+        let to_self = |f: Func| {
+            launch
+                .p2p
+                .iter()
+                .filter(move |c| c.func == f && c.root == me)
+        };
+        for (k, (s, r)) in to_self(Func::Send).zip(to_self(Func::Recv)).enumerate() {
+            posts::pair(me, me, self.sent[me] + k as u64, &side(s), &side(r))?;
+        }
+        // the group end already refused unequal numbers of each
+        let selves = to_self(Func::Send).count() as u64;
+        self.sent[me] += selves;
+        self.received[me] += selves;
         let mut mine: Vec<(Side, u64)> = Vec::with_capacity(launch.p2p.len());
-        for c in &launch.p2p {
+        for c in launch.p2p.iter().filter(|c| c.root != me) {
             let side = Side {
                 call: *c,
                 op_count: launch.op_count,
@@ -628,10 +646,23 @@ impl Engine for NcclEngine {
         self.run(launch).map_err(|e| self.fail(e))
     }
 
+    fn discard(&mut self, call: &Call) -> Result<()> {
+        if self.failed.is_some() || self.comm.is_null() {
+            return Ok(());
+        }
+        // NCCL logs it and returns: no group, nothing to wait for
+        let op = self.op_code(call)?;
+        match self.issue(call, op) {
+            SUCCESS | IN_PROGRESS => Ok(()),
+            rc => Err(self.fail(nccl_error(self.nccl, self.comm, call.func.c_name(), rc))),
+        }
+    }
+
     fn launch(&mut self, launch: &Launch) -> Result<()> {
         if self.opts.check_agreement {
             let agreed = (|| {
-                if !launch.colls.is_empty() {
+                // one rank agrees with itself; only its own Send/Recv pairs are checked
+                if !launch.colls.is_empty() && self.size > 1 {
                     let all = self.exchange(&launch.posted())?;
                     agree::collectives(&all)?;
                 }
