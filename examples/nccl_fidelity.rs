@@ -892,7 +892,7 @@ fn misuse(timeout: Duration) -> Result<()> {
     println!(
         "misuse: every scenario on NCCL rank processes, rankwise's checks on, timeout {timeout:?} (0.3 s where the scenario's rank arrives late)"
     );
-    let (mut passed, mut total) = (0, 0);
+    let (mut passed, mut total, mut changed) = (0, 0, 0u64);
     for s in rankwise::misuse::catalogue() {
         let t = if s.short_timeout {
             Duration::from_millis(300)
@@ -917,6 +917,7 @@ fn misuse(timeout: Duration) -> Result<()> {
             };
             let want = (s.expect)(r).map_or("ok".to_string(), |k| format!("{k:?}"));
             ok &= kind == want && violations == 0;
+            changed += violations;
             got.push(format!("{r}:{kind}"));
         }
         total += 1;
@@ -936,6 +937,7 @@ fn misuse(timeout: Duration) -> Result<()> {
         );
     }
     println!("{passed} of {total} scenarios end in the catalogue's error on every rank");
+    println!("guard bytes changed, all scenarios and ranks: {changed}");
     Ok(())
 }
 
