@@ -35,6 +35,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // a rank process started by `launch::process` runs its rank and ends
+    if let Some(code) =
+        rankwise::launch::process::serve_if_worker(&rankwise::launch::process::builtin_jobs())
+    {
+        return code;
+    }
     let cli = Cli::parse();
     // the commands that launch ranks read the RANKWISE_* variables: a bad
     // one stops them before anything starts

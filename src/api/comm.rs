@@ -2,6 +2,7 @@
 //! any engine: checks, trace, zero-count discard, group queueing (all from
 //! `core`), then the engine.
 
+use super::staging::{Region, Staging};
 use crate::core::{
     AddressSpace, Call, Error, ErrorKind, Group, Queued, RawCall, Result, check_buffers, check_call,
 };
@@ -28,6 +29,9 @@ pub struct Comm {
     poison: bool,
     /// this rank has been told the communicator failed
     saw_failure: bool,
+    /// the typed call in progress's host regions in engine memory, on
+    /// engines that need staging
+    staging: Staging,
 }
 
 impl Comm {
@@ -42,6 +46,7 @@ impl Comm {
             tracer,
             poison,
             saw_failure: false,
+            staging: Staging::default(),
         }
     }
 
@@ -198,9 +203,49 @@ impl Comm {
                 .coll(&raw, self.group.op_count(), self.handle(), n);
         }
         match self.group.queue(call) {
-            Queued::Waiting | Queued::Discarded => Ok(()),
+            Queued::Waiting => Ok(()),
+            Queued::Discarded => self.engine.discard(&call).map_err(|e| self.reject(e)),
             Queued::LaunchNow => self.flush(),
         }
+    }
+
+    /// A typed call on an engine that needs staging: the regions are copied
+    /// into engine memory and the call's pointers translated, then it takes
+    /// the path of every call (checks against the copies' extents, which are
+    /// the slices' own).
+    pub(super) fn submit_staged(
+        &mut self,
+        raw: RawCall,
+        regions: &[Region],
+        traced: bool,
+    ) -> Result<()> {
+        let rank = self.rank();
+        // SAFETY: the typed face passes regions of live slices (writable ones
+        // exclusively borrowed) that stay borrowed until its call returns,
+        // which is after `finish_typed`.
+        unsafe { self.staging.stage(self.engine.memory_mut(), regions) }
+            .map_err(|e| e.on_rank(rank))?;
+        let raw = RawCall {
+            sendbuff: self.staging.translate(raw.sendbuff),
+            recvbuff: self.staging.translate(raw.recvbuff),
+            ..raw
+        };
+        self.submit_traced(raw, None, traced)
+    }
+
+    /// The end of a typed call: staged regions are copied back (when the
+    /// call succeeded) and freed.
+    pub(super) fn finish_typed<R>(&mut self, r: Result<R>) -> Result<R> {
+        if self.staging.is_empty() {
+            return r;
+        }
+        let rank = self.rank();
+        // SAFETY: as in `submit_staged`: the typed call that staged these
+        // regions has not returned yet.
+        let done = unsafe { self.staging.finish(self.engine.memory_mut(), r.is_ok()) };
+        let v = r?;
+        done.map_err(|e| e.on_rank(rank))?;
+        Ok(v)
     }
 
     /// Launches what is queued as one operation.

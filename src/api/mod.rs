@@ -10,6 +10,7 @@
 
 mod comm;
 mod raw;
+mod staging;
 mod typed;
 
 pub use comm::Comm;

@@ -7,39 +7,50 @@
 //! own groups.
 
 use super::Comm;
+use super::staging::Region;
 use crate::core::{AddressSpace, Element, Error, ErrorKind, Func, RawCall, RedOp, Result, lower};
 
 /// The slices of one typed call: its whole address space.
-struct Slices(Vec<(usize, usize)>);
+struct Slices(Vec<Region>);
 
 impl AddressSpace for Slices {
     fn allocation_of(&self, addr: usize) -> Option<(usize, usize)> {
         self.0
             .iter()
-            .copied()
-            .find(|(b, l)| addr >= *b && addr < b + (*l).max(1))
+            .find(|r| addr >= r.addr && addr < r.addr + r.len.max(1))
+            .map(|r| (r.addr, r.len))
     }
 }
 
 /// A slice's address and byte length; an empty slice is NULL, as an empty
 /// tensor's buffer is, so the trace prints `(nil)` rather than a dangling
 /// address.
-fn region<T>(s: &[T]) -> (usize, usize) {
-    if s.is_empty() {
+fn region<T>(s: &[T]) -> Region {
+    let (addr, len) = if s.is_empty() {
         (0, 0)
     } else {
         (s.as_ptr() as usize, std::mem::size_of_val(s))
+    };
+    Region {
+        addr,
+        len,
+        writable: false,
     }
 }
 
 /// As [`region`], for a slice the call writes: the address comes from the
 /// exclusive borrow, so writes through it (by any rank's thread) are writes
 /// through this borrow, which lasts the whole call.
-fn region_mut<T>(s: &mut [T]) -> (usize, usize) {
-    if s.is_empty() {
+fn region_mut<T>(s: &mut [T]) -> Region {
+    let (addr, len) = if s.is_empty() {
         (0, 0)
     } else {
         (s.as_mut_ptr() as usize, std::mem::size_of_val(s))
+    };
+    Region {
+        addr,
+        len,
+        writable: true,
     }
 }
 
@@ -90,7 +101,7 @@ impl Comm {
         count: usize,
         op: RedOp,
         root: usize,
-        regions: Vec<(usize, usize)>,
+        regions: Vec<Region>,
     ) -> Result<()> {
         self.typed_traced::<T>(func, send, recv, count, op, root, regions, true)
     }
@@ -104,7 +115,7 @@ impl Comm {
         count: usize,
         op: RedOp,
         root: usize,
-        regions: Vec<(usize, usize)>,
+        regions: Vec<Region>,
         traced: bool,
     ) -> Result<()> {
         let op = match op {
@@ -120,7 +131,15 @@ impl Comm {
             op,
             root: root as i32,
         };
-        self.submit_traced(raw, Some(&Slices(regions)), traced)
+        if !self.capabilities().needs_staging {
+            return self.submit_traced(raw, Some(&Slices(regions)), traced);
+        }
+        let r = self.submit_staged(raw, &regions, traced);
+        if self.in_group() {
+            // batch_isend_irecv and all_to_all_single copy back after their group
+            return r;
+        }
+        self.finish_typed(r)
     }
 
     fn root_arg(&self, func: Func, root: usize) -> Result<()> {
@@ -149,7 +168,7 @@ impl Comm {
     pub fn all_reduce<T: Element>(&mut self, buf: &mut [T], op: RedOp) -> Result<()> {
         self.refuse_in_group(Func::AllReduce)?;
         let r = region_mut(buf);
-        self.typed::<T>(Func::AllReduce, r.0, r.0, buf.len(), op, 0, vec![r])
+        self.typed::<T>(Func::AllReduce, r.addr, r.addr, buf.len(), op, 0, vec![r])
     }
 
     /// Out-of-place AllReduce: `output[j] = ⊕_s input_s[j]`.
@@ -169,7 +188,15 @@ impl Comm {
             ));
         }
         let (s, r) = (region(input), region_mut(output));
-        self.typed::<T>(Func::AllReduce, s.0, r.0, input.len(), op, 0, vec![s, r])
+        self.typed::<T>(
+            Func::AllReduce,
+            s.addr,
+            r.addr,
+            input.len(),
+            op,
+            0,
+            vec![s, r],
+        )
     }
 
     /// Reduce to `dst`: the root gets `Some(result)`, every other rank `None`
@@ -186,11 +213,19 @@ impl Comm {
         if self.rank() == dst {
             let mut out = vec![T::default(); input.len()];
             let r = region_mut(&mut out);
-            self.typed::<T>(Func::Reduce, s.0, r.0, input.len(), op, dst, vec![s, r])?;
+            self.typed::<T>(
+                Func::Reduce,
+                s.addr,
+                r.addr,
+                input.len(),
+                op,
+                dst,
+                vec![s, r],
+            )?;
             out.truncate(input.len());
             Ok(Some(out))
         } else {
-            self.typed::<T>(Func::Reduce, s.0, 0, input.len(), op, dst, vec![s])?;
+            self.typed::<T>(Func::Reduce, s.addr, 0, input.len(), op, dst, vec![s])?;
             Ok(None)
         }
     }
@@ -207,7 +242,7 @@ impl Comm {
         self.refuse_in_group(Func::Reduce)?;
         let r = region_mut(&mut buf);
         let n = buf.len();
-        self.typed::<T>(Func::Reduce, r.0, r.0, n, op, dst, vec![r])?;
+        self.typed::<T>(Func::Reduce, r.addr, r.addr, n, op, dst, vec![r])?;
         buf.truncate(n);
         Ok((self.rank() == dst).then_some(buf))
     }
@@ -218,8 +253,8 @@ impl Comm {
         let r = region_mut(buf);
         self.typed::<T>(
             Func::Broadcast,
-            r.0,
-            r.0,
+            r.addr,
+            r.addr,
             buf.len(),
             RedOp::Sum,
             src,
@@ -250,8 +285,8 @@ impl Comm {
         let (s, r) = (region(input), region_mut(output));
         self.typed::<T>(
             Func::AllGather,
-            s.0,
-            r.0,
+            s.addr,
+            r.addr,
             input.len(),
             RedOp::Sum,
             0,
@@ -286,8 +321,8 @@ impl Comm {
         }
         let q = buf.len() / n;
         let r = region_mut(buf);
-        let send = r.0 + self.rank() * q * std::mem::size_of::<T>();
-        self.typed::<T>(Func::AllGather, send, r.0, q, RedOp::Sum, 0, vec![r])
+        let send = r.addr + self.rank() * q * std::mem::size_of::<T>();
+        self.typed::<T>(Func::AllGather, send, r.addr, q, RedOp::Sum, 0, vec![r])
     }
 
     /// ReduceScatter (torch `reduce_scatter_tensor`): `input` has `size() * q`
@@ -314,8 +349,8 @@ impl Comm {
         let (s, r) = (region(input), region_mut(output));
         self.typed::<T>(
             Func::ReduceScatter,
-            s.0,
-            r.0,
+            s.addr,
+            r.addr,
             output.len(),
             op,
             0,
@@ -342,8 +377,8 @@ impl Comm {
         }
         let q = buf.len() / n;
         let r = region_mut(buf);
-        let recv = r.0 + self.rank() * q * std::mem::size_of::<T>();
-        self.typed::<T>(Func::ReduceScatter, r.0, recv, q, op, 0, vec![r])?;
+        let recv = r.addr + self.rank() * q * std::mem::size_of::<T>();
+        self.typed::<T>(Func::ReduceScatter, r.addr, recv, q, op, 0, vec![r])?;
         let me = self.rank();
         Ok(&mut buf[me * q..(me + 1) * q])
     }
@@ -355,13 +390,13 @@ impl Comm {
         &mut self,
         func: Func,
         root: usize,
-        part: (usize, usize),
-        full: Option<(usize, usize)>,
+        part: Region,
+        full: Option<Region>,
     ) -> Result<()> {
         self.refuse_in_group(func)?;
         self.root_arg(func, root)?;
         let elem = std::mem::size_of::<T>();
-        let (n, q, me) = (self.size(), part.1 / elem, self.rank());
+        let (n, q, me) = (self.size(), part.len / elem, self.rank());
         let (full_name, verb) = if func == Func::Gather {
             ("output", "receives")
         } else {
@@ -371,23 +406,23 @@ impl Comm {
         // Gather: part -> full; Scatter: full -> part
         let ends = |f: usize| {
             if func == Func::Gather {
-                (p.0, f)
+                (p.addr, f)
             } else {
-                (f, p.0)
+                (f, p.addr)
             }
         };
         let want = self.blocks_len(func, q, root);
         match full {
             Some(f) if me == root => {
-                if f.1 / elem != want {
+                if f.len / elem != want {
                     return Err(self.bad_len(
                         func,
                         full_name,
-                        f.1 / elem,
+                        f.len / elem,
                         format!("{n} ranks × {q} = {want}"),
                     ));
                 }
-                let (send, recv) = ends(f.0);
+                let (send, recv) = ends(f.addr);
                 self.typed::<T>(func, send, recv, q, RedOp::Sum, root, vec![p, f])
             }
             None if me != root => {
@@ -447,7 +482,7 @@ impl Comm {
         let r = region_mut(buf);
         let gather = func == Func::Gather;
         if self.rank() != root {
-            let (send, recv) = if gather { (r.0, 0) } else { (0, r.0) };
+            let (send, recv) = if gather { (r.addr, 0) } else { (0, r.addr) };
             return self.typed::<T>(func, send, recv, buf.len(), RedOp::Sum, root, vec![r]);
         }
         if !buf.len().is_multiple_of(n) {
@@ -462,9 +497,13 @@ impl Comm {
         let block = if q == 0 {
             0
         } else {
-            r.0 + root * q * std::mem::size_of::<T>()
+            r.addr + root * q * std::mem::size_of::<T>()
         };
-        let (send, recv) = if gather { (block, r.0) } else { (r.0, block) };
+        let (send, recv) = if gather {
+            (block, r.addr)
+        } else {
+            (r.addr, block)
+        };
         self.typed::<T>(func, send, recv, q, RedOp::Sum, root, vec![r])
     }
 
@@ -484,35 +523,44 @@ impl Comm {
     pub fn send<T: Element>(&mut self, data: &[T], dst: usize) -> Result<()> {
         self.refuse_in_group(Func::Send)?;
         let s = region(data);
-        self.typed::<T>(Func::Send, s.0, 0, data.len(), RedOp::Sum, dst, vec![s])
+        self.typed::<T>(Func::Send, s.addr, 0, data.len(), RedOp::Sum, dst, vec![s])
     }
 
     /// Blocking Recv into `buf` from `src`; the Send must have the same length.
     pub fn recv<T: Element>(&mut self, buf: &mut [T], src: usize) -> Result<()> {
         self.refuse_in_group(Func::Recv)?;
         let r = region_mut(buf);
-        self.typed::<T>(Func::Recv, 0, r.0, buf.len(), RedOp::Sum, src, vec![r])
+        self.typed::<T>(Func::Recv, 0, r.addr, buf.len(), RedOp::Sum, src, vec![r])
     }
 
     /// Runs the Sends and Recvs as one group (torch `batch_isend_irecv`);
     /// returns when all have completed.
     pub fn batch_isend_irecv<T: Element>(&mut self, ops: &mut [P2POp<'_, T>]) -> Result<()> {
         self.refuse_in_group(Func::Send)?;
-        self.group(|c| {
+        let r = self.group(|c| {
             for op in ops.iter_mut() {
                 match op {
                     P2POp::Isend(data, peer) => {
                         let s = region(data);
-                        c.typed::<T>(Func::Send, s.0, 0, data.len(), RedOp::Sum, *peer, vec![s])?;
+                        c.typed::<T>(
+                            Func::Send,
+                            s.addr,
+                            0,
+                            data.len(),
+                            RedOp::Sum,
+                            *peer,
+                            vec![s],
+                        )?;
                     }
                     P2POp::Irecv(buf, peer) => {
                         let r = region_mut(buf);
-                        c.typed::<T>(Func::Recv, 0, r.0, buf.len(), RedOp::Sum, *peer, vec![r])?;
+                        c.typed::<T>(Func::Recv, 0, r.addr, buf.len(), RedOp::Sum, *peer, vec![r])?;
                     }
                 }
             }
             Ok(())
-        })
+        });
+        self.finish_typed(r)
     }
 
     /// torch `all_to_all_single`. Without split sizes the buffers are cut into
@@ -540,8 +588,8 @@ impl Comm {
         if input_split_sizes.is_none() && output_split_sizes.is_none() {
             return self.typed::<T>(
                 Func::AlltoAll,
-                s.0,
-                r.0,
+                s.addr,
+                r.addr,
                 input.len() / n,
                 RedOp::Sum,
                 0,
@@ -549,11 +597,11 @@ impl Comm {
             );
         }
         let pairs = lower::all_to_all_v(std::mem::size_of::<T>(), &in_splits, &out_splits);
-        self.group(|c| {
+        let r = self.group(|c| {
             for p in &pairs {
                 let (send, recv, whole) = match p.func {
-                    Func::Send => (s.0 + p.offset, 0, s),
-                    _ => (0, r.0 + p.offset, r),
+                    Func::Send => (s.addr + p.offset, 0, s),
+                    _ => (0, r.addr + p.offset, r),
                 };
                 c.typed_traced::<T>(
                     p.func,
@@ -567,6 +615,7 @@ impl Comm {
                 )?;
             }
             Ok(())
-        })
+        });
+        self.finish_typed(r)
     }
 }

@@ -177,7 +177,7 @@ impl Report {
             bws.iter().sum::<f64>() / bws.len() as f64
         };
         Report {
-            engine: "local",
+            engine: options.engine.name(),
             options,
             machine,
             rows,

@@ -11,8 +11,9 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
     let names: Vec<&str> = opts.funcs.iter().map(|f| f.name()).collect();
     let mut s = String::new();
     s += &format!(
-        "# rankwise bench {} | engine local | {} ranks (threads of one process)\n",
+        "# rankwise bench {} | engine {} | {} ranks (threads of one process)\n",
         names.join(","),
+        opts.engine.describe(),
         opts.nranks
     );
     s += &format!(

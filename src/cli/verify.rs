@@ -98,7 +98,7 @@ pub fn run(args: Args) -> ExitCode {
         outln!(
             "rankwise verify: suite {}, {n} rank(s), engine {}, run {run_id}",
             suite.name(),
-            args.engine
+            args.engine.describe()
         );
         outln!("writing {}", out.display());
     }

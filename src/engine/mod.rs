@@ -6,13 +6,18 @@
 //! how the ranks' signatures travel, how data moves, and how a stuck or
 //! dead peer becomes an error.
 //!
-//! `local` runs ranks as threads of this process.
+//! `local` runs ranks as threads of this process; `nccl` runs every call on
+//! real NCCL (feature `nccl`, on by default; NCCL and CUDA are loaded at
+//! run time); `mpi` runs ranks as the processes of an MPI job (feature
+//! `mpi`).
 
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
-use crate::core::{AddressSpace, Error, Launch, Posted, Result, agree};
+use crate::core::{AddressSpace, Call, Error, Launch, Posted, Result, agree};
 
 /// What an engine can do beyond the contract every engine meets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +74,13 @@ pub trait Engine {
 
     /// Moves the data of a launch every rank agreed on.
     fn execute(&mut self, launch: &Launch) -> Result<()>;
+
+    /// A collective of count 0, which the communicator logged and dropped
+    /// (NCCL's rule). An engine over a real library hands it on, so the
+    /// library logs it too; by default nothing happens.
+    fn discard(&mut self, _call: &Call) -> Result<()> {
+        Ok(())
+    }
 
     /// Runs one launch: every rank's posts compared by
     /// [`core::agree`](crate::core::agree) before any data moves, then the

@@ -1,11 +1,14 @@
 //! Ways to get communicators, above the API: each launcher starts the ranks
-//! of one engine and hands each rank's program its [`Comm`]. Today every
-//! engine's ranks run as threads of this process (`threads`).
+//! of one engine and hands each rank's program its [`Comm`]: as threads of
+//! this process (`threads`), or one process per rank (`process`, which
+//! re-executes rankwise and serves the ranks a side channel, `store`).
 //!
 //! [`EngineKind`] names an engine; [`launch_each`] runs a program on N
 //! ranks of any of them, which is how the CLI's `--engine` and the
 //! integration tests' engine list reach every engine through one door.
 
+pub mod process;
+pub mod store;
 pub mod threads;
 
 use crate::api::Comm;
@@ -14,6 +17,11 @@ use crate::settings::{SettingError, Settings};
 use crate::trace::Tracer;
 use std::time::Duration;
 
+#[cfg(not(feature = "mpi"))]
+const NO_MPI: &str = "this build has no mpi engine (build with `--features mpi`; it needs OpenMPI)";
+#[cfg(not(feature = "nccl"))]
+const NO_NCCL: &str = "this build has no NCCL engine (built without the `nccl` feature)";
+
 /// An engine rankwise can run ranks on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -21,8 +29,11 @@ use std::time::Duration;
 pub enum EngineKind {
     /// Ranks are threads of this process sharing its memory (no GPU, no setup).
     Local,
-    /// Ranks are the processes of an MPI job (`mpirun`), one rank each.
-    #[cfg(feature = "mpi")]
+    /// Every call on real NCCL, one GPU process per rank (several may share
+    /// one GPU); NCCL and the CUDA driver are found at run time.
+    Nccl,
+    /// Ranks are the processes of an MPI job (`mpirun`), one rank each
+    /// (feature `mpi`).
     Mpi,
 }
 
@@ -30,6 +41,8 @@ impl EngineKind {
     /// Every engine this build of rankwise has.
     pub const ALL: &'static [EngineKind] = &[
         EngineKind::Local,
+        #[cfg(feature = "nccl")]
+        EngineKind::Nccl,
         #[cfg(feature = "mpi")]
         EngineKind::Mpi,
     ];
@@ -37,7 +50,7 @@ impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Local => "local",
-            #[cfg(feature = "mpi")]
+            EngineKind::Nccl => "nccl",
             EngineKind::Mpi => "mpi",
         }
     }
@@ -48,6 +61,17 @@ impl EngineKind {
             EngineKind::Local => crate::engine::local::LocalEngine::CAPABILITIES,
             #[cfg(feature = "mpi")]
             EngineKind::Mpi => crate::engine::mpi::MpiEngine::CAPABILITIES,
+            #[cfg(not(feature = "mpi"))]
+            EngineKind::Mpi => crate::engine::Capabilities {
+                name: "mpi",
+                diagnoses_deadlock: false,
+                needs_staging: false,
+            },
+            EngineKind::Nccl => crate::engine::Capabilities {
+                name: "nccl",
+                diagnoses_deadlock: false,
+                needs_staging: true,
+            },
         }
     }
 
@@ -62,7 +86,35 @@ impl EngineKind {
                 .ok_or_else(|| {
                     "this process was not started by mpirun (mpirun -n N …)".to_string()
                 }),
+            #[cfg(not(feature = "mpi"))]
+            EngineKind::Mpi => Err(NO_MPI.into()),
+            #[cfg(feature = "nccl")]
+            EngineKind::Nccl => crate::engine::nccl::available(),
+            #[cfg(not(feature = "nccl"))]
+            EngineKind::Nccl => Err(NO_NCCL.into()),
         }
+    }
+
+    /// What the engine runs on, for every output that names it: `local`, or
+    /// `nccl (NCCL 2.28.9, /path/libnccl.so.2, found via …)`.
+    pub fn describe(self) -> String {
+        match self {
+            EngineKind::Local => "local".into(),
+            #[cfg(feature = "nccl")]
+            EngineKind::Nccl => format!("nccl ({})", crate::engine::nccl::describe()),
+            #[cfg(not(feature = "nccl"))]
+            EngineKind::Nccl => "nccl (not in this build)".into(),
+            #[cfg(feature = "mpi")]
+            EngineKind::Mpi => "mpi (OpenMPI, one rank per process)".into(),
+            #[cfg(not(feature = "mpi"))]
+            EngineKind::Mpi => "mpi (not in this build)".into(),
+        }
+    }
+
+    /// Whether the CLI runs this engine's ranks as processes (one per rank,
+    /// `process`) rather than threads of this process.
+    pub fn uses_processes(self) -> bool {
+        matches!(self, EngineKind::Nccl)
     }
 }
 
@@ -198,6 +250,12 @@ where
             ErrorKind::InvalidUsage,
             "the mpi engine runs one rank per process: use rankwise::mpi::init() in a program started by mpirun, or rankwise::mpi::launch_each",
         )),
+        #[cfg(not(feature = "mpi"))]
+        EngineKind::Mpi => Err(Error::new(ErrorKind::InvalidUsage, NO_MPI)),
+        #[cfg(feature = "nccl")]
+        EngineKind::Nccl => crate::engine::nccl::launch_each(opts, nranks, program),
+        #[cfg(not(feature = "nccl"))]
+        EngineKind::Nccl => Err(Error::new(ErrorKind::InvalidUsage, NO_NCCL)),
     }
 }
 

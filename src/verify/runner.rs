@@ -8,7 +8,7 @@
 //! every other rank at once (no waiting out a deadline), and every rank
 //! file is still complete, so the summary shows exactly what failed.
 
-use super::cases::{Actual, Expect, Layer, LayerPlan, Plan};
+use super::cases::{Actual, Expect, Layer, LayerPlan, Plan, Suite};
 use super::records::{self, Manifest, ManifestLayer, RankWriter, Row};
 use crate::core::{Error, ErrorKind};
 use crate::launch::{self, EngineKind, LaunchOptions};
@@ -73,38 +73,20 @@ pub fn run_layer(
         .with_tracer(tracer)
         .with_timeout(timeout);
     let layer = plan.layer;
-    let results = launch::launch_each(engine, opts, n, |comm| {
-        let rank = comm.rank();
-        let mut w = RankWriter::create(&records::rank_file(out, layer.name(), rank)).map_err(io)?;
-        let mut ops = Vec::with_capacity(plan.cases.len());
-        let mut stopped: Option<(String, Error)> = None;
-        for case in &plan.cases {
-            ops.push(comm.op_count());
-            let row = match &stopped {
-                Some((why, _)) => not_run(run_id, case, n, rank, why),
-                None => {
-                    let outcome = case.run(comm);
-                    if let Actual::Error(e) = &outcome.actual
-                        && !matches!(case.expect(n, rank), Expect::Reject(_))
-                    {
-                        let why = format!(
-                            "rank {rank} stopped after {} / {} failed",
-                            case.operation, case.variant
-                        );
-                        stopped = Some((why, e.clone()));
-                    }
-                    records::judge(run_id, case, n, rank, &outcome)
-                }
-            };
-            w.write(&row).map_err(io)?;
+    let (results, trace) = if engine.uses_processes() {
+        let (results, trace) = run_layer_processes(engine, &opts, plan, n, run_id, out)?;
+        // the children wrote their rows; the bar moves once they are in
+        for _ in 0..plan.cases.len() * n {
             progress();
         }
-        w.finish().map_err(io)?;
-        match stopped {
-            Some((_, e)) => Err(e),
-            None => Ok(ops),
-        }
-    })?;
+        (results, trace)
+    } else {
+        let results = launch::launch_each(engine, opts, n, |comm| {
+            run_rank(comm, plan, n, run_id, out, progress)
+        })?;
+        let trace = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        (results, trace)
+    };
     let mut op_counts = Vec::with_capacity(n);
     let mut failures = Vec::new();
     for (rank, r) in results.into_iter().enumerate() {
@@ -116,7 +98,6 @@ pub fn run_layer(
             }
         }
     }
-    let trace = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(LayerRun {
         layer,
         op_counts,
@@ -124,6 +105,138 @@ pub fn run_layer(
         failures,
         elapsed: start.elapsed(),
     })
+}
+
+/// One rank's run of a layer: every case in order, one CSV row each, into
+/// the rank's own file; the communicator's opCount before each case.
+fn run_rank(
+    comm: &mut crate::Comm,
+    plan: &LayerPlan,
+    n: usize,
+    run_id: &str,
+    out: &Path,
+    progress: &(dyn Fn() + Sync),
+) -> Result<Vec<u64>, Error> {
+    let layer = plan.layer;
+    let rank = comm.rank();
+    let mut w = RankWriter::create(&records::rank_file(out, layer.name(), rank)).map_err(io)?;
+    let mut ops = Vec::with_capacity(plan.cases.len());
+    let mut stopped: Option<(String, Error)> = None;
+    for case in &plan.cases {
+        ops.push(comm.op_count());
+        let row = match &stopped {
+            Some((why, _)) => not_run(run_id, case, n, rank, why),
+            None => {
+                let outcome = case.run(comm);
+                if let Actual::Error(e) = &outcome.actual
+                    && !matches!(case.expect(n, rank), Expect::Reject(_))
+                {
+                    let why = format!(
+                        "rank {rank} stopped after {} / {} failed",
+                        case.operation, case.variant
+                    );
+                    stopped = Some((why, e.clone()));
+                }
+                records::judge(run_id, case, n, rank, &outcome)
+            }
+        };
+        w.write(&row).map_err(io)?;
+        progress();
+    }
+    w.finish().map_err(io)?;
+    match stopped {
+        Some((_, e)) => Err(e),
+        None => Ok(ops),
+    }
+}
+
+/// The arguments of the `verify-layer` job: which layer of which plan, and
+/// where its rows go.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LayerJob {
+    suite: String,
+    n: usize,
+    layer: String,
+    /// the layer's cases, so a child whose plan differs refuses to run
+    cases: usize,
+    run_id: String,
+    out: PathBuf,
+}
+
+/// The `verify-layer` job of a rank process: the same rank body as a
+/// thread of the local engine runs; returns the opCounts.
+pub fn layer_job(
+    comm: &mut crate::Comm,
+    args: &serde_json::Value,
+) -> Result<serde_json::Value, Error> {
+    let bad = |what: &str| Error::new(ErrorKind::InvalidUsage, format!("verify-layer job: {what}"));
+    let job: LayerJob = serde_json::from_value(args.clone()).map_err(|e| bad(&e.to_string()))?;
+    let suite = Suite::parse(&job.suite).ok_or_else(|| bad("unknown suite"))?;
+    let layer = Layer::parse(&job.layer).ok_or_else(|| bad("unknown layer"))?;
+    let plan = super::cases::plan(suite, job.n);
+    let lp = plan
+        .layer(layer)
+        .ok_or_else(|| bad("layer not in the plan"))?;
+    if lp.cases.len() != job.cases {
+        return Err(bad(&format!(
+            "the {} plan of {} has {} cases here, the launcher's has {}",
+            job.layer,
+            job.suite,
+            lp.cases.len(),
+            job.cases
+        )));
+    }
+    let ops = run_rank(comm, lp, job.n, &job.run_id, &job.out, &|| {})?;
+    serde_json::to_value(ops).map_err(|e| bad(&e.to_string()))
+}
+
+/// A layer on rank processes: each child writes its own CSV; their
+/// opCounts and trace lines come back through the launcher.
+#[allow(clippy::type_complexity)]
+fn run_layer_processes(
+    engine: EngineKind,
+    opts: &LaunchOptions,
+    plan: &LayerPlan,
+    n: usize,
+    run_id: &str,
+    out: &Path,
+) -> Result<(Vec<Result<Vec<u64>, Error>>, Vec<String>), Error> {
+    let suite = plan_suite(plan, n);
+    let args = serde_json::to_value(LayerJob {
+        suite: suite.name().into(),
+        n,
+        layer: plan.layer.name().into(),
+        cases: plan.cases.len(),
+        run_id: run_id.into(),
+        out: std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf()),
+    })
+    .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+    let job = launch::process::Job {
+        name: "verify-layer".into(),
+        args,
+        capture_trace: true,
+    };
+    let reports = launch::process::run_job(engine, opts, n, &job, None)?;
+    let mut trace = Vec::new();
+    let mut results = Vec::with_capacity(n);
+    for r in reports {
+        trace.extend(r.trace);
+        results.push(r.result.and_then(|v| {
+            serde_json::from_value::<Vec<u64>>(v)
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("opCounts: {e}")))
+        }));
+    }
+    Ok((results, trace))
+}
+
+/// Which suite declares this layer plan at N (the children rebuild the
+/// plan from its name): the seed when its cases are the seed's.
+fn plan_suite(plan: &LayerPlan, n: usize) -> Suite {
+    let seed = super::cases::plan(Suite::Seed, n);
+    match seed.layer(plan.layer) {
+        Some(l) if l.cases.len() == plan.cases.len() => Suite::Seed,
+        _ => Suite::Full,
+    }
 }
 
 fn not_run(run_id: &str, case: &super::cases::Case, n: usize, rank: usize, why: &str) -> Row {

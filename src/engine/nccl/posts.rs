@@ -1,0 +1,232 @@
+//! What the NCCL engine's ranks show each other through the side channel
+//! before NCCL is called: a launch's collective posts (compared by
+//! [`crate::core::agree`]), and each Send and Recv, paired per (sender,
+//! receiver) in order, the way NCCL pairs them. A pair whose two sides
+//! disagree, or whose other side never comes, is an error on both ranks
+//! instead of an NCCL hang or a truncated message.
+
+use crate::core::{Call, DataType, Error, ErrorKind, Func, Posted, RedOp};
+
+/// Words of one encoded call.
+const CALL_WORDS: usize = 9;
+
+fn op_words(op: RedOp) -> (u64, u64) {
+    match op {
+        RedOp::PreMulSum(s) => (5, s.to_bits()),
+        o => (o.builtin_code().unwrap_or(0) as u64, 0),
+    }
+}
+
+fn op_of(kind: u64, bits: u64) -> Option<RedOp> {
+    if kind == 5 {
+        Some(RedOp::PreMulSum(f64::from_bits(bits)))
+    } else {
+        RedOp::from_builtin_code(kind as i32)
+    }
+}
+
+fn put_call(out: &mut Vec<u8>, c: &Call) {
+    let (k, bits) = op_words(c.op);
+    for w in [
+        c.func.index() as u64,
+        c.sendbuff as u64,
+        c.recvbuff as u64,
+        c.count as u64,
+        c.datatype.code() as u64,
+        k,
+        bits,
+        c.op_code as i64 as u64,
+        c.root as u64,
+    ] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect()
+}
+
+fn get_call(w: &[u64]) -> Option<Call> {
+    Some(Call {
+        func: *Func::ALL.get(w[0] as usize)?,
+        sendbuff: w[1] as usize,
+        recvbuff: w[2] as usize,
+        count: w[3] as usize,
+        datatype: DataType::from_code(w[4] as i32)?,
+        op: op_of(w[5], w[6])?,
+        op_code: w[7] as i64 as i32,
+        root: w[8] as usize,
+    })
+}
+
+fn garbled(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("the side channel carried a garbled {what}"),
+    )
+}
+
+/// A launch's collective posts as bytes.
+pub fn encode_posted(p: &Posted) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + p.calls.len() * CALL_WORDS * 8);
+    out.extend_from_slice(&p.op_count.to_le_bytes());
+    out.extend_from_slice(&(p.calls.len() as u64).to_le_bytes());
+    for c in &p.calls {
+        put_call(&mut out, c);
+    }
+    out
+}
+
+pub fn decode_posted(b: &[u8]) -> Result<Posted, Error> {
+    let w = words(b);
+    if w.len() < 2 || w.len() != 2 + w[1] as usize * CALL_WORDS {
+        return Err(garbled("post"));
+    }
+    let calls = w[2..]
+        .chunks_exact(CALL_WORDS)
+        .map(get_call)
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| garbled("post"))?;
+    Ok(Posted {
+        op_count: w[0],
+        calls,
+    })
+}
+
+/// One side of a Send/Recv pair: the call and the launch it is in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Side {
+    pub call: Call,
+    pub op_count: u64,
+}
+
+pub fn encode_side(s: &Side) -> Vec<u8> {
+    let mut out = s.op_count.to_le_bytes().to_vec();
+    put_call(&mut out, &s.call);
+    out
+}
+
+pub fn decode_side(b: &[u8]) -> Result<Side, Error> {
+    let w = words(b);
+    if w.len() != 1 + CALL_WORDS {
+        return Err(garbled("Send/Recv"));
+    }
+    Ok(Side {
+        op_count: w[0],
+        call: get_call(&w[1..]).ok_or_else(|| garbled("Send/Recv"))?,
+    })
+}
+
+/// `Send #3 to rank 1 (count 4, int32, opCount 5)`, as the local engine words it.
+pub fn describe(s: &Side, seq: u64) -> String {
+    let c = &s.call;
+    let dir = if c.func == Func::Send { "to" } else { "from" };
+    format!(
+        "{} #{seq} {dir} rank {} (count {}, {}, opCount {:x})",
+        c.func, c.root, c.count, c.datatype, s.op_count
+    )
+}
+
+/// The k-th Send from `src` to `dst` against the k-th Recv at `dst` from
+/// `src`: Ok when count and datatype agree; otherwise the Mismatch both
+/// ranks return, in the local engine's words.
+pub fn pair(src: usize, dst: usize, seq: u64, send: &Side, recv: &Side) -> Result<(), Error> {
+    if send.call.count == recv.call.count && send.call.datatype == recv.call.datatype {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Mismatch,
+        format!(
+            "Send/Recv mismatch: rank {src}'s {} meets rank {dst}'s {}: both sides must pass the same count and datatype",
+            describe(send, seq),
+            describe(recv, seq)
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(func: Func, count: usize, dt: DataType, op: RedOp, root: usize) -> Call {
+        Call {
+            func,
+            sendbuff: 0x7f00_0000_1000,
+            recvbuff: 0,
+            count,
+            datatype: dt,
+            op,
+            op_code: if matches!(op, RedOp::PreMulSum(_)) {
+                7
+            } else {
+                0
+            },
+            root,
+        }
+    }
+
+    #[test]
+    fn posts_cross_the_channel_intact() {
+        let p = Posted {
+            op_count: 41,
+            calls: vec![
+                call(
+                    Func::AllReduce,
+                    1024,
+                    DataType::Float32,
+                    RedOp::PreMulSum(0.25),
+                    0,
+                ),
+                call(Func::Scatter, 3, DataType::Float8e5m2, RedOp::Sum, 3),
+                call(
+                    Func::Reduce,
+                    usize::MAX >> 4,
+                    DataType::Uint64,
+                    RedOp::Avg,
+                    1,
+                ),
+            ],
+        };
+        assert_eq!(decode_posted(&encode_posted(&p)).unwrap(), p);
+        let empty = Posted::default();
+        assert_eq!(decode_posted(&encode_posted(&empty)).unwrap(), empty);
+        assert!(decode_posted(&[1, 2, 3]).is_err());
+        let mut bad = encode_posted(&p);
+        bad.truncate(bad.len() - 8);
+        assert_eq!(decode_posted(&bad).unwrap_err().kind, ErrorKind::Internal);
+    }
+
+    #[test]
+    fn pairs_compare_count_and_datatype_and_name_both_sides() {
+        let send = Side {
+            call: call(Func::Send, 4, DataType::Int32, RedOp::Sum, 1),
+            op_count: 5,
+        };
+        assert_eq!(decode_side(&encode_side(&send)).unwrap(), send);
+        let recv = Side {
+            call: call(Func::Recv, 4, DataType::Int32, RedOp::Sum, 0),
+            op_count: 2,
+        };
+        assert!(
+            pair(0, 1, 3, &send, &recv).is_ok(),
+            "opCounts need not agree"
+        );
+        let short = Side {
+            call: call(Func::Recv, 3, DataType::Int32, RedOp::Sum, 0),
+            op_count: 2,
+        };
+        let e = pair(0, 1, 3, &send, &short).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Mismatch);
+        assert_eq!(
+            e.message,
+            "Send/Recv mismatch: rank 0's Send #3 to rank 1 (count 4, int32, opCount 5) meets rank 1's Recv #3 from rank 0 (count 3, int32, opCount 2): both sides must pass the same count and datatype"
+        );
+        let other_type = Side {
+            call: call(Func::Recv, 4, DataType::Float32, RedOp::Sum, 0),
+            op_count: 2,
+        };
+        assert!(pair(0, 1, 0, &send, &other_type).is_err());
+    }
+}
