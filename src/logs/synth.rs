@@ -475,9 +475,10 @@ impl Spec {
                 }
             }
             FaultKind::Swap => {
-                // a pair of different calls, so the order shows
+                // a pair of different calls, so the order shows, with a
+                // call after them, so the streams can be seen to line up
                 let keys = self.collective_keys();
-                let pairs: Vec<u64> = (0..keys.len().saturating_sub(1))
+                let pairs: Vec<u64> = (0..keys.len().saturating_sub(2))
                     .filter(|&j| keys[j] != keys[j + 1])
                     .map(|j| j as u64)
                     .collect();
