@@ -82,7 +82,18 @@ fn a_hang_exits_1_with_the_verdict_first() {
 
 #[test]
 fn real_fixtures_report_the_invalid_arguments() {
-    let o = rankwise(&["logs", "analyze", fixtures().to_str().unwrap()]);
+    // the two one-rank logs whose programs passed bad codes (the H200
+    // captures beside them hold other faults)
+    let logs = [
+        fixtures().join("nccl-2.28.9-1rank-init-coll.log"),
+        fixtures().join("nccl-2.28.9-1rank-torch-ctypes.log"),
+    ];
+    let o = rankwise(&[
+        "logs",
+        "analyze",
+        logs[0].to_str().unwrap(),
+        logs[1].to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     assert!(out.starts_with("invalid argument: "), "{out}");
