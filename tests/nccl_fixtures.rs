@@ -132,7 +132,12 @@ fn at_one_rank_nccl_logs_every_call_at_opcount_0() {
 }
 
 fn analyze(scenario: &str) -> String {
-    let dir = fixtures().join("faults");
+    analyze_in("faults", scenario)
+}
+
+/// `rankwise logs analyze` of the four rank logs `DIR/SCENARIO.rank<r>.log`.
+fn analyze_in(dir: &str, scenario: &str) -> String {
+    let dir = fixtures().join(dir);
     let files: Vec<PathBuf> = (0..4)
         .map(|r| dir.join(format!("{scenario}.rank{r}.log")))
         .collect();
@@ -147,6 +152,9 @@ fn analyze(scenario: &str) -> String {
 #[test]
 fn the_analyzer_names_the_faulty_rank_and_call_in_each_injected_fault() {
     let first = |s: &str| s.lines().next().unwrap_or("").to_string();
+    // each rank waited for its call, so the skipping rank logged only the
+    // call it made instead: one call cannot show a skip, and it is told as
+    // what it is, a different call at #0
     let a = analyze("skipped-collective");
     assert!(
         first(&a).contains(
@@ -173,4 +181,23 @@ fn the_analyzer_names_the_faulty_rank_and_call_in_each_injected_fault() {
             assert!(log.contains("Abort COMPLETE"), "{s} rank {r}");
         }
     }
+}
+
+#[test]
+fn a_pytorch_rank_that_skips_a_broadcast_is_told_as_a_skip() {
+    // scripts/capture_torch_skip.sh: 4 PyTorch ranks, rank 2 leaves out
+    // broadcast(src=0) and goes on; calls are enqueued without waiting, so
+    // every rank logged its whole sequence before the job hung
+    let a = analyze_in("torch-skip", "skipped-broadcast");
+    let first = a.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with(
+            "likely hang: rank 2 skipped Broadcast #1 (count 16 float32 root 0, called by ranks 0-1,3 at opCount 1,"
+        ),
+        "{a}"
+    );
+    assert!(
+        first.contains("its calls from #1 on match the others' from #2 on; from there its opCount runs 1 behind theirs"),
+        "{a}"
+    );
 }
