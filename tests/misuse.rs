@@ -18,7 +18,9 @@ fn engines() -> Vec<EngineKind> {
         .filter(|e| {
             let threads = e.name() != "mpi";
             if !threads {
-                eprintln!("SKIPPED: misuse scenarios on engine {e}: the runner needs every rank in one process");
+                common::engines::skipped(format!(
+                    "misuse scenarios on engine {e}: the runner needs every rank in one process"
+                ));
             }
             threads
         })

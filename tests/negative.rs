@@ -194,7 +194,9 @@ fn all_gather_with_send_equal_to_recv_on_rank_1() {
 fn unmatched_send() {
     for engine in engines() {
         if !engine.capabilities().diagnoses_deadlock {
-            eprintln!("SKIPPED: unmatched_send on {engine}: it needs deadlock diagnosis");
+            common::engines::skipped(format!(
+                "unmatched_send on {engine}: it needs deadlock diagnosis"
+            ));
             continue;
         }
         let errs = errors(engine, 4, |c| {
@@ -318,9 +320,9 @@ fn send_to_self_needs_a_recv_from_self_in_the_group() {
 fn a_rank_that_panics_mid_collective() {
     for engine in engines() {
         if !engine.capabilities().diagnoses_deadlock {
-            eprintln!(
-                "SKIPPED: a_rank_that_panics_mid_collective on {engine}: its message is the local launcher's"
-            );
+            common::engines::skipped(format!(
+                "a_rank_that_panics_mid_collective on {engine}: its message is the local launcher's"
+            ));
             continue;
         }
         let res = launch_each(
@@ -372,9 +374,9 @@ fn errors_inside_a_group_are_returned_at_its_end() {
 fn timeout_names_the_rank_that_never_arrives() {
     for engine in engines() {
         if !engine.capabilities().diagnoses_deadlock {
-            eprintln!(
-                "SKIPPED: timeout_names_the_rank_that_never_arrives on {engine}: its ranks share a counter in memory"
-            );
+            common::engines::skipped(format!(
+                "timeout_names_the_rank_that_never_arrives on {engine}: its ranks share a counter in memory"
+            ));
             continue;
         }
         // rank 1 stays busy outside rankwise until the others have their

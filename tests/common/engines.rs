@@ -18,6 +18,13 @@ use rankwise::{Comm, Result};
 use serde::{Serialize, de::DeserializeOwned};
 use std::sync::Once;
 
+/// Says on the real stderr that something was skipped: the test harness
+/// captures `eprintln!` of passing tests, and a skip must be seen.
+pub fn skipped(what: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {what}");
+}
+
 /// The engines to run each test on.
 pub fn engines() -> Vec<EngineKind> {
     let asked = std::env::var("RANKWISE_TEST_ENGINES")
@@ -53,7 +60,7 @@ pub fn engines() -> Vec<EngineKind> {
             match why {
                 Ok(()) => true,
                 Err(why) => {
-                    skipped.push(format!("SKIPPED: engine {e}: {why}"));
+                    skipped.push(format!("engine {e}: {why}"));
                     false
                 }
             }
@@ -61,10 +68,41 @@ pub fn engines() -> Vec<EngineKind> {
         .collect();
     SKIPS.call_once(|| {
         for line in &skipped {
-            eprintln!("{line}");
+            self::skipped(line);
         }
     });
     runnable
+}
+
+/// The most ranks one launch of `engine` can have here, where there is
+/// such a bound: the mpi engine has as many as the job has processes.
+pub fn max_ranks(engine: EngineKind) -> Option<usize> {
+    match engine {
+        #[cfg(feature = "mpi")]
+        EngineKind::Mpi => rankwise::mpi::job_size().ok(),
+        _ => None,
+    }
+}
+
+/// Whether `engine` can run `n` ranks here; where it cannot, says once per
+/// engine that `what` skips such launches.
+pub fn fits(engine: EngineKind, n: usize, what: &str) -> bool {
+    let Some(max) = max_ranks(engine) else {
+        return true;
+    };
+    if n <= max {
+        return true;
+    }
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{what} on {engine}");
+    let mut said = SAID.lock().unwrap();
+    if !said.contains(&key) {
+        skipped(format!(
+            "{key}: launches of more than {max} ranks (this job's processes) are skipped"
+        ));
+        said.push(key);
+    }
+    false
 }
 
 /// Runs `program` on `n` ranks of `engine` with `opts`; each rank's result.

@@ -37,6 +37,13 @@ pub fn under_mpirun() -> bool {
         .any(|v| std::env::var_os(v).is_some())
 }
 
+/// How many processes the MPI job has (the most ranks a launch can have),
+/// or an error saying why it cannot be known.
+pub fn job_size() -> Result<usize> {
+    ffi::init()?;
+    Ok(ffi::rank_and_size(ffi::world())?.1)
+}
+
 /// This process's communicator over every rank of the MPI job
 /// (`MPI_COMM_WORLD`), with the options the `RANKWISE_*` variables ask for.
 /// MPI is initialised on the first call and finalised when the process exits.

@@ -38,6 +38,9 @@ enum Notice {
     Finished {
         done: HashMap<u64, u64>,
         at: Instant,
+        /// its program ended because another rank failed: a consequence,
+        /// whose cause's own notice may still be on its way
+        after_remote: bool,
     },
     Failed(String),
 }
@@ -119,6 +122,7 @@ impl Notices {
             let notice = match kind {
                 "failed" => Notice::Failed(body.to_string()),
                 _ => Notice::Finished {
+                    after_remote: kind == "finished-after-remote",
                     done: text
                         .lines()
                         .skip(1)
@@ -150,10 +154,21 @@ impl Notices {
         let mut state = self.state.borrow_mut();
         let ranks = state.of(program);
         let me = self.rank;
+        let any_failed = ranks.iter().any(|n| matches!(n, Some(Notice::Failed(_))));
         match *on {
             Waiting::Collective { done } => {
                 for (r, n) in ranks.iter().enumerate() {
-                    if let Some(Notice::Finished { done: d, .. }) = n {
+                    if let Some(Notice::Finished {
+                        done: d,
+                        at,
+                        after_remote,
+                    }) = n
+                    {
+                        // a rank that left because another failed is not the
+                        // cause: the failure is, once its notice arrives
+                        if *after_remote && (any_failed || at.elapsed() <= GRACE) {
+                            continue;
+                        }
                         let theirs = d.get(&id).copied().unwrap_or(0);
                         if theirs <= done {
                             return Ok(Some(Error::new(
@@ -235,7 +250,12 @@ impl Notices {
             match error {
                 Some(e) if e.kind != ErrorKind::RemoteError => format!("failed {program}\n{e}"),
                 _ => {
-                    let mut t = format!("finished {program}\n");
+                    let kind = if error.is_some() {
+                        "finished-after-remote"
+                    } else {
+                        "finished"
+                    };
+                    let mut t = format!("{kind} {program}\n");
                     for (id, k) in &state.done {
                         t.push_str(&format!("{id} {k}\n"));
                     }
