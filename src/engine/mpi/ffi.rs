@@ -514,3 +514,28 @@ pub fn map_elems<T: crate::core::Element>(addr: usize, n: usize, f: impl Fn(T) -
         *x = f(*x);
     }
 }
+
+/// Folds `n` blocks of `q` elements of `T` at `from` (block s from rank s,
+/// one after another) in rank order with `op`, exactly as the local engine
+/// reduces, into the `q` elements at `to`.
+pub fn fold_ranks<T: crate::engine::local::reduce::Arith>(
+    op: crate::core::RedOp,
+    n: usize,
+    from: usize,
+    q: usize,
+    to: usize,
+) {
+    if q == 0 || n == 0 {
+        return;
+    }
+    debug_assert!(from.is_multiple_of(std::mem::align_of::<T>()));
+    debug_assert!(to.is_multiple_of(std::mem::align_of::<T>()));
+    // SAFETY: `from` is the engine's own scratch of n * q elements of T,
+    // aligned for T, that MPI has finished writing; nothing writes it now.
+    let all = unsafe { std::slice::from_raw_parts(from as *const T, n * q) };
+    // SAFETY: `to` holds q elements of T inside an extent checked for the
+    // call being run, aligned for T; it does not overlap the scratch, and
+    // nothing else touches it while the call runs on this rank.
+    let acc = unsafe { std::slice::from_raw_parts_mut(to as *mut T, q) };
+    crate::engine::local::reduce::reduce_into(acc, op, n, |s| &all[s * q..(s + 1) * q]);
+}
