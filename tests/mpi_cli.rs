@@ -104,6 +104,29 @@ fn verify_self_launched(n: usize, tmp: &Path) -> Check {
     summarized(&out, n)
 }
 
+/// The full suite at N = 3, where Avg scales by an inexact 1/3: the
+/// engine must fold the scaled inputs in rank order, as the reference does.
+fn verify_full_at_3(tmp: &Path) -> Check {
+    let out = tmp.join("full-3");
+    let o = run(rankwise(&[
+        "verify",
+        "--engine",
+        "mpi",
+        "--ranks",
+        "3",
+        "--suite",
+        "full",
+        "--out",
+        out.to_str().unwrap_or(""),
+    ]));
+    let s = String::from_utf8_lossy(&o.stdout);
+    expect(
+        o.status.code() == Some(0) && s.contains("5949 rows, 2206 records, all PASS"),
+        "verify --engine mpi --ranks 3 --suite full passes",
+        &o,
+    )
+}
+
 fn verify_under_mpirun(tmp: &Path) -> Check {
     let out = tmp.join("mpirun-4");
     let mut c = mpirun(4);
@@ -294,6 +317,10 @@ fn main() -> ExitCode {
         (
             "verify --engine mpi --ranks 4 (self-launched)",
             Box::new(|| verify_self_launched(4, &tmp)),
+        ),
+        (
+            "verify --engine mpi --ranks 3 --suite full",
+            Box::new(|| verify_full_at_3(&tmp)),
         ),
         (
             "mpirun -n 4 rankwise verify --engine mpi",
