@@ -17,7 +17,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the conformance suite on N local ranks and prove every record
+    /// Run the conformance suite on N ranks of an engine and prove every record
     Verify(cli::verify::Args),
     /// Check a run directory's per-rank CSVs and print the aggregated table
     Summarize(cli::summarize::Args),

@@ -357,3 +357,45 @@ fn an_out_directory_that_holds_files_is_refused() {
         e.stderr
     );
 }
+
+/// A build without the `mpi` feature says so for every command that takes
+/// `--engine mpi`, and how to get it, before anything runs.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_build_without_mpi_says_how_to_get_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = tmp.path().join("o");
+    let o = o.to_str().unwrap();
+    for args in [
+        vec!["verify", "--engine", "mpi", "--ranks", "2", "--out", o],
+        vec!["verify", "--engine", "mpi", "--suite", "misuse"],
+        vec![
+            "run",
+            "all_reduce",
+            "--ranks",
+            "2",
+            "--count",
+            "1",
+            "--engine",
+            "mpi",
+        ],
+        vec![
+            "bench",
+            "all_reduce",
+            "--ranks",
+            "2",
+            "-e",
+            "64",
+            "--engine",
+            "mpi",
+        ],
+    ] {
+        let e = rankwise(&args).expect(1);
+        assert!(
+            e.stderr
+                .contains("this build has no mpi engine (build with `--features mpi`"),
+            "{args:?}: {}",
+            e.stderr
+        );
+    }
+}

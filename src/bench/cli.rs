@@ -49,7 +49,8 @@ pub struct BenchArgs {
     /// Checked calls per row and placement (0 disables checking, loudly)
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: usize,
-    /// Engine to run on
+    /// Engine to run on: local (threads), or mpi (a process per rank of an
+    /// MPI job; outside mpirun, rankwise starts `mpirun -n RANKS` itself)
     #[arg(long, value_enum, default_value = "local")]
     pub engine: EngineKind,
     /// Print one JSON document instead of the table
@@ -166,15 +167,65 @@ impl BenchArgs {
 /// Runs the command: exit 0 when every checked element was right, 1 when
 /// any was wrong or the arguments were (or the sweep needs more memory
 /// than there is), 2 when the engine refused a call.
-pub fn main(args: BenchArgs) -> ExitCode {
+pub fn main(mut args: BenchArgs) -> ExitCode {
+    use crate::launch::mpirun;
+    let wanted = args
+        .ranks
+        .unwrap_or_else(|| machine::cores().min(MAX_LOCAL_RANKS));
+    if let Some(code) = mpirun::relaunch("bench", args.engine, wanted) {
+        return code;
+    }
+    // under mpirun (mpi engine) this process is one rank; rank 0 reports
+    let Some(job) = mpirun::rank_of_job(args.engine) else {
+        return ExitCode::from(sweep(&args, 0, false));
+    };
+    let (rank, size) = match job {
+        Ok(j) => j,
+        Err(e) => return fail("bench", e),
+    };
+    if args.ranks.is_some_and(|r| r != size) {
+        if rank == 0 {
+            let _ = fail(
+                "bench",
+                format!(
+                    "--ranks {wanted}, but mpirun started {size} process(es): each rank is one process (drop --ranks, or mpirun -n {wanted})"
+                ),
+            );
+        }
+        return mpirun::end_with_rank0(rank, 1);
+    }
+    args.ranks = Some(size);
+    let code = sweep(&args, rank, true);
+    mpirun::end_with_rank0(rank, code)
+}
+
+/// The command on this process: the whole sweep (rank 0 of an MPI job, or
+/// every rank's threads) with its output, or, on another rank of an MPI
+/// job, that rank's part without output. Returns the exit code.
+fn sweep(args: &BenchArgs, rank: usize, mpi: bool) -> u8 {
+    let speak = rank == 0;
+    let fail = |cmd: &str, e: String| {
+        if speak {
+            eprintln!("rankwise {cmd}: {e}");
+        }
+        1
+    };
     let opts = match args.options() {
         Ok(o) => o,
         Err(e) => return fail("bench", e),
     };
+    if !mpi && let Err(why) = opts.engine.available() {
+        return fail(
+            "bench",
+            format!("the {} engine cannot run here: {why}", opts.engine),
+        );
+    }
     // what the sweep needs, before the probe or a rank allocates anything
     let plans = run::plan(&opts);
     let avail = machine::available_memory();
-    if let Err(why) = &avail.machine {
+    if let Err(why) = &avail.machine
+        && speak
+    {
         eprintln!(
             "rankwise bench: {why}: assuming {} of memory is available",
             Bytes(ASSUMED_AVAILABLE)
@@ -183,9 +234,18 @@ pub fn main(args: BenchArgs) -> ExitCode {
     if let Err(e) = run::fits(&opts, &plans, &avail) {
         return fail("bench", e);
     }
-    let machine = Machine::probe(3);
+    // the other ranks of an MPI job keep out of rank 0's probe
+    let machine = if speak {
+        Machine::probe(3)
+    } else {
+        Machine::unprobed()
+    };
+    // the others wait for the probe here, asleep (MPI's own waits spin)
+    if mpi && let Err(e) = crate::launch::mpirun::share(&[]) {
+        return fail("bench", e);
+    }
     let out = std::io::stdout();
-    let table = !args.json;
+    let table = !args.json && speak;
     if table {
         let _ = write!(
             out.lock(),
@@ -204,7 +264,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             }
         }
     }
-    let bar = if std::io::stderr().is_terminal() {
+    let bar = if speak && std::io::stderr().is_terminal() {
         let b =
             ProgressBar::with_draw_target(Some(plans.len() as u64), ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} rows {elapsed} {msg}")
@@ -238,11 +298,16 @@ pub fn main(args: BenchArgs) -> ExitCode {
         Ok(rows) => rows,
         Err(e) => {
             bar.finish_and_clear();
-            eprintln!("rankwise bench: {e}");
-            return ExitCode::from(2);
+            if speak {
+                eprintln!("rankwise bench: {e}");
+            }
+            return 2;
         }
     };
     bar.finish_and_clear();
+    if !speak {
+        return 0;
+    }
     let report = Report::new(opts, machine, rows);
     if table {
         let _ = write!(out.lock(), "{}", table::footer(&report));
@@ -253,7 +318,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("rankwise bench: cannot write JSON: {e}");
-                return ExitCode::from(2);
+                return 2;
             }
         }
     }
@@ -261,16 +326,16 @@ pub fn main(args: BenchArgs) -> ExitCode {
         && let Err(e) = std::fs::write(path, plot::svg(&report))
     {
         eprintln!("rankwise bench: cannot write {}: {e}", path.display());
-        return ExitCode::from(2);
+        return 2;
     }
     if report.all_right() {
-        ExitCode::SUCCESS
+        0
     } else {
         eprintln!(
             "rankwise bench: {} wrong elements",
             report.out_of_bounds.unwrap_or(0)
         );
-        ExitCode::from(1)
+        1
     }
 }
 

@@ -39,6 +39,18 @@ impl Machine {
         self.memcpy_all.max(self.stream_all)
     }
 
+    /// A machine whose copy bandwidth was not measured (zero): for the
+    /// ranks of an MPI job other than rank 0, whose figures are not shown.
+    pub fn unprobed() -> Machine {
+        Machine {
+            cores: cores(),
+            memcpy_1: 0.0,
+            memcpy_all: 0.0,
+            stream_1: 0.0,
+            stream_all: 0.0,
+        }
+    }
+
     /// Measures: each figure is the best of `reps` copies of
     /// [`PROBE_BYTES`] per thread (threads start together).
     pub fn probe(reps: usize) -> Machine {

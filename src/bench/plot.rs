@@ -88,7 +88,8 @@ pub fn svg(rep: &Report) -> String {
     );
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
     let title = format!(
-        "rankwise bench, local engine, {n} ranks, {} cores, copy bandwidth {:.1} GB/s",
+        "rankwise bench, {} engine, {n} ranks, {} cores, copy bandwidth {:.1} GB/s",
+        rep.options.engine.name(),
         rep.machine.cores,
         rep.machine.copy_all() / 1e9
     );

@@ -1,5 +1,6 @@
-//! The sweep on the local engine: one launch of `nranks` rank threads runs
-//! every row, through the raw face, exactly as nccl-tests drives NCCL.
+//! The sweep: one launch of `nranks` rank threads (or, on the mpi engine,
+//! this process's rank of the MPI job) runs every row, through the raw
+//! face, exactly as nccl-tests drives NCCL.
 //!
 //! Per row and placement (out-of-place, then in-place): `warmup` untimed
 //! calls, `iters` timed calls (each rank times each call; a call's time is
@@ -315,36 +316,58 @@ pub fn run_checked(
         });
     let reprobe = reprobe.as_ref();
     let options = LaunchOptions::default().with_pinned_threads(opts.pin);
+    #[cfg(feature = "mpi")]
+    if opts.engine == crate::launch::EngineKind::Mpi {
+        // this process is one rank of the MPI job; the reprobe's barrier
+        // is for threads, so rows that stream from memory use `copy_bw`
+        let mut c = crate::mpi::init_with(options)?;
+        let rows = rank_rows(&mut c, opts, plans, copy_bw, None, on_row);
+        c.finish(rows.as_ref().err());
+        return rows;
+    }
     let mut per_rank = launch::launch_with(opts.engine, options, opts.nranks, |c| {
-        // only rank 0's rows are returned: the others keep none
-        let mut rows = Vec::with_capacity(if c.rank() == 0 { plans.len() } else { 0 });
-        // one pair of buffers per datatype, sized for its largest row
-        for dtype in opts.dtypes.iter().copied() {
-            let mine = || plans.iter().filter(move |p| p.dtype == dtype);
-            if mine().next().is_none() {
-                continue;
-            }
-            let (ea, eb) = buffer_elems(mine(), opts.nranks).ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InvalidUsage,
-                    format!("the {dtype} rows' buffers do not fit in the address space"),
-                )
-            })?;
-            let a = c.alloc_elems(ea, dtype)?;
-            let b = c.alloc_elems(eb, dtype)?;
-            for p in mine() {
-                let row = with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw, reprobe)?);
-                if c.rank() == 0 {
-                    on_row(&row);
-                    rows.push(row);
-                }
-            }
-            c.free(a)?;
-            c.free(b)?;
-        }
-        Ok(rows)
+        rank_rows(c, opts, plans, copy_bw, reprobe, on_row)
     })?;
     Ok(per_rank.swap_remove(0))
+}
+
+/// One rank's part of the sweep: every row, rank 0 keeping (and passing
+/// to `on_row`) the finished rows, the others none.
+fn rank_rows(
+    c: &mut Comm,
+    opts: &Options,
+    plans: &[Plan],
+    copy_bw: f64,
+    reprobe: Option<&Reprobe>,
+    on_row: &(dyn Fn(&Row) + Sync),
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::with_capacity(if c.rank() == 0 { plans.len() } else { 0 });
+    // one pair of buffers per datatype, sized for its largest row
+    for dtype in opts.dtypes.iter().copied() {
+        let mine = || plans.iter().filter(move |p| p.dtype == dtype);
+        if mine().next().is_none() {
+            continue;
+        }
+        let (ea, eb) = buffer_elems(mine(), opts.nranks).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidUsage,
+                format!("the {dtype} rows' buffers do not fit in the address space"),
+            )
+        })?;
+        let a = c.alloc_elems(ea, dtype)?;
+        let b = c.alloc_elems(eb, dtype)?;
+        for p in mine() {
+            let row =
+                with_element_type!(dtype, T => run_row::<T>(c, opts, p, a, b, copy_bw, reprobe)?);
+            if c.rank() == 0 {
+                on_row(&row);
+                rows.push(row);
+            }
+        }
+        c.free(a)?;
+        c.free(b)?;
+    }
+    Ok(rows)
 }
 
 /// Where one placement's buffers are, in elements from the allocation base.

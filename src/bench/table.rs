@@ -11,10 +11,15 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
     let names: Vec<&str> = opts.funcs.iter().map(|f| f.name()).collect();
     let mut s = String::new();
     s += &format!(
-        "# rankwise bench {} | engine {} | {} ranks (threads of one process)\n",
+        "# rankwise bench {} | engine {} | {} ranks ({})\n",
         names.join(","),
         opts.engine.describe(),
-        opts.nranks
+        opts.nranks,
+        if opts.engine == crate::launch::EngineKind::Mpi {
+            "processes of an MPI job"
+        } else {
+            "threads of one process"
+        }
     );
     s += &format!(
         "# machine: {} cores | copy bandwidth 1 thread {:.2} GB/s, {} threads {:.2} GB/s (memcpy {:.2} / {:.2}, streaming {:.2} / {:.2})\n",
@@ -27,7 +32,9 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
         m.stream_1 / GB,
         m.stream_all / GB
     );
-    let pinned = if opts.pin && opts.nranks <= m.cores {
+    let pinned = if opts.engine == crate::launch::EngineKind::Mpi {
+        "processes placed by mpirun"
+    } else if opts.pin && opts.nranks <= m.cores {
         "rank r pinned to core r"
     } else {
         "threads not pinned"
@@ -39,7 +46,11 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
     s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";
     if roofline {
         s += "# %bound: the copy bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
-        s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
+        if opts.engine == crate::launch::EngineKind::Mpi {
+            s += "#         (the bandwidth measured before the sweep, for every row)\n";
+        } else {
+            s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
+        }
     }
     if opts.check == 0 {
         s += "# WARNING: checking is disabled (-c 0): #wrong shows N/A and nothing was verified\n";

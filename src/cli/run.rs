@@ -1,8 +1,10 @@
-//! `rankwise run <op>`: one collective on N local ranks through the raw face
+//! `rankwise run <op>`: one collective on N ranks through the raw face
 //! (so `--in-place` uses the op's exact pointer equation from `core`),
 //! showing every rank's input and output. Outputs the contract leaves
 //! undefined or unused are shown as null and never read. A call the engine
-//! rejects prints its error with the `ncclResult_t` name and exits 2.
+//! rejects prints its error with the `ncclResult_t` name and exits 2. On
+//! the mpi engine each rank is a process of an MPI job and rank 0 prints
+//! every rank's outcome.
 //!
 //! Every element travels as an exact [`Scalar`] of the call's datatype, from
 //! the inputs file to the output: a 64-bit integer is never rounded through
@@ -37,7 +39,9 @@ pub struct Args {
     /// Print one JSON object
     #[arg(long)]
     pub json: bool,
-    /// Engine to run on
+    /// Engine to run on: local (threads), nccl (a process per rank, real
+    /// NCCL), mpi (a process per rank of an MPI job; outside mpirun,
+    /// rankwise starts `mpirun -n RANKS` itself)
     #[arg(long, value_enum, default_value = "local")]
     pub engine: EngineKind,
 }
@@ -49,9 +53,123 @@ const MAX_ELEMENTS: usize = 1 << 22;
 const MAX_INPUT_BYTES: u64 = MAX_ELEMENTS as u64 * 64;
 
 pub fn run(args: Args) -> ExitCode {
+    if let Some(code) = crate::launch::mpirun::relaunch("run", args.engine, args.call.ranks) {
+        return code;
+    }
+    #[cfg(feature = "mpi")]
+    if let Some(job) = crate::launch::mpirun::rank_of_job(args.engine) {
+        return run_mpi(args, job);
+    }
     match prepare(&args) {
-        Ok((spec, inputs, note)) => execute(&args, spec, inputs, note),
+        Ok((spec, inputs, note)) => ExitCode::from(execute(&args, spec, inputs, note, true)),
         Err(e) => fail("run", e),
+    }
+}
+
+/// `run` as one rank of an MPI job: every process prepares the same call
+/// (rank 0's seed for random inputs), runs its rank, and rank 0 prints
+/// every rank's input and output.
+#[cfg(feature = "mpi")]
+fn run_mpi(mut args: Args, job: Result<(usize, usize), String>) -> ExitCode {
+    use crate::launch::mpirun::{end_with_rank0, share};
+    let (rank, size) = match job {
+        Ok(j) => j,
+        Err(e) => return fail("run", e),
+    };
+    let say = |e: String| {
+        if rank == 0 {
+            let _ = fail("run", e);
+        }
+        end_with_rank0(rank, FAILED)
+    };
+    if args.call.ranks != size {
+        return say(format!(
+            "--ranks {}, but mpirun started {size} process(es): each rank is one process (mpirun -n {})",
+            args.call.ranks, args.call.ranks
+        ));
+    }
+    if args.inputs == "random" && args.seed.is_none() {
+        let mine: u64 = rand::random();
+        match share(&mine.to_le_bytes()) {
+            Ok(all) => {
+                let lead = all.first().and_then(|b| <[u8; 8]>::try_from(&b[..]).ok());
+                args.seed = lead.map(u64::from_le_bytes);
+            }
+            Err(e) => return say(e),
+        }
+    }
+    match prepare(&args) {
+        Ok((spec, inputs, note)) => {
+            let code = execute(&args, spec, inputs, note, rank == 0);
+            end_with_rank0(rank, code)
+        }
+        Err(e) => say(e),
+    }
+}
+
+/// An outcome as it crosses between processes: each element as text that
+/// reads back to the same value (a float by its bits).
+#[cfg(feature = "mpi")]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WireOutcome {
+    values: Option<Vec<String>>,
+    error: Option<crate::Error>,
+    addresses: String,
+    problems: Vec<String>,
+}
+
+#[cfg(feature = "mpi")]
+impl WireOutcome {
+    fn from(o: Outcome) -> WireOutcome {
+        let (values, error) = match o.actual {
+            Actual::Values(v) => (
+                Some(
+                    v.iter()
+                        .map(|x| match x {
+                            Scalar::Int(i) => format!("i{i}"),
+                            Scalar::Float(f) => format!("f{:x}", f.to_bits()),
+                        })
+                        .collect(),
+                ),
+                None,
+            ),
+            Actual::Nothing => (None, None),
+            Actual::Error(e) => (None, Some(e)),
+        };
+        WireOutcome {
+            values,
+            error,
+            addresses: o.addresses,
+            problems: o.problems,
+        }
+    }
+    fn into_outcome(self) -> crate::Result<Outcome> {
+        let bad = |x: &str| {
+            crate::Error::new(
+                ErrorKind::Internal,
+                format!("an element came back from a rank process as {x:?}"),
+            )
+        };
+        let actual = match (self.values, self.error) {
+            (_, Some(e)) => Actual::Error(e),
+            (None, None) => Actual::Nothing,
+            (Some(v), None) => Actual::Values(
+                v.iter()
+                    .map(|x| match x.split_at_checked(1) {
+                        Some(("i", i)) => i.parse().map(Scalar::Int).map_err(|_| bad(x)),
+                        Some(("f", b)) => u64::from_str_radix(b, 16)
+                            .map(|b| Scalar::Float(f64::from_bits(b)))
+                            .map_err(|_| bad(x)),
+                        _ => Err(bad(x)),
+                    })
+                    .collect::<crate::Result<_>>()?,
+            ),
+        };
+        Ok(Outcome {
+            actual,
+            addresses: self.addresses,
+            problems: self.problems,
+        })
     }
 }
 
@@ -332,23 +450,34 @@ fn number(x: Scalar) -> Value {
     }
 }
 
-fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<Scalar>>, note: Option<String>) -> ExitCode {
+/// Runs the call on every rank and, when `speak`, prints what each did;
+/// returns the exit code.
+fn execute(
+    args: &Args,
+    spec: Spec,
+    inputs: Vec<Vec<Scalar>>,
+    note: Option<String>,
+    speak: bool,
+) -> u8 {
     let n = args.call.ranks;
     let shared = Arc::new(inputs);
     let spec = Spec {
         inputs: Inputs::Given(shared.clone()),
         ..spec
     };
-    let results = launch::launch_each(args.engine, LaunchOptions::default(), n, |comm| {
-        let input = shared.get(comm.rank()).cloned().unwrap_or_default();
-        Ok(native::execute(comm, &spec, &input))
-    });
+    let results = run_ranks(args.engine, n, &spec, &shared);
+    let failed = |e: crate::Error| {
+        if speak {
+            eprintln!("rankwise run: {e}");
+        }
+        FAILED
+    };
     let outcomes: Vec<Outcome> = match results {
         Ok(r) => r
             .into_iter()
             .map(|o| o.unwrap_or_else(|e| Outcome::error(e, String::new())))
             .collect(),
-        Err(e) => return fail("run", e),
+        Err(e) => return failed(e),
     };
     let errors: Vec<&crate::Error> = outcomes
         .iter()
@@ -375,7 +504,7 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<Scalar>>, note: Option<Strin
         .enumerate()
         .flat_map(|(r, o)| o.problems.iter().map(move |p| format!("rank {r}: {p}")))
         .collect();
-    if args.json {
+    if speak && args.json {
         let v = RunJson {
             op: spec.func.cli_name(),
             ranks: n,
@@ -400,7 +529,7 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<Scalar>>, note: Option<Strin
             }),
         };
         outln!("{}", serde_json::to_string(&v).unwrap_or_default());
-    } else {
+    } else if speak {
         print_text(&spec, n, &shared, &outcomes, note.as_deref());
         if let Some(e) = first {
             let who = errors.iter().filter_map(|e| e.rank).collect::<Vec<_>>();
@@ -414,15 +543,39 @@ fn execute(args: &Args, spec: Spec, inputs: Vec<Vec<Scalar>>, note: Option<Strin
         }
     }
     if first.is_some() {
-        return ExitCode::from(REJECTED);
+        return REJECTED;
     }
     if !problems.is_empty() {
-        for p in &problems {
+        for p in problems.iter().filter(|_| speak) {
             eprintln!("rankwise run: contract violation on {p}");
         }
-        return ExitCode::from(FAILED);
+        return FAILED;
     }
-    ExitCode::SUCCESS
+    0
+}
+
+/// Every rank's outcome of the call, from the engine's ranks.
+fn run_ranks(
+    engine: EngineKind,
+    n: usize,
+    spec: &Spec,
+    inputs: &[Vec<Scalar>],
+) -> crate::Result<Vec<crate::Result<Outcome>>> {
+    #[cfg(feature = "mpi")]
+    if engine == EngineKind::Mpi {
+        let out = crate::mpi::launch_each(LaunchOptions::default(), n, |comm| {
+            let input = inputs.get(comm.rank()).cloned().unwrap_or_default();
+            Ok(WireOutcome::from(native::execute(comm, spec, &input)))
+        })?;
+        return Ok(out
+            .into_iter()
+            .map(|r| r.and_then(WireOutcome::into_outcome))
+            .collect());
+    }
+    launch::launch_each(engine, LaunchOptions::default(), n, |comm| {
+        let input = inputs.get(comm.rank()).cloned().unwrap_or_default();
+        Ok(native::execute(comm, spec, &input))
+    })
 }
 
 fn print_text(

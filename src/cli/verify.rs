@@ -1,7 +1,12 @@
-//! `rankwise verify`: runs a suite on N local ranks, writes the run
+//! `rankwise verify`: runs a suite on N ranks of an engine, writes the run
 //! directory (manifest, per-rank CSVs, traces, evidence), reads it back
 //! through the same checks as `summarize`, and prints the result tables and
 //! the seed's four log facts. Exits 0 only if every record passes.
+//!
+//! On the mpi engine each rank is a process of an MPI job (see
+//! `launch::mpirun`): every process runs its rank of each layer and writes
+//! its own CSV, rank 0 makes the directory, reads every rank's rows back
+//! and reports, and every process ends with rank 0's exit code.
 
 use super::{FAILED, MAX_LOCAL_RANKS, fail};
 use crate::launch::EngineKind;
@@ -16,14 +21,17 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Number of local ranks (any N >= 1; the seed's roots adapt below N=4)
-    #[arg(long, short = 'n', default_value_t = 4)]
-    pub ranks: usize,
+    /// Number of ranks (any N >= 1; the seed's roots adapt below N=4)
+    /// [default: 4; under mpirun, the job's processes]. With --engine mpi
+    /// outside mpirun, rankwise starts `mpirun -n N` itself
+    #[arg(long, short = 'n')]
+    pub ranks: Option<usize>,
     /// `seed` (the chapter's 92 rows at N=4), `full` (every op, datatype,
     /// count and root) or `misuse` (the catalogue of contract violations)
     #[arg(long, default_value = "seed")]
     pub suite: String,
-    /// Engine to run on
+    /// Engine to run on: local (threads), nccl (a process per rank, real
+    /// NCCL), mpi (a process per rank of an MPI job; feature `mpi`)
     #[arg(long, value_enum, default_value = "local")]
     pub engine: EngineKind,
     /// Run directory to write: a new or empty directory (default: a new
@@ -33,6 +41,38 @@ pub struct Args {
     /// Print one JSON object instead of tables
     #[arg(long)]
     pub json: bool,
+}
+
+/// The ranks a run uses when `--ranks` is not given.
+pub const DEFAULT_RANKS: usize = 4;
+
+/// One process's part in a run: the whole run, or (mpi engine) one rank of
+/// an MPI job, where rank 0 makes the directory and reports.
+#[derive(Clone, Copy)]
+struct Part {
+    rank: usize,
+    mpi: bool,
+}
+
+impl Part {
+    fn leads(self) -> bool {
+        self.rank == 0
+    }
+    /// Ends the command: under mpirun, with rank 0's code on every process.
+    fn end(self, code: u8) -> ExitCode {
+        if self.mpi {
+            crate::launch::mpirun::end_with_rank0(self.rank, code)
+        } else {
+            ExitCode::from(code)
+        }
+    }
+    /// Says `msg` (rank 0 only) and ends with exit code 1.
+    fn fail(self, msg: impl std::fmt::Display) -> ExitCode {
+        if self.leads() {
+            let _ = fail("verify", msg);
+        }
+        self.end(FAILED)
+    }
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -48,29 +88,84 @@ pub fn run(args: Args) -> ExitCode {
             ),
         );
     };
-    if let Err(why) = args.engine.available() {
+    let wanted = args.ranks.unwrap_or(DEFAULT_RANKS);
+    if let Some(code) = crate::launch::mpirun::relaunch("verify", args.engine, wanted) {
+        return code;
+    }
+    let (part, n) = match crate::launch::mpirun::rank_of_job(args.engine) {
+        None => (
+            Part {
+                rank: 0,
+                mpi: false,
+            },
+            wanted,
+        ),
+        Some(Err(e)) => return fail("verify", e),
+        Some(Ok((rank, size))) => {
+            let part = Part { rank, mpi: true };
+            if args.ranks.is_some_and(|r| r != size) {
+                return part.fail(format!(
+                    "--ranks {wanted}, but mpirun started {size} process(es): each rank is one process (drop --ranks, or mpirun -n {wanted})"
+                ));
+            }
+            (part, size)
+        }
+    };
+    if !part.mpi
+        && let Err(why) = args.engine.available()
+    {
         return fail(
             "verify",
             format!("the {} engine cannot run here: {why}", args.engine),
         );
     }
-    if let Err(e) = super::check_size(args.ranks, 1, crate::DataType::Int8, Some(MAX_LOCAL_RANKS)) {
-        return fail("verify", e);
+    if let Err(e) = super::check_size(n, 1, crate::DataType::Int8, Some(MAX_LOCAL_RANKS)) {
+        return part.fail(e);
     }
-    let n = args.ranks;
     let run_id = runner::utc_run_id();
-    let out = match runner::create_run_dir(args.out.as_deref(), Path::new("runs"), &run_id) {
-        Ok(p) => p,
-        Err(e) => return fail("verify", e),
-    };
     let plan = cases::plan(suite, n);
-    let manifest = runner::manifest(&plan, &run_id, args.engine.name());
-    if let Err(e) = manifest.write(&out) {
-        return fail(
-            "verify",
-            format!("cannot write {}: {e}", out.join("manifest.json").display()),
-        );
-    }
+    // rank 0 claims the directory and writes the manifest; under mpirun
+    // the others then learn where the run goes (or why it does not)
+    let made = if part.leads() {
+        runner::create_run_dir(args.out.as_deref(), Path::new("runs"), &run_id).and_then(|out| {
+            runner::manifest(&plan, &run_id, args.engine.name())
+                .write(&out)
+                .map(|_| out.clone())
+                .map_err(|e| format!("cannot write {}: {e}", out.join("manifest.json").display()))
+        })
+    } else {
+        Err(String::new())
+    };
+    let (out, run_id) = if part.mpi {
+        let mine = match &made {
+            Ok(p) => serde_json::json!({ "out": p, "run_id": run_id }),
+            Err(e) => serde_json::json!({ "error": e }),
+        };
+        let all = match crate::launch::mpirun::share(mine.to_string().as_bytes()) {
+            Ok(all) => all,
+            Err(e) => return part.fail(e),
+        };
+        let lead: serde_json::Value = all
+            .first()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or_default();
+        match (lead["out"].as_str(), lead["run_id"].as_str()) {
+            (Some(o), Some(id)) => (PathBuf::from(o), id.to_string()),
+            _ => {
+                return part.fail(
+                    lead["error"]
+                        .as_str()
+                        .unwrap_or("rank 0 made no run directory"),
+                );
+            }
+        }
+    } else {
+        match made {
+            Ok(p) => (p, run_id),
+            Err(e) => return fail("verify", e),
+        }
+    };
+    let quiet = !part.leads();
 
     // progress: a bar on a terminal, plain lines otherwise (stderr under --json)
     let total: u64 = plan
@@ -78,7 +173,7 @@ pub fn run(args: Args) -> ExitCode {
         .iter()
         .map(|l| (l.rows_per_rank() * n) as u64)
         .sum();
-    let bar = (!args.json && std::io::stdout().is_terminal()).then(|| {
+    let bar = (!args.json && !part.mpi && std::io::stdout().is_terminal()).then(|| {
         let b = ProgressBar::new(total);
         if let Ok(style) =
             ProgressStyle::with_template("{prefix:>9} [{bar:40}] {pos}/{len} rows {elapsed}")
@@ -88,13 +183,16 @@ pub fn run(args: Args) -> ExitCode {
         b
     });
     let say = |line: String| {
+        if quiet {
+            return;
+        }
         if args.json {
             eprintln!("{line}");
         } else {
             outln!("{line}");
         }
     };
-    if !args.json {
+    if !args.json && !quiet {
         outln!(
             "rankwise verify: suite {}, {n} rank(s), engine {}, run {run_id}",
             suite.name(),
@@ -127,7 +225,9 @@ pub fn run(args: Args) -> ExitCode {
                         r.elapsed.as_secs_f64()
                     ));
                 }
-                if let Err(e) = runner::save_trace(&out, &r) {
+                if part.leads()
+                    && let Err(e) = runner::save_trace(&out, &r)
+                {
                     say(format!("cannot save the {} trace: {e}", lp.layer));
                 }
                 runs.push(r);
@@ -136,15 +236,16 @@ pub fn run(args: Args) -> ExitCode {
                 if let Some(b) = &bar {
                     b.finish_and_clear();
                 }
-                return fail(
-                    "verify",
-                    format!("the {} layer could not run: {e}", lp.layer),
-                );
+                return part.fail(format!("the {} layer could not run: {e}", lp.layer));
             }
         }
     }
     if let Some(b) = &bar {
         b.finish_and_clear();
+    }
+    if !part.leads() {
+        // rank 0 reads every rank's rows back and reports
+        return part.end(0);
     }
 
     let facts = match (
@@ -163,7 +264,7 @@ pub fn run(args: Args) -> ExitCode {
         .collect();
     let summary = match summary::summarize(&out) {
         Ok(s) => s,
-        Err(e) => return fail("verify", format!("cannot read back {}: {e}", out.display())),
+        Err(e) => return part.fail(format!("cannot read back {}: {e}", out.display())),
     };
     let pass = summary.pass() && facts.iter().all(|f| f.pass) && rank_failures.is_empty();
     if args.json {
@@ -171,11 +272,7 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         print_text(&summary, &facts, &rank_failures, &out, suite, pass);
     }
-    if pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(FAILED)
-    }
+    part.end(if pass { 0 } else { FAILED })
 }
 
 fn print_text(

@@ -7,6 +7,7 @@
 //! ranks of any of them, which is how the CLI's `--engine` and the
 //! integration tests' engine list reach every engine through one door.
 
+pub mod mpirun;
 pub mod process;
 pub mod store;
 pub mod threads;

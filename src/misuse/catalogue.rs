@@ -54,6 +54,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let count = if c.rank() == 2 { 1000 } else { 1024 };
                 all_reduce(c, g, count, I32, RedOp::Sum)
@@ -66,6 +67,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let dt = if c.rank() == 1 {
                     DataType::Float32
@@ -82,6 +84,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let op = if c.rank() == 3 {
                     RedOp::Max
@@ -98,6 +101,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 3,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let s = if c.rank() == 0 { 2.0 } else { 0.5 };
                 all_reduce(c, g, 16, DataType::Float32, RedOp::PreMulSum(s))
@@ -110,6 +114,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let b = g.output(c, 256)?;
                 let root = if c.rank() == 2 { 1 } else { 0 };
@@ -123,6 +128,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 if c.rank() == 1 {
                     let s = g.input(c, 64 * 4)?;
@@ -140,6 +146,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let b = g.output(c, 64)?;
                 if c.rank() != 2 {
@@ -155,6 +162,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<TIMEOUT>,
             short_timeout: true,
+            needs_diagnosis: false,
             program: |c, g| {
                 if c.rank() == 3 {
                     std::thread::sleep(Duration::from_millis(600));
@@ -169,6 +177,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: |r| (r != 3).then_some(ErrorKind::Deadlock),
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 if c.rank() == 3 {
                     return Ok(());
@@ -183,6 +192,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<DEADLOCK>,
             short_timeout: false,
+            needs_diagnosis: true,
             program: |c, g| {
                 let n = c.size() as i32;
                 let me = c.rank() as i32;
@@ -199,6 +209,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<UNMATCHED>,
             short_timeout: false,
+            needs_diagnosis: true,
             program: |c, g| {
                 if c.rank() == 0 {
                     let s = g.input(c, 64)?;
@@ -215,6 +226,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<UNMATCHED>,
             short_timeout: false,
+            needs_diagnosis: true,
             program: |c, g| {
                 if c.rank() == 0 {
                     c.nccl_send(NULL, 0, I32, 1)
@@ -230,6 +242,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 2,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 if c.rank() == 0 {
                     let s = g.input(c, 256)?;
@@ -247,6 +260,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 2,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 if c.rank() == 0 {
                     let s = g.input(c, 256)?;
@@ -264,6 +278,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let (n, me) = (c.size(), c.rank());
                 let ins: Vec<usize> = (0..n)
@@ -293,6 +308,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<INVALID_ROOT>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let b = g.output(c, 64)?;
                 c.nccl_broadcast(b, b, 16, I32, 4)
@@ -311,6 +327,7 @@ pub fn catalogue() -> Vec<Scenario> {
                 })
             },
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let s = g.input(c, 64)?;
                 c.nccl_reduce(s, NULL, 16, I32, RedOp::Sum, 2)
@@ -329,6 +346,7 @@ pub fn catalogue() -> Vec<Scenario> {
                 })
             },
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let q = 16;
                 let short = usize::from(c.rank() == 1);
@@ -352,6 +370,7 @@ pub fn catalogue() -> Vec<Scenario> {
                 })
             },
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let b = g.output(c, 4 * 16 * 4)?;
                 c.nccl_all_gather(b, b, 16, I32)
@@ -364,6 +383,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 2,
             expect: all::<INVALID_USAGE>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, _| c.nccl_group_end(),
         },
         Scenario {
@@ -373,6 +393,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 2,
             expect: all::<INVALID_USAGE>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let s = g.input(c, 64)?;
                 let me = c.rank() as i32;
@@ -392,6 +413,7 @@ pub fn catalogue() -> Vec<Scenario> {
                 })
             },
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 if c.rank() == 1 {
                     std::thread::sleep(Duration::from_millis(20));
@@ -407,6 +429,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 4,
             expect: all::<DEADLOCK>,
             short_timeout: false,
+            needs_diagnosis: true,
             program: |c, g| {
                 let mut a = c.dup()?;
                 let mut b = c.dup()?;
@@ -431,6 +454,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 3,
             expect: all::<COMM_FAILED>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let count = if c.rank() == 0 { 8 } else { 16 };
                 let first = all_reduce(c, g, count, I32, RedOp::Sum);
@@ -447,6 +471,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 2,
             expect: all::<INVALID_DATATYPE>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let b = g.output(c, 64)?;
                 c.nccl_all_reduce(b, b, 16, 12, RedOp::Sum)
@@ -459,6 +484,7 @@ pub fn catalogue() -> Vec<Scenario> {
             ranks: 2,
             expect: all::<INVALID_OP>,
             short_timeout: false,
+            needs_diagnosis: false,
             program: |c, g| {
                 let b = g.output(c, 64)?;
                 c.nccl_all_reduce(b, b, 16, I32, 9)

@@ -13,4 +13,6 @@ mod runner;
 
 pub use catalogue::{catalogue, scenario};
 pub use guards::Guards;
-pub use runner::{DEADLINE, Outcome, Program, RankOutcome, Scenario, run};
+#[cfg(feature = "mpi")]
+pub use runner::run_mpi;
+pub use runner::{DEADLINE, Outcome, Program, RankOutcome, Scenario, expected, run, timeout};

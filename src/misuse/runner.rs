@@ -28,7 +28,34 @@ pub struct Scenario {
     /// The error kind each rank must return (None: the rank succeeds).
     pub expect: fn(usize) -> Option<ErrorKind>,
     pub short_timeout: bool,
+    /// The expected kinds come from deadlock diagnosis (a cycle of waits,
+    /// a Send whose peer waits elsewhere): an engine without it
+    /// ([`crate::engine::Capabilities::diagnoses_deadlock`]) can only end
+    /// the scenario in its timeout, so there every rank must return
+    /// Timeout, and the scenario runs with the short timeout to stay
+    /// within [`DEADLINE`] ([`expected`], [`timeout`]).
+    pub needs_diagnosis: bool,
     pub program: Program,
+}
+
+/// What each rank of `s` must return on `engine`: the scenario's own
+/// kinds, or Timeout on every rank where the kinds need a deadlock
+/// diagnosis that the engine does not make.
+pub fn expected(s: &Scenario, engine: EngineKind) -> Vec<Option<ErrorKind>> {
+    if s.needs_diagnosis && !engine.capabilities().diagnoses_deadlock {
+        vec![Some(ErrorKind::Timeout); s.ranks]
+    } else {
+        (0..s.ranks).map(s.expect).collect()
+    }
+}
+
+/// The wait timeout `s` runs with on `engine`.
+pub fn timeout(s: &Scenario, engine: EngineKind) -> Duration {
+    if s.short_timeout || (s.needs_diagnosis && !engine.capabilities().diagnoses_deadlock) {
+        SHORT_TIMEOUT
+    } else {
+        Duration::from_secs(30)
+    }
 }
 
 /// What one rank did.
@@ -119,15 +146,11 @@ impl Outcome {
     }
 }
 
-/// Runs one scenario on `engine`.
+/// Runs one scenario on `engine` (ranks as threads of this process; the
+/// mpi engine's processes run it with [`run_mpi`]).
 pub fn run(engine: EngineKind, s: &Scenario) -> Outcome {
-    let timeout = if s.short_timeout {
-        SHORT_TIMEOUT
-    } else {
-        Duration::from_secs(30)
-    };
     let opts = LaunchOptions::default()
-        .with_timeout(timeout)
+        .with_timeout(timeout(s, engine))
         .with_tracer(Tracer::off());
     let extra: Mutex<Vec<(Duration, usize)>> = Mutex::new(vec![(Duration::ZERO, 0); s.ranks]);
     let start = Instant::now();
@@ -139,7 +162,6 @@ pub fn run(engine: EngineKind, s: &Scenario) -> Outcome {
         r
     });
     let extra = extra.into_inner().unwrap_or_else(|p| p.into_inner());
-    let expected: Vec<Option<ErrorKind>> = (0..s.ranks).map(s.expect).collect();
     let ranks: Vec<RankOutcome> = match results {
         Ok(rs) => rs
             .into_iter()
@@ -160,13 +182,82 @@ pub fn run(engine: EngineKind, s: &Scenario) -> Outcome {
             s.ranks
         ],
     };
-    let passed = ranks.iter().zip(&expected).all(|(o, want)| {
-        o.error.as_ref().map(|e| e.kind) == *want && o.elapsed <= DEADLINE && o.violations == 0
-    });
+    judge(s, ranks, expected(s, engine))
+}
+
+fn judge(s: &Scenario, ranks: Vec<RankOutcome>, expected: Vec<Option<ErrorKind>>) -> Outcome {
+    let passed = ranks.len() == expected.len()
+        && ranks.iter().zip(&expected).all(|(o, want)| {
+            o.error.as_ref().map(|e| e.kind) == *want && o.elapsed <= DEADLINE && o.violations == 0
+        });
     Outcome {
         name: s.name,
         ranks,
         expected,
         passed,
     }
+}
+
+/// One rank's outcome as it crosses between processes.
+#[cfg(feature = "mpi")]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WireOutcome {
+    error: Option<Error>,
+    seconds: f64,
+    violations: usize,
+}
+
+/// Runs one scenario on the mpi engine, one rank per process: every
+/// process of the MPI job must call it, in the same order, and each gets
+/// every rank's outcome (the job needs at least `s.ranks` processes; the
+/// others take no part). Each rank times its own error from the start of
+/// the launch, which every process enters together, and checks its own
+/// guards; a rank whose program fails or panics tells the others at once.
+#[cfg(feature = "mpi")]
+pub fn run_mpi(s: &Scenario) -> Result<Outcome> {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let engine = EngineKind::Mpi;
+    let opts = LaunchOptions::default()
+        .with_timeout(timeout(s, engine))
+        .with_tracer(Tracer::off());
+    let start = Instant::now();
+    let results = crate::mpi::launch_each(opts, s.ranks, |c| {
+        let rank = c.rank();
+        let mut g = Guards::default();
+        let r = catch_unwind(AssertUnwindSafe(|| (s.program)(c, &mut g))).unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Error::new(ErrorKind::Panic, format!("rank {rank} panicked: {msg}")).on_rank(rank))
+        });
+        let seconds = start.elapsed().as_secs_f64();
+        let violations = g.violations(c);
+        if let Err(e) = &r {
+            // as a failing program ends: the others learn why at once
+            c.finish(Some(e));
+        }
+        Ok(WireOutcome {
+            error: r.err(),
+            seconds,
+            violations,
+        })
+    })?;
+    let ranks = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(w) => RankOutcome {
+                error: w.error,
+                elapsed: Duration::from_secs_f64(w.seconds.max(0.0)),
+                violations: w.violations,
+            },
+            Err(e) => RankOutcome {
+                error: Some(e),
+                elapsed: start.elapsed(),
+                violations: 0,
+            },
+        })
+        .collect();
+    Ok(judge(s, ranks, expected(s, engine)))
 }

@@ -73,6 +73,10 @@ pub fn run_layer(
         .with_tracer(tracer)
         .with_timeout(timeout);
     let layer = plan.layer;
+    #[cfg(feature = "mpi")]
+    if engine == EngineKind::Mpi {
+        return run_layer_mpi(opts, plan, n, run_id, out, &lines, start);
+    }
     let (results, trace) = if engine.uses_processes() {
         let (results, trace) = run_layer_processes(engine, &opts, plan, n, run_id, out)?;
         // the children wrote their rows; the bar moves once they are in
@@ -87,7 +91,17 @@ pub fn run_layer(
         let trace = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
         (results, trace)
     };
-    let mut op_counts = Vec::with_capacity(n);
+    Ok(layer_run(layer, results, trace, start))
+}
+
+/// What a layer left, from every rank's result and the trace.
+fn layer_run(
+    layer: Layer,
+    results: Vec<Result<Vec<u64>, Error>>,
+    trace: Vec<String>,
+    start: Instant,
+) -> LayerRun {
+    let mut op_counts = Vec::with_capacity(results.len());
     let mut failures = Vec::new();
     for (rank, r) in results.into_iter().enumerate() {
         match r {
@@ -98,13 +112,48 @@ pub fn run_layer(
             }
         }
     }
-    Ok(LayerRun {
+    LayerRun {
         layer,
         op_counts,
         trace,
         failures,
         elapsed: start.elapsed(),
-    })
+    }
+}
+
+/// A layer on the mpi engine, run by every process of the MPI job (this
+/// one is one rank): each rank writes its own CSV; every rank's opCounts
+/// come back from the launch and every rank's trace lines are gathered,
+/// so each process holds the whole layer's record (rank 0 reports it).
+#[cfg(feature = "mpi")]
+fn run_layer_mpi(
+    opts: LaunchOptions,
+    plan: &LayerPlan,
+    n: usize,
+    run_id: &str,
+    out: &Path,
+    lines: &crate::trace::TraceBuffer,
+    start: Instant,
+) -> Result<LayerRun, Error> {
+    let timeout = opts.timeout;
+    let results =
+        crate::mpi::launch_each(opts, n, |comm| run_rank(comm, plan, n, run_id, out, &|| {}))?;
+    let mine = lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+    let mut trace = Vec::new();
+    for (rank, text) in crate::mpi::share(mine.as_bytes(), timeout)?
+        .into_iter()
+        .take(n)
+        .enumerate()
+    {
+        let text = String::from_utf8(text).map_err(|_| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("rank {rank}'s trace lines are not UTF-8"),
+            )
+        })?;
+        trace.extend(text.lines().map(str::to_string));
+    }
+    Ok(layer_run(plan.layer, results, trace, start))
 }
 
 /// One rank's run of a layer: every case in order, one CSV row each, into

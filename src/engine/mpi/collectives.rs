@@ -11,6 +11,12 @@
 //! - Broadcast is out of place as in NCCL: the root copies sendbuff to its
 //!   recvbuff, then MPI broadcasts recvbuff.
 //! - A non-root Reduce's or Gather's recvbuff is never written.
+//! - Float reductions whose inputs are scaled (Avg, PreMulSum) are not
+//!   left to MPI's reduction order: the scaled inputs are inexact, so the
+//!   order of the additions shows in the last bits. Their inputs are
+//!   gathered (Allgather, Gather to the root, Alltoall for ReduceScatter)
+//!   and folded in rank order, as the local engine folds them, so the
+//!   results are bitwise identical on every engine.
 
 use super::notice::Waiting;
 use super::{MpiEngine, ffi, ops};
@@ -73,6 +79,17 @@ fn finish_avg(c: &Call, n: usize, addr: usize, elems: usize) {
     }
 }
 
+/// Whether the reduction's result depends on the order of its steps in a
+/// way the suite sees: float inputs scaled before the sum.
+fn ordered(c: &Call) -> bool {
+    c.datatype.is_float() && matches!(c.op, RedOp::Avg | RedOp::PreMulSum(_))
+}
+
+/// Folds the `n` gathered blocks of `q` elements at `from` into `to`.
+fn fold(c: &Call, n: usize, from: usize, q: usize, to: usize) {
+    crate::with_element_type!(c.datatype, T => ffi::fold_ranks::<T>(c.op, n, from, q, to));
+}
+
 pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
     let (n, me) = (e.size, e.rank);
     let size = c.datatype.size();
@@ -91,6 +108,28 @@ pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
         )
     };
     match c.func {
+        Func::AllReduce if ordered(c) => {
+            let all = Scratch::zeroed(n * qb);
+            let req = ffi::iallgather(comm, c.sendbuff, all.addr(), qbytes)?;
+            e.wait(req, on, &what)?;
+            fold(c, n, all.addr(), q, c.recvbuff);
+        }
+        Func::Reduce if ordered(c) => {
+            let at_root = me == c.root;
+            let all = at_root.then(|| Scratch::zeroed(n * qb));
+            let recv = all.as_ref().map_or(0, |s| s.addr());
+            let req = ffi::igather(comm, c.sendbuff, recv, qbytes, root)?;
+            e.wait(req, on, &what)?;
+            if let Some(all) = all {
+                fold(c, n, all.addr(), q, c.recvbuff);
+            }
+        }
+        Func::ReduceScatter if ordered(c) => {
+            let mine = Scratch::zeroed(n * qb);
+            let req = ffi::ialltoall(comm, c.sendbuff, mine.addr(), qbytes)?;
+            e.wait(req, on, &what)?;
+            fold(c, n, mine.addr(), q, c.recvbuff);
+        }
         Func::AllReduce => {
             let (_keep, input) = reduce_input(c, n, c.sendbuff, q, c.sendbuff == c.recvbuff);
             let req = ffi::iallreduce(

@@ -6,6 +6,7 @@
 use crate::core::{Error, ErrorKind, Result};
 use mpi::ffi as sys;
 use std::os::raw::{c_int, c_void};
+use std::time::Instant;
 
 pub use sys::{MPI_Comm as Comm, MPI_Datatype as Datatype, MPI_Op as Op};
 
@@ -125,14 +126,18 @@ pub fn split_below(comm: Comm, n: usize) -> Result<Option<Comm>> {
     Ok(Some(dup))
 }
 
-/// Every rank's `mine`, concatenated in rank order (blocking).
-pub fn allgather_bytes(comm: Comm, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+/// Every rank's `mine`, concatenated in rank order (blocking, until
+/// `deadline`: a rank that never calls it is a Timeout, not a hang).
+pub fn allgather_bytes(comm: Comm, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
     let (_, n) = rank_and_size(comm)?;
-    let len = [mine.len() as u64];
+    let len = Box::new([mine.len() as u64]);
     let mut lens = vec![0u64; n];
-    let mut req = iallgather(comm, len.as_ptr() as usize, lens.as_mut_ptr() as usize, 8)?;
-    while !req.test()? {
-        std::thread::yield_now();
+    let req = iallgather(comm, len.as_ptr() as usize, lens.as_mut_ptr() as usize, 8)?;
+    if let Err(e) = wait_until(req, deadline) {
+        // the request may still complete into these buffers: keep them
+        std::mem::forget(len);
+        std::mem::forget(lens);
+        return Err(e);
     }
     let counts: Vec<c_int> = lens
         .iter()
@@ -145,20 +150,43 @@ pub fn allgather_bytes(comm: Comm, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         at += *c as usize;
     }
     let mut all = vec![0u8; at.max(1)];
-    let mut req = iallgatherv(
+    let sent = mine.to_vec();
+    let req = iallgatherv(
         comm,
-        mine.as_ptr() as usize,
-        int(mine.len(), "result exchange")?,
+        sent.as_ptr() as usize,
+        int(sent.len(), "result exchange")?,
         all.as_mut_ptr() as usize,
         &counts,
         &displs,
     )?;
-    while !req.test()? {
-        std::thread::yield_now();
+    if let Err(e) = wait_until(req, deadline) {
+        std::mem::forget(sent);
+        std::mem::forget(all);
+        return Err(e);
     }
     Ok((0..n)
         .map(|r| all[displs[r] as usize..displs[r] as usize + counts[r] as usize].to_vec())
         .collect())
+}
+
+/// Waits for `req` until `deadline`.
+fn wait_until(mut req: Request, deadline: Instant) -> Result<()> {
+    let mut round = 0u32;
+    while !req.test()? {
+        if Instant::now() >= deadline {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                "an exchange between the MPI job's processes timed out: a process never joined it (RANKWISE_TIMEOUT sets the limit)",
+            ));
+        }
+        round += 1;
+        if round > 1000 {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
 }
 
 /// Broadcasts one u64 from rank 0 (blocking; used once per communicator).
@@ -485,4 +513,29 @@ pub fn map_elems<T: crate::core::Element>(addr: usize, n: usize, f: impl Fn(T) -
     for x in xs {
         *x = f(*x);
     }
+}
+
+/// Folds `n` blocks of `q` elements of `T` at `from` (block s from rank s,
+/// one after another) in rank order with `op`, exactly as the local engine
+/// reduces, into the `q` elements at `to`.
+pub fn fold_ranks<T: crate::engine::local::reduce::Arith>(
+    op: crate::core::RedOp,
+    n: usize,
+    from: usize,
+    q: usize,
+    to: usize,
+) {
+    if q == 0 || n == 0 {
+        return;
+    }
+    debug_assert!(from.is_multiple_of(std::mem::align_of::<T>()));
+    debug_assert!(to.is_multiple_of(std::mem::align_of::<T>()));
+    // SAFETY: `from` is the engine's own scratch of n * q elements of T,
+    // aligned for T, that MPI has finished writing; nothing writes it now.
+    let all = unsafe { std::slice::from_raw_parts(from as *const T, n * q) };
+    // SAFETY: `to` holds q elements of T inside an extent checked for the
+    // call being run, aligned for T; it does not overlap the scratch, and
+    // nothing else touches it while the call runs on this rank.
+    let acc = unsafe { std::slice::from_raw_parts_mut(to as *mut T, q) };
+    crate::engine::local::reduce::reduce_into(acc, op, n, |s| &all[s * q..(s + 1) * q]);
 }

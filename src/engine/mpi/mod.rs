@@ -56,12 +56,12 @@ pub fn init_with(opts: LaunchOptions) -> Result<Comm> {
     ffi::init()?;
     static FINALIZE: std::sync::Once = std::sync::Once::new();
     FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
-    let notices = Notices::for_process(opts.timeout)?;
+    let notices = Notices::for_process()?;
     let comm = ffi::dup(ffi::world())?;
     let (rank, size) = ffi::rank_and_size(comm)?;
     let mut id = launch_id(rank);
     ffi::bcast_u64(comm, &mut id)?;
-    let mut engine = MpiEngine::new(notices, comm, rank, size, id, id);
+    let mut engine = MpiEngine::new(notices, comm, rank, size, id, id, opts.timeout);
     engine.top = true;
     Ok(Comm::new(
         Box::new(engine),
@@ -84,7 +84,7 @@ where
     ffi::init()?;
     static FINALIZE: std::sync::Once = std::sync::Once::new();
     FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
-    let notices = Notices::for_process(opts.timeout)?;
+    let notices = Notices::for_process()?;
     let world = ffi::world();
     let (me, jobs) = ffi::rank_and_size(world)?;
     if nranks == 0 || nranks > jobs {
@@ -100,7 +100,7 @@ where
         Some(comm) => {
             let mut id = launch_id(me);
             ffi::bcast_u64(comm, &mut id)?;
-            let engine = MpiEngine::new(notices, comm, me, nranks, id, id);
+            let engine = MpiEngine::new(notices, comm, me, nranks, id, id, opts.timeout);
             let mut comm = Comm::new(Box::new(engine), opts.tracer.for_rank(me), opts.poison);
             let out = catch_unwind(AssertUnwindSafe(|| program(&mut comm))).unwrap_or_else(|_| {
                 Err(Error::new(ErrorKind::Panic, format!("rank {me} panicked")).on_rank(me))
@@ -115,7 +115,11 @@ where
             format!("rank {me}'s result cannot be serialised: {e}"),
         )
     })?;
-    let all = ffi::allgather_bytes(world, &bytes)?;
+    // the program's own waits may be short (a test of a timeout), but a
+    // rank may still be busy in its program: the results wait as long as
+    // any wait of this process may
+    let patience = opts.timeout.max(LaunchOptions::default().timeout);
+    let all = ffi::allgather_bytes(world, &bytes, Instant::now() + patience)?;
     all.into_iter()
         .take(nranks)
         .enumerate()
@@ -129,6 +133,24 @@ where
             got.ok_or_else(|| Error::new(ErrorKind::Internal, format!("rank {r} sent no result")))
         })
         .collect()
+}
+
+/// This process's rank in the MPI job and the job's size (MPI is
+/// initialised on the first call and finalised when the process exits).
+pub fn world() -> Result<(usize, usize)> {
+    ffi::init()?;
+    static FINALIZE: std::sync::Once = std::sync::Once::new();
+    FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
+    ffi::rank_and_size(ffi::world())
+}
+
+/// Every process's `mine`, in rank order, on every process of the job: how
+/// the command line's processes agree on a run directory, gather trace
+/// lines and share an exit code. Every process must call it; it waits at
+/// most `timeout` for the others.
+pub fn share(mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+    world()?;
+    ffi::allgather_bytes(ffi::world(), mine, Instant::now() + timeout)
 }
 
 /// A communicator id, from the clock and the process, made by rank 0.
@@ -160,6 +182,8 @@ pub struct MpiEngine {
     /// communicators duplicated from this one so far
     dups: u64,
     failure: Option<Error>,
+    /// the longest any wait of this communicator may last
+    timeout: Duration,
     /// a distinct address per rank and communicator, for the trace's `comm`
     handle: Box<u8>,
     /// the communicator [`init`] made: dropping it ends the rank's program
@@ -182,6 +206,7 @@ impl MpiEngine {
         size: usize,
         id: u64,
         program: Program,
+        timeout: Duration,
     ) -> MpiEngine {
         notices.register(id);
         MpiEngine {
@@ -194,6 +219,7 @@ impl MpiEngine {
             colls_done: 0,
             dups: 0,
             failure: None,
+            timeout,
             handle: Box::new(0),
             top: false,
             program,
@@ -216,13 +242,13 @@ impl MpiEngine {
             if let Some(e) = self.notices.blocking(self.program, self.id, &on, what)? {
                 return Err(e);
             }
-            if start.elapsed() >= self.notices.timeout {
+            if start.elapsed() >= self.timeout {
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
                         "{} timed out after {:?} on rank {} (mpi engine); {}",
                         what(),
-                        self.notices.timeout,
+                        self.timeout,
                         self.rank,
                         self.notices.describe(self.program)
                     ),
@@ -297,7 +323,7 @@ impl Engine for MpiEngine {
         let on = Waiting::Collective {
             done: self.colls_done,
         };
-        let head = wire::head(mine);
+        let head = Box::new(wire::head(mine));
         let mut heads = vec![0u64; wire::HEAD_WORDS * self.size];
         let bytes = ffi::int(wire::HEAD_WORDS * 8, "exchange")?;
         let req = ffi::iallgather(
@@ -306,7 +332,14 @@ impl Engine for MpiEngine {
             heads.as_mut_ptr() as usize,
             bytes,
         )?;
-        self.wait(req, on.clone(), &what)?;
+        if let Err(e) = self.wait(req, on.clone(), &what) {
+            // a rank that arrives late still completes this allgather:
+            // MPI may then read and write these buffers, so they must
+            // outlive the abandoned request
+            std::mem::forget(head);
+            std::mem::forget(heads);
+            return Err(e);
+        }
         let mut all: Vec<(Posted, usize)> = heads
             .chunks(wire::HEAD_WORDS)
             .map(wire::read_head)
@@ -341,7 +374,12 @@ impl Engine for MpiEngine {
                 &counts,
                 &displs,
             )?;
-            self.wait(req, on, &what)?;
+            if let Err(e) = self.wait(req, on, &what) {
+                // as above: the abandoned request may still complete
+                std::mem::forget(rest);
+                std::mem::forget(words);
+                return Err(e);
+            }
             for (r, (p, _)) in all.iter_mut().enumerate() {
                 let from = displs[r] as usize / 8;
                 wire::read_rest(p, &words[from..from + extra[r] * wire::CALL_WORDS])?;
@@ -380,6 +418,7 @@ impl Engine for MpiEngine {
             self.size,
             id,
             self.program,
+            self.timeout,
         )))
     }
 

@@ -42,7 +42,37 @@ enum Notice {
         /// whose cause's own notice may still be on its way
         after_remote: bool,
     },
-    Failed(String),
+    /// why, and the kind a waiting rank reports: the failure's own kind
+    /// when it is the communicator's (see [`carried`]), else RemoteError
+    Failed(String, ErrorKind),
+    /// stopped because another rank failed: the waiters hear of that
+    /// failure from the rank that failed, so this says nothing more (it is
+    /// not "finished without entering the call", which would be a deadlock)
+    Stopped,
+}
+
+/// The kinds of failure that belong to the communicator rather than to one
+/// rank's program: a waiting rank reports them as they are, as every rank
+/// of a local communicator does (a timeout, a mismatch, a deadlock, an
+/// unmatched call); any other failure reaches the others as RemoteError.
+fn carried(kind: ErrorKind) -> Option<&'static str> {
+    match kind {
+        ErrorKind::Timeout => Some("Timeout"),
+        ErrorKind::Mismatch => Some("Mismatch"),
+        ErrorKind::Deadlock => Some("Deadlock"),
+        ErrorKind::Unmatched => Some("Unmatched"),
+        _ => None,
+    }
+}
+
+fn carried_kind(word: Option<&str>) -> ErrorKind {
+    match word {
+        Some("Timeout") => ErrorKind::Timeout,
+        Some("Mismatch") => ErrorKind::Mismatch,
+        Some("Deadlock") => ErrorKind::Deadlock,
+        Some("Unmatched") => ErrorKind::Unmatched,
+        _ => ErrorKind::RemoteError,
+    }
 }
 
 #[derive(Default)]
@@ -69,7 +99,6 @@ impl State {
 pub struct Notices {
     comm: ffi::Comm,
     rank: usize,
-    pub timeout: Duration,
     state: RefCell<State>,
 }
 
@@ -79,7 +108,7 @@ thread_local! {
 
 impl Notices {
     /// The process's notices, set up on first use (collective over the job).
-    pub fn for_process(timeout: Duration) -> Result<Rc<Notices>> {
+    pub fn for_process() -> Result<Rc<Notices>> {
         if let Some(n) = PROCESS.with(|p| p.borrow().clone()) {
             return Ok(n);
         }
@@ -88,7 +117,6 @@ impl Notices {
         let n = Rc::new(Notices {
             comm,
             rank,
-            timeout,
             state: RefCell::new(State {
                 size,
                 ..State::default()
@@ -113,14 +141,14 @@ impl Notices {
             ffi::recv_probed(self.comm, src, TAG, &mut buf)?;
             let text = String::from_utf8_lossy(&buf);
             let (first, body) = text.split_once('\n').unwrap_or((&text, ""));
-            let Some((kind, program)) = first.split_once(' ') else {
-                continue;
-            };
-            let Ok(program) = program.parse::<Program>() else {
+            let mut words = first.split(' ');
+            let kind = words.next().unwrap_or("");
+            let Some(Ok(program)) = words.next().map(str::parse::<Program>) else {
                 continue;
             };
             let notice = match kind {
-                "failed" => Notice::Failed(body.to_string()),
+                "failed" => Notice::Failed(body.to_string(), carried_kind(words.next())),
+                "stopped" => Notice::Stopped,
                 _ => Notice::Finished {
                     after_remote: kind == "finished-after-remote",
                     done: text
@@ -199,11 +227,8 @@ impl Notices {
         // a failure elsewhere comes second: a rank that never arrived is
         // the cause, and the failures it set off are its consequences
         for (r, n) in ranks.iter().enumerate() {
-            if let Some(Notice::Failed(why)) = n {
-                return Ok(Some(Error::new(
-                    ErrorKind::RemoteError,
-                    format!("rank {r} failed: {why}"),
-                )));
+            if let Some(Notice::Failed(why, kind)) = n {
+                return Ok(Some(Error::new(*kind, format!("rank {r} failed: {why}"))));
             }
         }
         Ok(None)
@@ -222,12 +247,19 @@ impl Notices {
                 .collect()
         };
         let finished = list(&|n| matches!(n, Some(Notice::Finished { .. })));
+        let stopped = list(&|n| matches!(n, Some(Notice::Stopped)));
         let running = list(&|n| n.is_none());
         let mut parts = Vec::new();
         if !finished.is_empty() {
             parts.push(format!(
                 "rank(s) {} finished their programs",
                 finished.join(",")
+            ));
+        }
+        if !stopped.is_empty() {
+            parts.push(format!(
+                "rank(s) {} stopped after another rank's failure",
+                stopped.join(",")
             ));
         }
         if !running.is_empty() {
@@ -248,7 +280,11 @@ impl Notices {
             }
             state.finished.push(program);
             match error {
-                Some(e) if e.kind != ErrorKind::RemoteError => format!("failed {program}\n{e}"),
+                Some(e) if e.kind == ErrorKind::RemoteError => format!("stopped {program}\n"),
+                Some(e) => match carried(e.kind) {
+                    Some(k) => format!("failed {program} {k}\n{e}"),
+                    None => format!("failed {program}\n{e}"),
+                },
                 _ => {
                     let kind = if error.is_some() {
                         "finished-after-remote"
