@@ -38,9 +38,6 @@ enum Notice {
     Finished {
         done: HashMap<u64, u64>,
         at: Instant,
-        /// its program ended because another rank failed: a consequence,
-        /// whose cause's own notice may still be on its way
-        after_remote: bool,
     },
     /// why, and the kind a waiting rank reports: the failure's own kind
     /// when it is the communicator's (see [`carried`]), else RemoteError
@@ -150,7 +147,6 @@ impl Notices {
                 "failed" => Notice::Failed(body.to_string(), carried_kind(words.next())),
                 "stopped" => Notice::Stopped,
                 _ => Notice::Finished {
-                    after_remote: kind == "finished-after-remote",
                     done: text
                         .lines()
                         .skip(1)
@@ -182,21 +178,10 @@ impl Notices {
         let mut state = self.state.borrow_mut();
         let ranks = state.of(program);
         let me = self.rank;
-        let any_failed = ranks.iter().any(|n| matches!(n, Some(Notice::Failed(_))));
         match *on {
             Waiting::Collective { done } => {
                 for (r, n) in ranks.iter().enumerate() {
-                    if let Some(Notice::Finished {
-                        done: d,
-                        at,
-                        after_remote,
-                    }) = n
-                    {
-                        // a rank that left because another failed is not the
-                        // cause: the failure is, once its notice arrives
-                        if *after_remote && (any_failed || at.elapsed() <= GRACE) {
-                            continue;
-                        }
+                    if let Some(Notice::Finished { done: d, .. }) = n {
                         let theirs = d.get(&id).copied().unwrap_or(0);
                         if theirs <= done {
                             return Ok(Some(Error::new(
@@ -285,13 +270,8 @@ impl Notices {
                     Some(k) => format!("failed {program} {k}\n{e}"),
                     None => format!("failed {program}\n{e}"),
                 },
-                _ => {
-                    let kind = if error.is_some() {
-                        "finished-after-remote"
-                    } else {
-                        "finished"
-                    };
-                    let mut t = format!("{kind} {program}\n");
+                None => {
+                    let mut t = format!("finished {program}\n");
                     for (id, k) in &state.done {
                         t.push_str(&format!("{id} {k}\n"));
                     }
