@@ -21,7 +21,7 @@ fn main() {
 
 #[divan::bench(
     types = [i8, u8, i32, u32, i64, u64, f16, bf16, f32, f64, F8E4M3, F8E5M2],
-    args = ["sum", "prod", "max", "min", "avg"],
+    args = ["sum", "prod", "max", "min", "avg", "premulsum"],
     sample_count = 30,
 )]
 fn reduce_two<T: Arith>(b: Bencher, op: &str) {
@@ -30,7 +30,11 @@ fn reduce_two<T: Arith>(b: Bencher, op: &str) {
         .map(|r| (0..n).map(|i| T::from_f64(((i + r) % 7) as f64)).collect())
         .collect();
     let mut acc = vec![T::default(); n];
-    let op = RedOp::parse(op).expect("a built-in op");
+    // PreMulSum with a scalar that is not a power of two: its products round
+    let op = match op {
+        "premulsum" => RedOp::PreMulSum(0.3),
+        o => RedOp::parse(o).expect("a built-in op"),
+    };
     b.counter(BytesCount::new(3 * BYTES)).bench_local(|| {
         reduce_into(&mut acc, op, 2, |s| &x[s]);
         divan::black_box(&acc);

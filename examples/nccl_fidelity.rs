@@ -8,6 +8,9 @@
 //! nccl_fidelity argcheck --ranks N              bad arguments straight to NCCL, beside rankwise's verdict
 //! nccl_fidelity fault    --ranks N --scenario S --timeout SECS [--checks]
 //!                                               a misuse scenario on NCCL (rankwise's checks off unless --checks)
+//! nccl_fidelity misuse   [--timeout SECS]       every misuse scenario, rankwise's checks on
+//! nccl_fidelity misuse   --checks-off [--timeout SECS]
+//!                                               every misuse scenario on NCCL alone: one JSON line each
 //! nccl_fidelity percall  [--iters K]            time per call: rankwise's path vs a bare ncclAllReduce loop (N=1)
 //! ```
 //!
@@ -17,6 +20,7 @@ use rankwise::core::{DataType, Element, F8E4M3, F8E5M2, Func, RawCall, Scalar, l
 use rankwise::engine::nccl::raw;
 use rankwise::launch::process::{self, Handler, Job};
 use rankwise::launch::{self, EngineKind, LaunchOptions};
+use rankwise::misuse::Guards;
 use rankwise::{Comm, Error, ErrorKind, RedOp, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -29,6 +33,7 @@ fn jobs() -> Vec<(&'static str, Handler)> {
     j.push(("argcheck", argcheck_job as Handler));
     j.push(("fault", fault_job as Handler));
     j.push(("percall", percall_job as Handler));
+    j.push(("unchecked", unchecked_job as Handler));
     j
 }
 
@@ -67,6 +72,9 @@ fn main() -> ExitCode {
             ),
             flag("--checks"),
         ),
+        Some("misuse") if flag("--checks-off") => misuse_unchecked(Duration::from_secs_f64(
+            opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(5.0),
+        )),
         Some("misuse") => misuse(Duration::from_secs_f64(
             opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(5.0),
         )),
@@ -385,7 +393,37 @@ fn fused_chains(xs: &[f64], s: f64, rnd: &dyn Fn(f64) -> f64) -> Vec<u64> {
 
 /// The rules a float reduction could follow, each as the set of results it
 /// allows for one element.
-fn rules(dt: DataType, op: RedOp, xs: &[f64]) -> Vec<(&'static str, Vec<u64>)> {
+fn rules(dt: DataType, op: RedOp, xs: &[f64]) -> Vec<(String, Vec<u64>)> {
+    let mut out: Vec<(String, Vec<u64>)> = named_rules(dt, op, xs)
+        .into_iter()
+        .map(|(name, v)| (name.to_string(), v))
+        .collect();
+    // NCCL's rule for the type (fused steps for half, float, double and
+    // bfloat16; fp8's product rounded first) in one order each: the ring
+    // from rank k, k+1, …; "ring from 0" is rank order, what the local
+    // engine computes
+    let n = xs.len();
+    let scalar = match op {
+        RedOp::Avg => Some(1.0 / n as f64),
+        RedOp::PreMulSum(k) => Some(k),
+        _ => None,
+    };
+    if let Some(k) = scalar {
+        let rnd = |x: f64| Scalar::Float(x).to_type(dt).to_f64();
+        let s = rnd(k);
+        for start in 0..n {
+            let mut acc = rnd(xs[start] * s);
+            for j in 1..n {
+                let x = xs[(start + j) % n];
+                acc = rankwise::verify::reference::fused_step(dt, acc, x, s);
+            }
+            out.push((format!("nccl rule, ring from {start}"), vec![acc.to_bits()]));
+        }
+    }
+    out
+}
+
+fn named_rules(dt: DataType, op: RedOp, xs: &[f64]) -> Vec<(&'static str, Vec<u64>)> {
     let n = xs.len() as f64;
     let rnd = |x: f64| Scalar::Float(x).to_type(dt).to_f64();
     let add = |a: f64, b: f64| a + b;
@@ -503,7 +541,7 @@ fn diff(n: usize, count: usize, isolate: bool) -> Result<()> {
         if c.func == Func::AllReduce && c.dt.is_float() && !matches!(c.op, RedOp::Max | RedOp::Min)
         {
             let out = to_scalars(c.dt, &unhex(nccl[0][&key].as_str().unwrap_or("")));
-            let mut hits: BTreeMap<&str, usize> = BTreeMap::new();
+            let mut hits: BTreeMap<String, usize> = BTreeMap::new();
             for (i, y) in out.iter().enumerate() {
                 let xs: Vec<f64> = (0..n)
                     .map(|r| input_value(c.dt, k, r, i).to_f64())
@@ -520,6 +558,43 @@ fn diff(n: usize, count: usize, isolate: bool) -> Result<()> {
                 .map(|(name, h)| format!("{name} {h}/{}", out.len()))
                 .collect();
             matched = all.join("; ");
+            // which ring order NCCL's value fits, element by element, as
+            // runs of elements: `0-63:1` = elements 0..=63 fit the ring from
+            // rank 1 (`*` several, `-` none)
+            if matches!(c.op, RedOp::Avg | RedOp::PreMulSum(_)) {
+                let fits: Vec<String> = out
+                    .iter()
+                    .enumerate()
+                    .map(|(i, y)| {
+                        let xs: Vec<f64> = (0..n)
+                            .map(|r| input_value(c.dt, k, r, i).to_f64())
+                            .collect();
+                        let starts: Vec<String> = rules(c.dt, c.op, &xs)
+                            .into_iter()
+                            .filter_map(|(name, v)| {
+                                let start = name.strip_prefix("nccl rule, ring from ")?;
+                                v.contains(&y.to_f64().to_bits()).then(|| start.to_string())
+                            })
+                            .collect();
+                        match starts.len() {
+                            0 => "-".to_string(),
+                            1 => starts[0].clone(),
+                            _ if starts.len() == n => "*".to_string(),
+                            _ => starts.join("|"),
+                        }
+                    })
+                    .collect();
+                let mut runs = Vec::new();
+                let mut at = 0;
+                while at < fits.len() {
+                    let end = (at..fits.len())
+                        .find(|&j| fits[j] != fits[at])
+                        .unwrap_or(fits.len());
+                    runs.push(format!("{at}-{}:{}", end - 1, fits[at]));
+                    at = end;
+                }
+                matched.push_str(&format!("\n    ring order by element: {}", runs.join(" ")));
+            }
         }
         let ulp = match max_ulp {
             i64::MAX => "int".to_string(),
@@ -548,6 +623,16 @@ fn diff(n: usize, count: usize, isolate: bool) -> Result<()> {
         .map(|s| s.1)
         .sum();
     println!("integer elements that differ: {bad_ints}");
+    println!(
+        "per datatype and reduction, every reducing collective: elements that differ / compared, max ULP"
+    );
+    for (key, (elems, differ, ulp)) in &summary {
+        let ulp = match *ulp {
+            i64::MAX => "int".to_string(),
+            u => u.to_string(),
+        };
+        println!("  {key:<20} {differ}/{elems} {ulp}");
+    }
     Ok(())
 }
 
@@ -587,22 +672,37 @@ fn note(text: String) -> raw::Outcome {
 
 /// Waits for what NCCL accepted; says how that ended.
 fn settle(c: &Comm, x: &raw_ctx::Ctx, out: &mut Vec<raw::Outcome>) {
+    settle_within(c, x, out, Duration::from_secs(10))
+}
+
+fn settle_within(c: &Comm, x: &raw_ctx::Ctx, out: &mut Vec<raw::Outcome>, limit: Duration) {
     // SAFETY: the communicator is live.
-    match unsafe { raw::wait(c.handle(), &x.stream, Duration::from_secs(10)) } {
+    match unsafe { raw::wait(c.handle(), &x.stream, limit) } {
         Ok(true) => out.push(note("completed".into())),
-        Ok(false) => out.push(note("no completion within 10 s".into())),
+        Ok(false) => out.push(note(format!("no completion within {limit:?}"))),
         Err(e) => out.push(note(format!("then: {}", e.message))),
     }
 }
 
 fn one(c: &mut Comm, x: &raw_ctx::Ctx, call: RawCall) -> Result<Vec<raw::Outcome>> {
+    one_within(c, x, call, Duration::from_secs(10))
+}
+
+fn one_within(
+    c: &mut Comm,
+    x: &raw_ctx::Ctx,
+    call: RawCall,
+    limit: Duration,
+) -> Result<Vec<raw::Outcome>> {
     // SAFETY: buffers come from this communicator's allocations (or are
     // NULL), and every rank makes the same call.
     let o = unsafe { raw::call(c.handle(), &x.stream, &call)? };
-    let accepted = o.code == 0;
+    // ncclSuccess, or ncclInProgress (7): a non-blocking communicator
+    // accepts work and issues it later, so both are waited for
+    let accepted = o.code == 0 || o.code == 7;
     let mut out = vec![o];
     if accepted {
-        settle(c, x, &mut out);
+        settle_within(c, x, &mut out, limit);
     }
     Ok(out)
 }
@@ -938,6 +1038,161 @@ fn misuse(timeout: Duration) -> Result<()> {
     }
     println!("{passed} of {total} scenarios end in the catalogue's error on every rank");
     println!("guard bytes changed, all scenarios and ranks: {changed}");
+    Ok(())
+}
+
+// ------------------------------------------------- misuse, NCCL on its own
+
+/// A misuse scenario whose bad argument rankwise refuses on each rank
+/// before NCCL sees it, written as the same calls straight to NCCL
+/// (`engine::nccl::raw`): what NCCL returned to each call, then how the
+/// work ended within `limit`.
+type Unchecked = fn(&mut Comm, &mut Guards, &raw_ctx::Ctx, Duration) -> Result<Vec<raw::Outcome>>;
+
+fn unchecked_program(name: &str) -> Option<Unchecked> {
+    const I32: i32 = 2;
+    let p: Unchecked = match name {
+        "invalid-root" => |c, g, x, t| {
+            let b = g.output(c, 64)?;
+            one_within(c, x, rc(Func::Broadcast, b, b, 16, I32, 0, 4), t)
+        },
+        "null-root-recvbuff" => |c, g, x, t| {
+            let s = g.input(c, 64)?;
+            one_within(c, x, rc(Func::Reduce, s, 0, 16, I32, 0, 2), t)
+        },
+        "out-of-bounds-extent" => |c, g, x, t| {
+            // rank 1's recvbuff one element short, with a guard after it:
+            // what NCCL writes past the end lands in the guard
+            let q = 16;
+            let short = usize::from(c.rank() == 1);
+            let s = g.input(c, q * 4)?;
+            let r = g.output(c, (4 * q - short) * 4)?;
+            one_within(c, x, rc(Func::AllGather, s, r, q, I32, 0, 0), t)
+        },
+        "illegal-overlap" => |c, g, x, t| {
+            let b = g.output(c, 4 * 16 * 4)?;
+            one_within(c, x, rc(Func::AllGather, b, b, 16, I32, 0, 0), t)
+        },
+        "group-end-without-start" => |c, _, _, _| Ok(vec![raw::group_end(c.handle())?]),
+        "send-to-self-without-recv" => |c, g, x, t| {
+            let s = g.input(c, 64)?;
+            let h = c.handle();
+            let me = c.rank() as i32;
+            let mut out = vec![raw::group_start(h)?];
+            // SAFETY: a live buffer of this communicator.
+            out.push(unsafe { raw::call(h, &x.stream, &rc(Func::Send, s, 0, 16, I32, 0, me))? });
+            out.push(raw::group_end(h)?);
+            settle_within(c, x, &mut out, t);
+            Ok(out)
+        },
+        "bad-datatype-code" => |c, g, x, t| {
+            let b = g.output(c, 64)?;
+            one_within(c, x, rc(Func::AllReduce, b, b, 16, 12, 0, 0), t)
+        },
+        "bad-op-code" => |c, g, x, t| {
+            let b = g.output(c, 64)?;
+            one_within(c, x, rc(Func::AllReduce, b, b, 16, I32, 9, 0), t)
+        },
+        _ => return None,
+    };
+    Some(p)
+}
+
+/// One rank of a misuse scenario with rankwise's cross-rank checks off
+/// (and, for the argument scenarios, its per-call checks too): the error
+/// or NCCL's answers, the time, the guard bytes changed, and every output
+/// buffer's bytes before and after (hex, the first 4 KiB).
+fn unchecked_job(comm: &mut Comm, args: &Value) -> Result<Value> {
+    let name = args["scenario"].as_str().unwrap_or("");
+    let limit = Duration::from_secs_f64(args["timeout"].as_f64().unwrap_or(5.0));
+    let s = rankwise::misuse::scenario(name)
+        .ok_or_else(|| Error::new(ErrorKind::InvalidUsage, format!("no scenario {name}")))?;
+    let mut g = Guards::default();
+    let t = Instant::now();
+    let (error, nccl) = match unchecked_program(name) {
+        Some(p) => {
+            let x = raw_ctx::Ctx {
+                stream: raw::stream()?,
+            };
+            match p(comm, &mut g, &x, limit) {
+                Ok(o) => (None, Some(o)),
+                Err(e) => (Some(e), None),
+            }
+        }
+        None => ((s.program)(comm, &mut g).err(), None),
+    };
+    let seconds = t.elapsed().as_secs_f64();
+    let cap = |b: &[u8]| hex(&b[..b.len().min(4096)]);
+    let after = g.outputs(comm);
+    let before = g.initial_outputs();
+    let changed: Vec<usize> = match &after {
+        Ok(a) => a
+            .iter()
+            .zip(&before)
+            .map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let violations = g.violations(comm);
+    if let Some(e) = &error {
+        comm.finish(Some(e));
+    }
+    Ok(json!({
+        "error": error.map(|e| e.to_string()),
+        "nccl": nccl,
+        "seconds": seconds,
+        "guard_violations": violations,
+        "outputs_before": before.iter().map(|b| cap(b)).collect::<Vec<_>>(),
+        "outputs_after": match &after {
+            Ok(a) => json!(a.iter().map(|b| cap(b)).collect::<Vec<_>>()),
+            Err(e) => json!(format!("unreadable: {e}")),
+        },
+        "output_bytes_changed": changed,
+    }))
+}
+
+/// Every misuse scenario on NCCL with rankwise's checks off, each rank
+/// bounded by `timeout` (then ncclCommAbort) and each job by a deadline
+/// past that: one JSON line per scenario, what each rank did.
+fn misuse_unchecked(timeout: Duration) -> Result<()> {
+    println!(
+        "misuse, rankwise's checks off: every scenario on NCCL rank processes at its catalogue size, timeout {timeout:?}"
+    );
+    for s in rankwise::misuse::catalogue() {
+        // SAFETY: measuring what NCCL does with the scenario's mismatched
+        // calls is the point; every wait is bounded by `timeout` and ends
+        // in ncclCommAbort, and the job's deadline kills what remains.
+        let opts = unsafe {
+            LaunchOptions::default()
+                .with_timeout(timeout)
+                .with_tracer(rankwise::trace::Tracer::off())
+                .without_agreement_checks()
+        };
+        let job = Job {
+            name: "unchecked".into(),
+            args: json!({ "scenario": s.name, "timeout": timeout.as_secs_f64() }),
+            capture_trace: false,
+        };
+        let t0 = Instant::now();
+        let deadline = t0 + 3 * timeout + Duration::from_secs(30);
+        let reports = process::run_job(EngineKind::Nccl, &opts, s.ranks, &job, Some(deadline))?;
+        let ranks: Vec<Value> = reports
+            .into_iter()
+            .map(|r| match r.result {
+                Ok(v) => v,
+                Err(e) => json!({ "job_error": e.to_string() }),
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "scenario": s.name,
+                "ranks": s.ranks,
+                "wall": t0.elapsed().as_secs_f64(),
+                "per_rank": ranks,
+            })
+        );
+    }
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 use rankwise::launch::EngineKind;
 use rankwise::verify::cases::{self, Suite};
 use rankwise::verify::runner;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -200,4 +201,137 @@ fn a_pytorch_rank_that_skips_a_broadcast_is_told_as_a_skip() {
         first.contains("its calls from #1 on match the others' from #2 on; from there its opCount runs 1 behind theirs"),
         "{a}"
     );
+}
+
+/// One scenario of `nccl_fidelity misuse --checks-off` as recorded: per
+/// rank, the error rankwise's engine returned (a timeout once NCCL did not
+/// finish), NCCL's own answers to raw calls, and whether the job itself
+/// failed (a rank that panicked).
+struct Unchecked {
+    errors: Vec<Option<String>>,
+    nccl: Vec<Vec<(String, String)>>,
+    job_failed: Vec<bool>,
+}
+
+fn unchecked_run() -> BTreeMap<String, Unchecked> {
+    let text = std::fs::read_to_string(fixtures().join("misuse-unchecked.jsonl")).unwrap();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let ranks = v["per_rank"].as_array().unwrap();
+        assert_eq!(ranks.len() as u64, v["ranks"].as_u64().unwrap());
+        out.insert(
+            v["scenario"].as_str().unwrap().to_string(),
+            Unchecked {
+                errors: ranks
+                    .iter()
+                    .map(|r| r["error"].as_str().map(str::to_string))
+                    .collect(),
+                nccl: ranks
+                    .iter()
+                    .map(|r| {
+                        r["nccl"]
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .map(|o| {
+                                        let s = |k: &str| o[k].as_str().unwrap_or("").to_string();
+                                        (s("result"), s("last_error"))
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default()
+                    })
+                    .collect(),
+                job_failed: ranks.iter().map(|r| r["job_error"].is_string()).collect(),
+            },
+        );
+    }
+    out
+}
+
+/// The misuse table's "what NCCL did" column (`verify --suite misuse`) is
+/// what NCCL 2.28.9 did in the recorded run with rankwise's checks off:
+/// each text's claim (who hangs, who returns, NCCL's result code and its
+/// quoted WARN text) is checked against the run, scenario by scenario.
+#[test]
+fn the_misuse_tables_nccl_column_is_what_nccl_did() {
+    let log = std::fs::read_to_string(fixtures().join("misuse-unchecked.stderr.log")).unwrap();
+    assert!(
+        log.contains("NCCL version 2.28.9+cuda13.0"),
+        "the run's NCCL"
+    );
+    let run = unchecked_run();
+    let catalogue = rankwise::misuse::catalogue();
+    assert_eq!(run.len(), catalogue.len(), "every scenario was run");
+    for s in catalogue {
+        let u = &run[s.name];
+        let hung: Vec<usize> = (0..s.ranks)
+            .filter(|r| {
+                u.errors[*r]
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("ncclTimeout"))
+            })
+            .collect();
+        let clean: Vec<usize> = (0..s.ranks)
+            .filter(|r| {
+                u.errors[*r].is_none()
+                    && !u.job_failed[*r]
+                    && u.nccl[*r].iter().all(|(res, _)| res == "ncclSuccess")
+            })
+            .collect();
+        let all: Vec<usize> = (0..s.ranks).collect();
+        let t = s.nccl;
+        let who = format!("{}: {t:?}", s.name);
+        if t.starts_with("every rank hangs") {
+            assert_eq!(hung, all, "{who}");
+        } else if let Some(rest) = t.strip_prefix("ranks 0-2 hang") {
+            assert!(rest.is_empty(), "{who}");
+            assert_eq!(hung, vec![0, 1, 2], "{who}");
+            assert!(u.errors[3].is_none(), "{who}");
+        } else if t.starts_with("the other ranks hang") {
+            let others: Vec<usize> = all.iter().copied().filter(|r| !u.job_failed[*r]).collect();
+            assert_eq!(others.len(), s.ranks - 1, "{who}: one rank failed itself");
+            assert_eq!(hung, others, "{who}");
+        } else if t.starts_with("returns") || t.starts_with("both return") || t.starts_with("waits")
+        {
+            assert_eq!(clean, all, "{who}: no rank has an error");
+        } else if t.starts_with("no error to keep") {
+            assert_eq!(hung, all, "{who}");
+        } else if t.starts_with("accepted (ncclInProgress)") {
+            for r in &all {
+                assert_eq!(u.nccl[*r][0].0, "ncclInProgress", "{who}: rank {r}");
+            }
+        } else {
+            // an error NCCL reported: its code and its quoted text
+            let code = ["ncclInvalidArgument", "ncclInvalidUsage"]
+                .into_iter()
+                .find(|c| t.contains(c))
+                .unwrap_or_else(|| panic!("{who}: names no outcome the run can check"));
+            let quoted = t
+                .split('"')
+                .nth(1)
+                .unwrap_or_else(|| panic!("{who}: quotes no text"));
+            let said = |r: usize| {
+                let errs = u.errors[r].iter().map(String::as_str);
+                let raw = u.nccl[r].iter().flat_map(|(a, b)| [a.as_str(), b.as_str()]);
+                errs.chain(raw).collect::<Vec<_>>().join(" | ")
+            };
+            let saying: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|r| said(*r).contains(code) && said(*r).contains(quoted))
+                .collect();
+            if t.starts_with("Send returns; Recv") {
+                assert_eq!(saying, vec![1], "{who}");
+                assert!(u.errors[0].is_none(), "{who}");
+            } else {
+                assert_eq!(saying, all, "{who}");
+            }
+        }
+        // hangs named only where the run hung
+        if !t.contains("hang") {
+            assert!(hung.is_empty(), "{who}: ranks {hung:?} hung");
+        }
+    }
 }

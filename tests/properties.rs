@@ -255,11 +255,24 @@ fn reduce_ref<T: Element>(op: RedOp, v: &[f64]) -> T {
         };
         return T::from_f64(y as f64);
     }
+    // NCCL 2.28's pre-multiplied sum: the first product rounded, then each
+    // step acc + x·s rounded once (fused) for half, float, double and
+    // bfloat16, the product rounded first for fp8. The inputs here are small
+    // integers and the scalars have at most 24 bits, so for the narrower
+    // types acc + x·s is exact in f64 and rounding it is the one rounding;
+    // double takes f64's fused multiply-add.
+    let fused = !matches!(T::DTYPE, DataType::Float8e4m3 | DataType::Float8e5m2);
     let premul = |s: f64| {
         let s = round(s);
-        v.iter()
-            .skip(1)
-            .fold(round(v[0] * s), |acc, x| round(acc + round(x * s)))
+        v.iter().skip(1).fold(round(v[0] * s), |acc, x| {
+            if T::DTYPE == DataType::Float64 {
+                x.mul_add(s, acc)
+            } else if fused {
+                round(acc + x * s)
+            } else {
+                round(acc + round(x * s))
+            }
+        })
     };
     let y = match op {
         RedOp::Sum => v.iter().skip(1).fold(v[0], |a, x| round(a + x)),

@@ -12,8 +12,10 @@ pub enum RedOp {
     Max,
     Min,
     /// Integers: the sum wrapped to the type, then divided by N toward
-    /// zero, N never converted to the element type. Floats: each input
-    /// multiplied by 1/N (rounded to the type), then summed.
+    /// zero, N never converted to the element type. Floats: a sum of the
+    /// inputs each multiplied by 1/N (rounded to the type), as NCCL 2.28
+    /// computes it: for half, float, double and bfloat16 each product is
+    /// added with one rounding (fused), for fp8 rounded first.
     Avg,
     PreMulSum(f64),
 }
@@ -110,17 +112,32 @@ impl RedOp {
                 )
             }
             RedOp::Avg => format!(
-                "y[i] = x_0[i]·s + x_1[i]·s + … + x_{{N-1}}[i]·s with s = 1/N = 1/{n} rounded to {t}: each input is scaled before the sum, not the sum divided after.{order}"
+                "y[i] = x_0[i]·s + x_1[i]·s + … + x_{{N-1}}[i]·s with s = 1/N = 1/{n} rounded to {t}: each input is scaled before the sum, not the sum divided after.{}{order}",
+                premul_steps(dt)
             ),
             RedOp::PreMulSum(k) => format!(
                 "y[i] = x_0[i]·s + … + x_{{N-1}}[i]·s with s = {k} converted to {t}.{}",
                 if int {
-                    " Products and sum wrap around in the type."
+                    " Products and sum wrap around in the type.".to_string()
                 } else {
-                    &order
+                    format!("{}{order}", premul_steps(dt))
                 }
             ),
         }
+    }
+}
+
+/// How a float pre-multiplied sum (Avg, PreMulSum) rounds, as NCCL 2.28
+/// computes it (README "Reduction rules"), for `explain`.
+fn premul_steps(dt: DataType) -> String {
+    let t = dt.name();
+    match dt {
+        DataType::Float8e4m3 | DataType::Float8e5m2 => format!(
+            " Steps: acc = x_0[i]·s rounded to {t}; then for each next rank acc = acc + x_r[i]·s, the product rounded to {t} and then the sum."
+        ),
+        _ => format!(
+            " Steps: acc = x_0[i]·s rounded to {t}; then for each next rank acc = acc + x_r[i]·s rounded once, the product unrounded (a fused multiply-add, as NCCL's kernels compute it)."
+        ),
     }
 }
 
@@ -162,6 +179,12 @@ mod tests {
         assert!(t.contains("the sum 4 and 4 / 4 = 1"), "{t}");
         let t = RedOp::Avg.semantics(DataType::Float32, 3);
         assert!(t.contains("1/N = 1/3 rounded to float:"), "{t}");
+        assert!(t.contains("rounded once, the product unrounded"), "{t}");
+        let t = RedOp::PreMulSum(0.5).semantics(DataType::Float8e5m2, 3);
+        assert!(
+            t.contains("the product rounded to f8e5m2 and then the sum"),
+            "{t}"
+        );
     }
 
     #[test]

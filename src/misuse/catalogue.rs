@@ -1,6 +1,13 @@
 //! The catalogue: programs that break a collective contract the way real
-//! programs do, with what NCCL does with each and the error kind every
+//! programs do, with what NCCL did with each and the error kind every
 //! rank must get from rankwise instead.
+//!
+//! The `nccl` texts are observations, not expectations: NCCL 2.28.9 on one
+//! H200, each scenario's ranks as processes sharing the GPU over sockets,
+//! rankwise's checks off (`nccl_fidelity misuse --checks-off --timeout 3`;
+//! "hangs" = no completion within 3 s, then ncclCommAbort). The run is in
+//! tests/fixtures/nccl-2.28.9-h200/misuse-unchecked.jsonl, and
+//! tests/nccl_fixtures.rs holds each text against it.
 
 use super::guards::Guards;
 use super::runner::Scenario;
@@ -50,7 +57,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "count-mismatch",
             what: "AllReduce where rank 2 passes count 1000 and the others 1024",
-            nccl: "hang or silent corruption",
+            nccl: "every rank hangs; outputs left partly written, no element the sum",
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -63,7 +70,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "datatype-mismatch",
             what: "AllReduce where rank 1 passes float32 and the others int32",
-            nccl: "silent corruption",
+            nccl: "returns on every rank, the int32 sum (rank 1's float32 unused)",
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -80,7 +87,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "redop-mismatch",
             what: "AllReduce where rank 3 passes Max and the others Sum",
-            nccl: "silent corruption",
+            nccl: "returns on every rank, the Sum (rank 3's Max unused)",
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -97,7 +104,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "premulsum-scalar-mismatch",
             what: "AllReduce PreMulSum where rank 0's scalar is 2 and the others' 0.5",
-            nccl: "silent corruption",
+            nccl: "returns one value on every rank: each input times its own rank's scalar",
             ranks: 3,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -110,7 +117,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "root-mismatch",
             what: "Broadcast where rank 2 passes root 1 and the others root 0",
-            nccl: "hang or silent corruption",
+            nccl: "returns on every rank, root 0's data (rank 2's root 1 unused)",
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -124,7 +131,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "op-kind-mismatch",
             what: "rank 1 calls AllGather where the others call AllReduce",
-            nccl: "hang",
+            nccl: "every rank hangs",
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -142,7 +149,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "skipped-collective",
             what: "rank 2 skips a Broadcast and goes on to the next AllReduce",
-            nccl: "hang",
+            nccl: "every rank hangs",
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -158,7 +165,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "rank-never-arrives",
             what: "rank 3 is busy past the timeout (300 ms here) before its AllReduce",
-            nccl: "hang (no timeout of its own)",
+            nccl: "waits, no timeout of its own; correct once the rank arrives (0.6 s late)",
             ranks: 4,
             expect: all::<TIMEOUT>,
             short_timeout: true,
@@ -173,7 +180,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "rank-finishes-early",
             what: "rank 3 ends its program without the AllReduce the others enter",
-            nccl: "hang",
+            nccl: "ranks 0-2 hang",
             ranks: 4,
             expect: |r| (r != 3).then_some(ErrorKind::Deadlock),
             short_timeout: false,
@@ -188,7 +195,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "ungrouped-ring",
             what: "each rank Sends to the next, then Receives from the previous, outside a group",
-            nccl: "hang once messages exceed NCCL's buffers",
+            nccl: "every rank hangs in its 1 MiB Send; nothing received",
             ranks: 4,
             expect: all::<DEADLOCK>,
             short_timeout: false,
@@ -205,7 +212,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "unmatched-send",
             what: "rank 0 Sends to rank 1, which enters an AllReduce instead",
-            nccl: "hang",
+            nccl: "every rank hangs",
             ranks: 4,
             expect: all::<UNMATCHED>,
             short_timeout: false,
@@ -222,7 +229,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "zero-count-send-skipped",
             what: "rank 0 Sends 0 elements to rank 1, which skips the empty Recv",
-            nccl: "hang (count-0 Send/Recv are queued and matched, never skipped)",
+            nccl: "every rank hangs: the count-0 Send is queued and waits for its Recv",
             ranks: 4,
             expect: all::<UNMATCHED>,
             short_timeout: false,
@@ -238,7 +245,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "send-recv-count-mismatch",
             what: "rank 0 Sends 64 elements, rank 1 Receives 48",
-            nccl: "hang or truncation",
+            nccl: "Send returns; Recv: ncclInvalidUsage, \"message truncated : receiving 256 bytes instead of 192\" (socket transport)",
             ranks: 2,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -256,7 +263,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "send-recv-datatype-mismatch",
             what: "rank 0 Sends int32, rank 1 Receives float32",
-            nccl: "silent corruption",
+            nccl: "both return: rank 1's float32 buffer holds rank 0's int32 bits",
             ranks: 2,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -274,7 +281,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "alltoallv-transposed-splits",
             what: "AlltoAllv where rank 0 sends 2 elements to rank 1 but rank 1 expects 3",
-            nccl: "hang or silent corruption",
+            nccl: "returns on every rank; rank 1 gets rank 0's 2 elements and a 0 in the third slot",
             ranks: 4,
             expect: all::<MISMATCH>,
             short_timeout: false,
@@ -304,7 +311,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "invalid-root",
             what: "Broadcast with root 4 on a 4-rank communicator",
-            nccl: "error (ncclInvalidArgument), with a message that reads as if 4 were legal",
+            nccl: "ncclInvalidArgument on every rank: \"invalid root 4 (root should be in the 0..4 range)\"",
             ranks: 4,
             expect: all::<INVALID_ROOT>,
             short_timeout: false,
@@ -317,7 +324,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "null-root-recvbuff",
             what: "Reduce to root 2 whose recvbuff is NULL",
-            nccl: "crash or illegal memory access (pointers are not checked by default)",
+            nccl: "accepted (ncclInProgress) on every rank; what the work then did: not recorded",
             ranks: 4,
             expect: |r| {
                 Some(if r == 2 {
@@ -336,7 +343,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "out-of-bounds-extent",
             what: "AllGather whose recvbuff on rank 1 is one element short",
-            nccl: "silent corruption past the allocation, or illegal address",
+            nccl: "accepted (ncclInProgress) on every rank; what the work then did: not recorded",
             ranks: 4,
             expect: |r| {
                 Some(if r == 1 {
@@ -360,7 +367,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "illegal-overlap",
             what: "AllGather with sendbuff == recvbuff on every rank (in-place only on rank 0)",
-            nccl: "silent corruption (ranks 1-3 send slice 0 as their own)",
+            nccl: "accepted (ncclInProgress) on every rank; what the work then did: not recorded",
             ranks: 4,
             expect: |r| {
                 Some(if r == 0 {
@@ -379,7 +386,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "group-end-without-start",
             what: "ncclGroupEnd with no open group",
-            nccl: "error (ncclInvalidUsage)",
+            nccl: "ncclInvalidUsage: \"ncclGroupEnd: not in a group call.\"",
             ranks: 2,
             expect: all::<INVALID_USAGE>,
             short_timeout: false,
@@ -389,7 +396,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "send-to-self-without-recv",
             what: "a group with a Send to self and no Recv from self",
-            nccl: "error (ncclInvalidUsage)",
+            nccl: "the group end is accepted, then the async error ncclInvalidUsage: \"Trying to send to self without a matching recv\"",
             ranks: 2,
             expect: all::<INVALID_USAGE>,
             short_timeout: false,
@@ -403,7 +410,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "rank-panics-mid-collective",
             what: "rank 1 panics while the others are in an AllReduce",
-            nccl: "hang",
+            nccl: "the other ranks hang",
             ranks: 4,
             expect: |r| {
                 Some(if r == 1 {
@@ -425,7 +432,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "communicators-in-opposite-order",
             what: "ranks 0-1 use communicator A then B, ranks 2-3 use B then A",
-            nccl: "hang",
+            nccl: "every rank hangs",
             ranks: 4,
             expect: all::<DEADLOCK>,
             short_timeout: false,
@@ -450,7 +457,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "use-after-error",
             what: "an AllReduce after a count mismatch failed the communicator",
-            nccl: "error: the communicator keeps its asynchronous error",
+            nccl: "no error to keep: rank 0 (count 8) returns the right sums, then hangs in its next call; ranks 1-2 hang",
             ranks: 3,
             expect: all::<COMM_FAILED>,
             short_timeout: false,
@@ -467,7 +474,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "bad-datatype-code",
             what: "AllReduce with datatype code 12",
-            nccl: "error (ncclInvalidArgument)",
+            nccl: "ncclInvalidArgument: \"AllReduce : invalid type 12\"",
             ranks: 2,
             expect: all::<INVALID_DATATYPE>,
             short_timeout: false,
@@ -480,7 +487,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "bad-op-code",
             what: "AllReduce with reduction op code 9 (no such PreMulSum)",
-            nccl: "error (ncclInvalidArgument)",
+            nccl: "ncclInvalidArgument: \"AllReduce : reduction operation 9 unknown to this communicator\"",
             ranks: 2,
             expect: all::<INVALID_OP>,
             short_timeout: false,

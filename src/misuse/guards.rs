@@ -48,6 +48,23 @@ impl Guards {
     pub fn output(&mut self, c: &mut Comm, bytes: usize) -> Result<usize> {
         self.buffer(c, bytes, true)
     }
+    /// The interior of every output buffer as it is now, in the order the
+    /// buffers were made (for recording what a call wrote there).
+    pub fn outputs(&self, c: &Comm) -> Result<Vec<Vec<u8>>> {
+        self.regions
+            .iter()
+            .filter(|r| r.writable)
+            .map(|r| c.read(r.base + GUARD, r.len))
+            .collect()
+    }
+    /// The pattern an output's interior held before the call, per buffer.
+    pub fn initial_outputs(&self) -> Vec<Vec<u8>> {
+        self.regions
+            .iter()
+            .filter(|r| r.writable)
+            .map(|r| r.snapshot[GUARD..GUARD + r.len].to_vec())
+            .collect()
+    }
     /// Bytes changed where nothing may change: guards, inputs.
     pub fn violations(&self, c: &Comm) -> usize {
         let mut bad = 0;
@@ -82,5 +99,21 @@ mod tests {
         })
         .unwrap();
         assert_eq!(out, vec![(0, 2)]);
+        let out = crate::local::launch(1, |c| {
+            let mut g = Guards::default();
+            g.input(c, 4)?;
+            let out = g.output(c, 4)?;
+            let before = g.initial_outputs();
+            c.write(out + 1, &[0u8])?;
+            Ok((before, g.outputs(c)?))
+        })
+        .unwrap();
+        let (before, after) = &out[0];
+        assert_eq!(before, &vec![vec![1u8, 8, 15, 22]], "the output's fill");
+        assert_eq!(
+            after,
+            &vec![vec![1u8, 0, 15, 22]],
+            "only outputs, as written"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The misuse catalogue: programs that break a collective contract the way
-//! real programs do, what NCCL does with each (from CONTRACTS.md and NCCL's
-//! documented behaviour), and what rankwise must do instead: return the
+//! real programs do, what NCCL 2.28.9 did with each (observed on an H200
+//! with rankwise's checks off), and what rankwise must do instead: return the
 //! expected error kind on every rank, fast, without touching memory outside
 //! the call's legal outputs (every buffer sits between guard regions).
 //!
