@@ -9,7 +9,7 @@
 //! nccl_fidelity fault    --ranks N --scenario S --timeout SECS [--checks]
 //!                                               a misuse scenario on NCCL (rankwise's checks off unless --checks)
 //! nccl_fidelity misuse   [--timeout SECS]       every misuse scenario, rankwise's checks on
-//! nccl_fidelity misuse   --checks-off [--timeout SECS]
+//! nccl_fidelity misuse   --checks-off [--timeout SECS] [--scenarios A,B,…]
 //!                                               every misuse scenario on NCCL alone: one JSON line each
 //! nccl_fidelity percall  [--iters K]            time per call: rankwise's path vs a bare ncclAllReduce loop (N=1)
 //! ```
@@ -72,9 +72,10 @@ fn main() -> ExitCode {
             ),
             flag("--checks"),
         ),
-        Some("misuse") if flag("--checks-off") => misuse_unchecked(Duration::from_secs_f64(
-            opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(5.0),
-        )),
+        Some("misuse") if flag("--checks-off") => misuse_unchecked(
+            Duration::from_secs_f64(opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(5.0)),
+            opt("--scenarios"),
+        ),
         Some("misuse") => misuse(Duration::from_secs_f64(
             opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(5.0),
         )),
@@ -1154,11 +1155,34 @@ fn unchecked_job(comm: &mut Comm, args: &Value) -> Result<Value> {
 /// Every misuse scenario on NCCL with rankwise's checks off, each rank
 /// bounded by `timeout` (then ncclCommAbort) and each job by a deadline
 /// past that: one JSON line per scenario, what each rank did.
-fn misuse_unchecked(timeout: Duration) -> Result<()> {
+/// `only`: a comma-separated list of scenario names (default: all).
+fn misuse_unchecked(timeout: Duration, only: Option<String>) -> Result<()> {
+    let only: Option<Vec<String>> = only.map(|l| l.split(',').map(str::to_string).collect());
+    if let Some(names) = &only {
+        let known: Vec<&str> = rankwise::misuse::catalogue()
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+            return Err(Error::new(
+                ErrorKind::InvalidUsage,
+                format!(
+                    "--scenarios: no scenario {bad:?}; the catalogue has {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
     println!(
         "misuse, rankwise's checks off: every scenario on NCCL rank processes at its catalogue size, timeout {timeout:?}"
     );
     for s in rankwise::misuse::catalogue() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.iter().any(|n| n == s.name))
+        {
+            continue;
+        }
         // SAFETY: measuring what NCCL does with the scenario's mismatched
         // calls is the point; every wait is bounded by `timeout` and ends
         // in ncclCommAbort, and the job's deadline kills what remains.

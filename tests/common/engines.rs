@@ -123,9 +123,15 @@ where
         EngineKind::Mpi => {
             // every process must make the same launches in the same order
             static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-            let _alone = ONE_AT_A_TIME
-                .try_lock()
-                .expect("tests on the mpi engine run one at a time: pass --test-threads=1");
+            // a test that failed while holding it does not make the
+            // others fail: only a second test running at once does
+            let _alone = match ONE_AT_A_TIME.try_lock() {
+                Ok(guard) => guard,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    panic!("tests on the mpi engine run one at a time: pass --test-threads=1")
+                }
+            };
             rankwise::mpi::launch_each(opts, n, program)
         }
         _ => launch::launch_each(engine, opts, n, program),

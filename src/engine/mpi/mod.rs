@@ -119,7 +119,7 @@ where
     // rank may still be busy in its program: the results wait as long as
     // any wait of this process may
     let patience = opts.timeout.max(LaunchOptions::default().timeout);
-    let all = ffi::allgather_bytes(world, &bytes, Instant::now() + patience)?;
+    let all = ffi::allgather_bytes(world, &bytes, deadline_after(patience))?;
     all.into_iter()
         .take(nranks)
         .enumerate()
@@ -144,13 +144,21 @@ pub fn world() -> Result<(usize, usize)> {
     ffi::rank_and_size(ffi::world())
 }
 
+/// `timeout` from now; a timeout past what the clock can count (a test of
+/// "wait for ever") waits a few decades instead of overflowing.
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(1 << 30))
+}
+
 /// Every process's `mine`, in rank order, on every process of the job: how
 /// the command line's processes agree on a run directory, gather trace
 /// lines and share an exit code. Every process must call it; it waits at
 /// most `timeout` for the others.
 pub fn share(mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
     world()?;
-    ffi::allgather_bytes(ffi::world(), mine, Instant::now() + timeout)
+    ffi::allgather_bytes(ffi::world(), mine, deadline_after(timeout))
 }
 
 /// A communicator id, from the clock and the process, made by rank 0.
