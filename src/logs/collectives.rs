@@ -862,9 +862,15 @@ mod tests {
             }
         }
         let a = analyze(&collect_bytes("x", t.as_bytes()));
-        assert_eq!(a.findings[0].kind, FindingKind::Reordered, "{:#?}", a.findings);
+        assert_eq!(
+            a.findings[0].kind,
+            FindingKind::Reordered,
+            "{:#?}",
+            a.findings
+        );
         assert!(
-            a.verdict.contains("no collective follows them on any of these ranks"),
+            a.verdict
+                .contains("no collective follows them on any of these ranks"),
             "{}",
             a.verdict
         );
