@@ -179,8 +179,10 @@ fn get_string(r: &mut impl Read) -> std::io::Result<String> {
     String::from_utf8(get_bytes(r)?).map_err(std::io::Error::other)
 }
 
-/// The store served over TCP on 127.0.0.1, one thread per connection. It
-/// lives as long as the process that started it (the launcher's parent).
+/// The store served over TCP (127.0.0.1 unless [`Hub::start_on`] says
+/// otherwise), one thread per connection. It lives as long as the process
+/// that started it (the launcher's parent, or the interposed process that
+/// made a communicator's ncclUniqueId).
 pub struct Hub {
     addr: SocketAddr,
     store: Arc<Store>,
@@ -189,10 +191,16 @@ pub struct Hub {
 impl Hub {
     /// Listens on an ephemeral port of 127.0.0.1.
     pub fn start() -> Result<Hub> {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| {
+        Hub::start_on(std::net::Ipv4Addr::LOCALHOST.into())
+    }
+
+    /// Listens on an ephemeral port of `ip` (the interposer serves ranks on
+    /// other hosts from the address NCCL's own bootstrap listens on).
+    pub fn start_on(ip: std::net::IpAddr) -> Result<Hub> {
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| {
             Error::new(
                 ErrorKind::System,
-                format!("cannot listen on 127.0.0.1 for the ranks' side channel: {e}"),
+                format!("cannot listen on {ip} for the ranks' side channel: {e}"),
             )
         })?;
         let addr = listener
@@ -321,7 +329,9 @@ impl Client {
 fn lost(addr: SocketAddr, e: std::io::Error) -> Error {
     Error::new(
         ErrorKind::RemoteError,
-        format!("the ranks' side channel at {addr} is gone ({e}): the launcher ended"),
+        format!(
+            "the ranks' side channel at {addr} is gone ({e}): the process that served it ended (the launcher, or under the interposer the process that made the ncclUniqueId)"
+        ),
     )
 }
 
