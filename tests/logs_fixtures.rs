@@ -299,7 +299,16 @@ fn launcher_prefixes_crlf_and_gzip_do_not_change_the_result() {
 
 #[test]
 fn both_fixtures_read_from_the_directory() {
-    let a = rankwise::logs::analyze_paths(&[fixture("")], Options::default()).unwrap();
+    // a directory holding the two one-rank logs (tests/fixtures/ itself
+    // also holds the H200 captures, in a subdirectory the walk enters)
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "nccl-2.28.9-1rank-init-coll.log",
+        "nccl-2.28.9-1rank-torch-ctypes.log",
+    ] {
+        std::fs::copy(fixture(name), dir.path().join(name)).unwrap();
+    }
+    let a = rankwise::logs::analyze_paths(&[dir.path().to_path_buf()], Options::default()).unwrap();
     assert_eq!(a.files.len(), 2);
     assert_eq!(a.communicators.len(), 4);
     assert_eq!(
