@@ -716,6 +716,31 @@ fn unchecked_count(k: &Rank) -> Result<(), String> {
     Ok(())
 }
 
+/// `RANKWISE_TEST_CALLS` AllReduces of 2 int32 in a row, each checked,
+/// timed per call.
+fn percall(k: &Rank) -> Result<(), String> {
+    let calls: usize = std::env::var("RANKWISE_TEST_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let (nc, n) = (&k.nccl, k.n as i32);
+    let s = vec_of(nc, &[k.rank as i32, 1]);
+    let d = alloc::<i32>(nc, 2);
+    let t = Instant::now();
+    for i in 0..calls {
+        // SAFETY: buffers of 2 int32.
+        let rc = unsafe { (nc.all_reduce)(s as Ptr, d as Ptr, 2, INT32, SUM, k.comm, NULL) };
+        expect_eq(
+            &format!("call {i}"),
+            (rc, read(d, 2)),
+            (0, vec![n * (n - 1) / 2, n]),
+        )?;
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    println!("percall {calls} calls {us:.1} us per call");
+    Ok(())
+}
+
 /// The rank program: runs only in the processes `run` starts.
 #[test]
 fn rank_main() {
@@ -731,6 +756,7 @@ fn rank_main() {
         "unmatched" => unmatched(&k),
         "alltoallv" => alltoallv_bad(&k),
         "unchecked" => unchecked_count(&k),
+        "percall" => percall(&k),
         s => Err(format!("no scenario {s}")),
     };
     if let Err(e) = r {
@@ -876,6 +902,18 @@ fn with_rankwise_check_0_calls_are_only_forwarded() {
     for r in 0..4 {
         assert!(run.errors(r).is_empty(), "{:?}", run.errors(r));
     }
+}
+
+#[test]
+fn many_calls_in_a_row_each_agree_and_give_the_closed_form() {
+    let run = run("percall", 4, true, &[]);
+    run.assert_ok();
+    for r in 0..4 {
+        assert!(run.errors(r).is_empty(), "{:?}", run.errors(r));
+        let line = run.stdout(r);
+        assert!(line.contains("percall 300 calls"), "{line}");
+    }
+    eprintln!("{}", run.stdout(0).trim());
 }
 
 #[test]
