@@ -186,6 +186,8 @@ fn get_string(r: &mut impl Read) -> std::io::Result<String> {
 pub struct Hub {
     addr: SocketAddr,
     store: Arc<Store>,
+    /// connections being served now
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Hub {
@@ -208,17 +210,29 @@ impl Hub {
             .map_err(|e| Error::new(ErrorKind::System, format!("side channel address: {e}")))?;
         let store = Store::new();
         let served = store.clone();
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = open.clone();
         std::thread::Builder::new()
             .name("rankwise-hub".into())
             .spawn(move || {
+                use std::sync::atomic::Ordering::SeqCst;
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { continue };
                     let store = served.clone();
+                    let open = counted.clone();
+                    open.fetch_add(1, SeqCst);
                     // a connection that cannot get a thread is dropped: its rank
                     // sees the closed connection as an error
-                    let _ = std::thread::Builder::new()
+                    let gone = open.clone();
+                    let spawned = std::thread::Builder::new()
                         .name("rankwise-hub-conn".into())
-                        .spawn(move || serve(conn, &store));
+                        .spawn(move || {
+                            serve(conn, &store);
+                            gone.fetch_sub(1, SeqCst);
+                        });
+                    if spawned.is_err() {
+                        open.fetch_sub(1, SeqCst);
+                    }
                 }
             })
             .map_err(|e| {
@@ -227,10 +241,15 @@ impl Hub {
                     format!("cannot start the side channel's thread: {e}"),
                 )
             })?;
-        Ok(Hub { addr, store })
+        Ok(Hub { addr, store, open })
     }
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+    /// Connections being served now: a process that serves ranks of other
+    /// processes waits for this to reach 0 before it exits.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
     }
     pub fn store(&self) -> &Arc<Store> {
         &self.store
@@ -507,6 +526,8 @@ mod tests {
         );
         // large values cross intact
         let c = Client::connect(hub.addr(), soon(5_000)).unwrap();
+        c.set("counted", b"").unwrap();
+        assert!(hub.open_connections() >= 1);
         let big: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7) as u8).collect();
         c.set("big", &big).unwrap();
         assert_eq!(c.get("big", 0, soon(1_000)).unwrap(), Ok(big));
