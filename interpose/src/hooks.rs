@@ -318,6 +318,13 @@ pub fn split(parent: usize, color: i32, child: usize, rank_count: Option<(i32, i
     );
 }
 
+/// The process is exiting: every communicator's connection to its side
+/// channel closes (the store's process waits for exactly that).
+pub fn forget_all() {
+    let all: Vec<Shared> = comms().drain().map(|(_, s)| s).collect();
+    drop(all);
+}
+
 /// `ncclCommDestroy` / `ncclCommAbort`: the rank leaves; ranks waiting for
 /// its posts stop waiting and say so.
 pub fn gone(handle: usize, abort: bool) {
@@ -704,6 +711,11 @@ fn settle(s: &mut CommState, l: &Launch, f: &InFlight, deadline: Instant) -> Res
         let mut all = Vec::with_capacity(n);
         let mut missing = Vec::new();
         for r in 0..n {
+            if r == me {
+                // this rank's own post needs no round trip
+                all.push(l.posted());
+                continue;
+            }
             let until = if missing.is_empty() {
                 deadline
             } else {

@@ -202,6 +202,13 @@ api! {
     recv: "Recv" (*mut c_void, usize, c_int, c_int, Comm, Stream) -> Res;
 }
 
+/// Runs `f` when the process exits normally (`atexit`), once per call.
+pub fn at_exit(f: extern "C" fn()) {
+    // SAFETY: f is a plain function with no arguments that does not unwind
+    // (it only locks, sleeps and reads counters); atexit keeps the pointer.
+    unsafe { libc::atexit(f) };
+}
+
 /// What the interposer returns for an entry point it cannot find in any
 /// NCCL: `ncclSystemError`, with the reason on stderr.
 pub fn missing(why: &str) -> Res {

@@ -35,6 +35,26 @@ fn hubs() -> &'static Mutex<HashMap<IpAddr, Hub>> {
     H.get_or_init(Default::default)
 }
 
+/// At exit, a process that serves a store waits (30 s at most) until the
+/// ranks of other processes have closed their connections, so a rank 0
+/// that finishes first does not take the others' side channel with it.
+extern "C" fn linger() {
+    crate::hooks::forget_all();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let open: usize = hubs()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(Hub::open_connections)
+            .sum();
+        if open == 0 || std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Whether this process serves a store (it made a unique id).
 pub fn serves() -> bool {
     !hubs().lock().unwrap_or_else(|p| p.into_inner()).is_empty()
@@ -72,6 +92,7 @@ pub fn stamp(id: &mut [u8; 128]) -> Result<SocketAddr, String> {
             let h = Hub::start_on(ip).map_err(|e| e.message)?;
             let a = h.addr();
             hubs.insert(ip, h);
+            crate::real::at_exit(linger);
             a
         }
     };
