@@ -99,7 +99,11 @@ def main():
     bug = args[0]
     world = int(args[args.index("--ranks") + 1]) if "--ranks" in args else 4
     timeout = args[args.index("--timeout") + 1] if "--timeout" in args else "30"
-    port = 29500 + os.getpid() % 1000
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     procs = []
     t0 = time.time()
     for r in range(world):
