@@ -97,6 +97,51 @@ fn order_hint(all: &[Posted], i: usize) -> String {
     format!("; {who} skipped a call or makes its calls in another order")
 }
 
+/// Every rank's posted calls, grouped by what they are, so an error line
+/// can show both sides in full: `ranks 0,1,3: AllReduce count 4 int32 sum;
+/// rank 2: AllReduce count 5 int32 sum`.
+pub fn sides(all: &[Posted]) -> String {
+    let describe = |p: &Posted| -> String {
+        let calls: Vec<String> = p
+            .calls
+            .iter()
+            .map(|c| {
+                let mut d = format!("{} count {} {}", c.func, c.count, c.datatype);
+                if c.func.reduces() {
+                    d += &format!(" {}", c.op);
+                }
+                if c.func.is_rooted() {
+                    d += &format!(" root {}", c.root);
+                }
+                d
+            })
+            .collect();
+        if calls.is_empty() {
+            "no collective".to_string()
+        } else {
+            calls.join(" + ")
+        }
+    };
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (r, p) in all.iter().enumerate() {
+        let d = describe(p);
+        match groups.iter_mut().find(|(g, _)| *g == d) {
+            Some((_, rs)) => rs.push(r),
+            None => groups.push((d, vec![r])),
+        }
+    }
+    groups.sort_by_key(|(_, rs)| (std::cmp::Reverse(rs.len()), rs[0]));
+    groups
+        .iter()
+        .map(|(d, rs)| {
+            let list: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
+            let who = if rs.len() == 1 { "rank" } else { "ranks" };
+            format!("{who} {}: {d}", list.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Ok when all ranks posted the same calls; otherwise the Mismatch every rank returns.
 pub fn collectives(all: &[Posted]) -> Result<(), Error> {
     // the common case allocates nothing: compare signatures, explain only on a difference
@@ -207,6 +252,20 @@ mod tests {
             op_count,
             calls: vec![call],
         }
+    }
+
+    #[test]
+    fn sides_show_every_group_of_ranks_in_full() {
+        let all = vec![
+            post(7, Func::AllReduce, 4),
+            post(7, Func::AllReduce, 4),
+            post(7, Func::AllReduce, 5),
+            post(7, Func::AllReduce, 4),
+        ];
+        assert_eq!(
+            sides(&all),
+            "ranks 0,1,3: AllReduce count 4 float sum; rank 2: AllReduce count 5 float sum"
+        );
     }
 
     #[test]

@@ -179,20 +179,30 @@ fn get_string(r: &mut impl Read) -> std::io::Result<String> {
     String::from_utf8(get_bytes(r)?).map_err(std::io::Error::other)
 }
 
-/// The store served over TCP on 127.0.0.1, one thread per connection. It
-/// lives as long as the process that started it (the launcher's parent).
+/// The store served over TCP (127.0.0.1 unless [`Hub::start_on`] says
+/// otherwise), one thread per connection. It lives as long as the process
+/// that started it (the launcher's parent, or the interposed process that
+/// made a communicator's ncclUniqueId).
 pub struct Hub {
     addr: SocketAddr,
     store: Arc<Store>,
+    /// connections being served now
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Hub {
     /// Listens on an ephemeral port of 127.0.0.1.
     pub fn start() -> Result<Hub> {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| {
+        Hub::start_on(std::net::Ipv4Addr::LOCALHOST.into())
+    }
+
+    /// Listens on an ephemeral port of `ip` (the interposer serves ranks on
+    /// other hosts from the address NCCL's own bootstrap listens on).
+    pub fn start_on(ip: std::net::IpAddr) -> Result<Hub> {
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| {
             Error::new(
                 ErrorKind::System,
-                format!("cannot listen on 127.0.0.1 for the ranks' side channel: {e}"),
+                format!("cannot listen on {ip} for the ranks' side channel: {e}"),
             )
         })?;
         let addr = listener
@@ -200,17 +210,29 @@ impl Hub {
             .map_err(|e| Error::new(ErrorKind::System, format!("side channel address: {e}")))?;
         let store = Store::new();
         let served = store.clone();
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = open.clone();
         std::thread::Builder::new()
             .name("rankwise-hub".into())
             .spawn(move || {
+                use std::sync::atomic::Ordering::SeqCst;
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { continue };
                     let store = served.clone();
+                    let open = counted.clone();
+                    open.fetch_add(1, SeqCst);
                     // a connection that cannot get a thread is dropped: its rank
                     // sees the closed connection as an error
-                    let _ = std::thread::Builder::new()
+                    let gone = open.clone();
+                    let spawned = std::thread::Builder::new()
                         .name("rankwise-hub-conn".into())
-                        .spawn(move || serve(conn, &store));
+                        .spawn(move || {
+                            serve(conn, &store);
+                            gone.fetch_sub(1, SeqCst);
+                        });
+                    if spawned.is_err() {
+                        open.fetch_sub(1, SeqCst);
+                    }
                 }
             })
             .map_err(|e| {
@@ -219,10 +241,15 @@ impl Hub {
                     format!("cannot start the side channel's thread: {e}"),
                 )
             })?;
-        Ok(Hub { addr, store })
+        Ok(Hub { addr, store, open })
     }
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+    /// Connections being served now: a process that serves ranks of other
+    /// processes waits for this to reach 0 before it exits.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
     }
     pub fn store(&self) -> &Arc<Store> {
         &self.store
@@ -321,7 +348,9 @@ impl Client {
 fn lost(addr: SocketAddr, e: std::io::Error) -> Error {
     Error::new(
         ErrorKind::RemoteError,
-        format!("the ranks' side channel at {addr} is gone ({e}): the launcher ended"),
+        format!(
+            "the ranks' side channel at {addr} is gone ({e}): the process that served it ended (the launcher, or under the interposer the process that made the ncclUniqueId)"
+        ),
     )
 }
 
@@ -497,6 +526,8 @@ mod tests {
         );
         // large values cross intact
         let c = Client::connect(hub.addr(), soon(5_000)).unwrap();
+        c.set("counted", b"").unwrap();
+        assert!(hub.open_connections() >= 1);
         let big: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7) as u8).collect();
         c.set("big", &big).unwrap();
         assert_eq!(c.get("big", 0, soon(1_000)).unwrap(), Ok(big));

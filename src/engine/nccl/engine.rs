@@ -14,7 +14,7 @@ use super::memory::{Gpu, Table};
 use super::posts::{self, Side};
 use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp, Result, agree};
 use crate::engine::{Capabilities, Engine, Memory};
-use crate::launch::store::{Missing, SideChannel, gather};
+use crate::launch::store::{SideChannel, gather};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
@@ -170,7 +170,7 @@ impl NcclEngine {
             let bytes = match chan.get(&id_key, 0, deadline)? {
                 Ok(b) => b,
                 Err(m) => {
-                    return Err(missing_error(
+                    return Err(posts::missing_error(
                         &[(0, m)],
                         "the ncclUniqueId (ncclCommInitRank)",
                         opts.timeout,
@@ -390,7 +390,7 @@ impl NcclEngine {
             };
             let theirs = match self.chan.get(&theirs_key, peer, deadline)? {
                 Ok(b) => posts::decode_side(&b)?,
-                Err(m) => return Err(self.unmatched(side, *seq, m)),
+                Err(m) => return Err(posts::unmatched(side, *seq, m, self.opts.timeout)),
             };
             if side.call.func == Func::Send {
                 posts::pair(me, peer, *seq, side, &theirs)?;
@@ -399,31 +399,6 @@ impl NcclEngine {
             }
         }
         Ok(())
-    }
-
-    fn unmatched(&self, side: &Side, seq: u64, m: Missing) -> Error {
-        let peer = side.call.root;
-        let other = if side.call.func == Func::Send {
-            "Recv"
-        } else {
-            "Send"
-        };
-        let why = match m {
-            Missing::Timeout => format!("rank {peer} posted none within {:?}", self.opts.timeout),
-            Missing::Finished { reason: None } => {
-                format!("rank {peer} finished its program without posting one")
-            }
-            Missing::Finished { reason: Some(r) } => {
-                format!("rank {peer} failed without posting one ({r})")
-            }
-        };
-        Error::new(
-            ErrorKind::Unmatched,
-            format!(
-                "{} has no matching {other}: {why}",
-                posts::describe(side, seq)
-            ),
-        )
     }
 
     /// Waits for the launch's work on the stream, polling NCCL's async
@@ -535,39 +510,6 @@ impl NcclEngine {
     }
 }
 
-/// `rank 3 finished its program without posting AllReduce (opCount 4)`
-fn missing_error(missing: &[(usize, Missing)], what: &str, timeout: Duration) -> Error {
-    let mut timed_out = Vec::new();
-    let mut parts = Vec::new();
-    let mut kind = ErrorKind::Timeout;
-    for (r, m) in missing {
-        match m {
-            Missing::Timeout => timed_out.push(r.to_string()),
-            Missing::Finished { reason: None } => {
-                if kind == ErrorKind::Timeout {
-                    kind = ErrorKind::Deadlock;
-                }
-                parts.push(format!(
-                    "rank {r} finished its program without entering {what}"
-                ));
-            }
-            Missing::Finished { reason: Some(why) } => {
-                kind = ErrorKind::RemoteError;
-                parts.push(format!("rank {r} failed: {why}"));
-            }
-        }
-    }
-    if !timed_out.is_empty() {
-        let who = if timed_out.len() == 1 {
-            format!("rank {}", timed_out[0])
-        } else {
-            format!("ranks {}", timed_out.join(","))
-        };
-        parts.insert(0, format!("{who} did not enter {what} within {timeout:?}"));
-    }
-    Error::new(kind, parts.join("; "))
-}
-
 /// One element of `dt` holding `s` (a PreMulSum scalar as NCCL takes it).
 fn scalar_bytes(dt: DataType, s: f64) -> Vec<u8> {
     use crate::core::{Element, F8E4M3, F8E5M2, Scalar};
@@ -637,7 +579,7 @@ impl Engine for NcclEngine {
                     .first()
                     .map(|c| format!("{} #{}", c.func, mine.op_count))
                     .unwrap_or_else(|| "a group".into());
-                Err(missing_error(&missing, &what, self.opts.timeout))
+                Err(posts::missing_error(&missing, &what, self.opts.timeout))
             }
         }
     }
@@ -785,46 +727,6 @@ impl Drop for NcclEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn waits_that_end_without_a_post_say_who_and_why() {
-        let e = missing_error(
-            &[(3, Missing::Timeout)],
-            "AllReduce #4",
-            Duration::from_secs(2),
-        );
-        assert_eq!(e.kind, ErrorKind::Timeout);
-        assert_eq!(e.message, "rank 3 did not enter AllReduce #4 within 2s");
-        let e = missing_error(
-            &[
-                (1, Missing::Timeout),
-                (2, Missing::Timeout),
-                (3, Missing::Finished { reason: None }),
-            ],
-            "Broadcast #0",
-            Duration::from_secs(30),
-        );
-        assert_eq!(e.kind, ErrorKind::Deadlock);
-        assert_eq!(
-            e.message,
-            "ranks 1,2 did not enter Broadcast #0 within 30s; rank 3 finished its program without entering Broadcast #0"
-        );
-        let e = missing_error(
-            &[(
-                0,
-                Missing::Finished {
-                    reason: Some("ncclInvalidArgument on rank 0: x".into()),
-                },
-            )],
-            "AllGather #1",
-            Duration::from_secs(1),
-        );
-        assert_eq!(e.kind, ErrorKind::RemoteError);
-        assert!(
-            e.message.starts_with("rank 0 failed: ncclInvalidArgument"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn premul_scalars_are_one_element_of_the_type() {

@@ -6,6 +6,8 @@
 //! instead of an NCCL hang or a truncated message.
 
 use crate::core::{Call, DataType, Error, ErrorKind, Func, Posted, RedOp};
+use crate::launch::store::Missing;
+use std::time::Duration;
 
 /// Words of one encoded call.
 const CALL_WORDS: usize = 9;
@@ -146,6 +148,65 @@ pub fn pair(src: usize, dst: usize, seq: u64, send: &Side, recv: &Side) -> Resul
     ))
 }
 
+/// The error of a Send or Recv whose other side never came: `Send #0 to
+/// rank 1 (count 16, int32, opCount 0) has no matching Recv: rank 1 posted
+/// none within 5s`.
+pub fn unmatched(side: &Side, seq: u64, m: Missing, timeout: Duration) -> Error {
+    let peer = side.call.root;
+    let other = if side.call.func == Func::Send {
+        "Recv"
+    } else {
+        "Send"
+    };
+    let why = match m {
+        Missing::Timeout => format!("rank {peer} posted none within {timeout:?}"),
+        Missing::Finished { reason: None } => {
+            format!("rank {peer} finished its program without posting one")
+        }
+        Missing::Finished { reason: Some(r) } => {
+            format!("rank {peer} failed without posting one ({r})")
+        }
+    };
+    Error::new(
+        ErrorKind::Unmatched,
+        format!("{} has no matching {other}: {why}", describe(side, seq)),
+    )
+}
+
+/// Why a wait for other ranks' posts ended without them, naming each rank:
+/// `rank 3 finished its program without entering AllReduce #4`.
+pub fn missing_error(missing: &[(usize, Missing)], what: &str, timeout: Duration) -> Error {
+    let mut timed_out = Vec::new();
+    let mut parts = Vec::new();
+    let mut kind = ErrorKind::Timeout;
+    for (r, m) in missing {
+        match m {
+            Missing::Timeout => timed_out.push(r.to_string()),
+            Missing::Finished { reason: None } => {
+                if kind == ErrorKind::Timeout {
+                    kind = ErrorKind::Deadlock;
+                }
+                parts.push(format!(
+                    "rank {r} finished its program without entering {what}"
+                ));
+            }
+            Missing::Finished { reason: Some(why) } => {
+                kind = ErrorKind::RemoteError;
+                parts.push(format!("rank {r} failed: {why}"));
+            }
+        }
+    }
+    if !timed_out.is_empty() {
+        let who = if timed_out.len() == 1 {
+            format!("rank {}", timed_out[0])
+        } else {
+            format!("ranks {}", timed_out.join(","))
+        };
+        parts.insert(0, format!("{who} did not enter {what} within {timeout:?}"));
+    }
+    Error::new(kind, parts.join("; "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +289,45 @@ mod tests {
             op_count: 2,
         };
         assert!(pair(0, 1, 0, &send, &other_type).is_err());
+    }
+
+    #[test]
+    fn waits_that_end_without_a_post_say_who_and_why() {
+        let e = missing_error(
+            &[(3, Missing::Timeout)],
+            "AllReduce #4",
+            Duration::from_secs(2),
+        );
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert_eq!(e.message, "rank 3 did not enter AllReduce #4 within 2s");
+        let e = missing_error(
+            &[
+                (1, Missing::Timeout),
+                (2, Missing::Timeout),
+                (3, Missing::Finished { reason: None }),
+            ],
+            "Broadcast #0",
+            Duration::from_secs(30),
+        );
+        assert_eq!(e.kind, ErrorKind::Deadlock);
+        assert_eq!(
+            e.message,
+            "ranks 1,2 did not enter Broadcast #0 within 30s; rank 3 finished its program without entering Broadcast #0"
+        );
+        let e = missing_error(
+            &[(
+                0,
+                Missing::Finished {
+                    reason: Some("ncclInvalidArgument on rank 0: x".into()),
+                },
+            )],
+            "AllGather #1",
+            Duration::from_secs(1),
+        );
+        assert_eq!(e.kind, ErrorKind::RemoteError);
+        assert!(
+            e.message.starts_with("rank 0 failed: ncclInvalidArgument"),
+            "{e}"
+        );
     }
 }

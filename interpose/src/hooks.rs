@@ -1,0 +1,836 @@
+//! What the interposer does around each NCCL call, in safe code: the
+//! exports (`exports.rs`) hand it the call's arguments as integers and
+//! forward or refuse as it says.
+//!
+//! Per communicator it keeps rankwise's group state (`core::Group`: group
+//! nesting, opCount, the zero-count rule, sends to self), the trace, and the
+//! side channel. Per call: `core::check_call` and `core::check_buffers`
+//! (against the allocations `ncclMemAlloc` and the CUDA driver know), the
+//! trace line, then at launch (the call itself, or the outermost
+//! `ncclGroupEnd`) the cross-rank agreement: every rank's collectives are
+//! compared by `core::agree`, every Send is paired with its peer's Recv by
+//! `engine::nccl::posts`, and a rank whose pairs matched still waits for its
+//! peers' verdicts, so a mismatch between two other ranks of an AlltoAllv
+//! is an error here too instead of an NCCL hang. Only then is NCCL called.
+
+use crate::side;
+use rankwise::core::group::Queued;
+use rankwise::core::{
+    AddressSpace, Call, Error, ErrorKind, Func, Group, Launch, RawCall, agree, check_buffers,
+    check_call,
+};
+use rankwise::engine::nccl::posts::{self, Side};
+use rankwise::launch::store::{Client, Missing, SideChannel};
+use rankwise::trace::{RankTracer, Tracer};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// `ncclResult_t` codes the interposer returns itself.
+pub const SUCCESS: i32 = 0;
+pub const IN_PROGRESS: i32 = 7;
+
+/// The interposer's switches, read once.
+pub struct Settings {
+    /// `RANKWISE_CHECK=0`: forward every call untouched.
+    pub check: bool,
+    /// `RANKWISE_ABORT=1`: abort the process after printing an error.
+    pub abort: bool,
+    /// `RANKWISE_TIMEOUT`: the longest wait for other ranks.
+    pub timeout: Duration,
+}
+
+pub fn settings() -> &'static Settings {
+    static S: OnceLock<Settings> = OnceLock::new();
+    S.get_or_init(|| {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let timeout = match var(rankwise::settings::TIMEOUT) {
+            None => rankwise::settings::Settings::default().timeout,
+            Some(v) => rankwise::settings::parse_timeout(&v).unwrap_or_else(|e| {
+                say(&format!(
+                    "rankwise: RANKWISE_TIMEOUT={v}: {e}; using the default"
+                ));
+                rankwise::settings::Settings::default().timeout
+            }),
+        };
+        Settings {
+            check: var("RANKWISE_CHECK").as_deref() != Some("0"),
+            abort: var("RANKWISE_ABORT").as_deref() == Some("1"),
+            timeout,
+        }
+    })
+}
+
+/// One line on stderr, written whole; a closed stderr loses it.
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// The side channel of one communicator.
+struct Channel {
+    chan: Arc<dyn SideChannel>,
+    addr: SocketAddr,
+    /// the communicator's name in the store
+    key: String,
+}
+
+impl Channel {
+    /// The store's owner id of `rank` of this communicator: the store marks
+    /// ranks finished by number, and communicators share a store, so each
+    /// communicator's ranks get numbers of their own.
+    fn owner(&self, rank: usize) -> usize {
+        (side::hash(self.key.as_bytes()) as u32).wrapping_add(rank as u32) as usize
+    }
+}
+
+struct CommState {
+    handle: usize,
+    rank: usize,
+    nranks: usize,
+    comm_id: u64,
+    channel: Option<Channel>,
+    group: Group,
+    /// the calls of the queued launch, as made, in order: what NCCL gets
+    pending: Vec<(RawCall, usize)>,
+    premul: HashMap<i32, f64>,
+    exchanges: u64,
+    sent: Vec<u64>,
+    received: Vec<u64>,
+    splits: u64,
+    /// this communicator's Group was started for the thread's open group
+    grouped: bool,
+    /// a call of the open group was refused (and said so) already
+    refused_in_group: bool,
+    failed: Option<Error>,
+    tracer: RankTracer,
+    /// what `ncclGetLastError` says after the interposer refused a call
+    last_error: Option<std::ffi::CString>,
+}
+
+type Shared = Arc<Mutex<CommState>>;
+
+fn comms() -> MutexGuard<'static, HashMap<usize, Shared>> {
+    static C: OnceLock<Mutex<HashMap<usize, Shared>>> = OnceLock::new();
+    C.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn comm(handle: usize) -> Option<Shared> {
+    comms().get(&handle).cloned()
+}
+
+fn lock(s: &Shared) -> MutexGuard<'_, CommState> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The thread's `ncclGroupStart` nesting (NCCL's groups are per thread and
+/// span communicators) and the communicators that queued calls in it.
+#[derive(Default)]
+struct ThreadGroup {
+    depth: u32,
+    touched: Vec<Shared>,
+}
+
+thread_local! {
+    static GROUP: RefCell<ThreadGroup> = RefCell::new(ThreadGroup::default());
+}
+
+// ---------------------------------------------------------------- memory
+
+fn allocations() -> MutexGuard<'static, BTreeMap<usize, usize>> {
+    static A: OnceLock<Mutex<BTreeMap<usize, usize>>> = OnceLock::new();
+    A.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// `ncclMemAlloc` returned `addr` of `bytes`.
+pub fn allocated(addr: usize, bytes: usize) {
+    if addr != 0 {
+        allocations().insert(addr, bytes);
+    }
+}
+
+/// `ncclMemFree(addr)`.
+pub fn freed(addr: usize) {
+    allocations().remove(&addr);
+}
+
+/// Where pointers live, as far as this process can tell: allocations made
+/// with `ncclMemAlloc` (exact extents), then what the CUDA driver knows
+/// (`cuMemGetAddressRange`: the whole `cudaMalloc` block, so a caching
+/// allocator's sub-buffer is checked against its block). An address neither
+/// knows is given an unbounded extent: its NULL, alignment and overlap
+/// rules are checked, its extent is not.
+struct Space;
+
+impl AddressSpace for Space {
+    fn allocation_of(&self, addr: usize) -> Option<(usize, usize)> {
+        if let Some((&base, &len)) = allocations().range(..=addr).next_back()
+            && addr < base.saturating_add(len.max(1))
+        {
+            return Some((base, len));
+        }
+        if rankwise::engine::nccl::library::cuda_driver().is_ok()
+            && let Some(r) = rankwise::engine::nccl::cuda::address_range(addr)
+        {
+            return Some(r);
+        }
+        Some((addr, usize::MAX - addr))
+    }
+}
+
+// ---------------------------------------------------------------- communicators
+
+fn connect(addr: SocketAddr) -> Result<Arc<dyn SideChannel>, String> {
+    let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
+    Client::connect(addr, deadline)
+        .map(|c| Arc::new(c) as Arc<dyn SideChannel>)
+        .map_err(|e| e.message)
+}
+
+fn register(
+    handle: usize,
+    rank: usize,
+    nranks: usize,
+    comm_id: u64,
+    key: String,
+    addr: Option<SocketAddr>,
+) {
+    let channel = match addr {
+        None => None,
+        Some(addr) => match connect(addr) {
+            Ok(chan) => Some(Channel { chan, addr, key }),
+            Err(e) => {
+                say(&format!(
+                    "rankwise: rank {rank} of comm {handle:#x}: cannot reach the side channel at {addr} ({e}): this communicator gets the local checks only"
+                ));
+                None
+            }
+        },
+    };
+    let tracer = Tracer::from_env().for_rank(rank);
+    tracer.init(handle, nranks, comm_id);
+    let state = CommState {
+        handle,
+        rank,
+        nranks,
+        comm_id,
+        channel,
+        group: Group::default(),
+        pending: Vec::new(),
+        premul: HashMap::new(),
+        exchanges: 0,
+        sent: vec![0; nranks],
+        received: vec![0; nranks],
+        splits: 0,
+        grouped: false,
+        refused_in_group: false,
+        failed: None,
+        tracer,
+        last_error: None,
+    };
+    comms().insert(handle, Arc::new(Mutex::new(state)));
+}
+
+/// After the real `ncclGetUniqueId`: the side channel's address goes into
+/// the id.
+pub fn unique_id_made(id: &mut [u8; 128]) {
+    if !settings().check {
+        return;
+    }
+    if let Err(why) = side::stamp(id) {
+        say(&format!(
+            "rankwise: ncclGetUniqueId: the id cannot carry the side channel's address ({why}): its communicator gets the local checks only"
+        ));
+    }
+}
+
+/// Before the real `ncclCommInitRank*`: NCCL's own id back, and the store
+/// the id named.
+pub fn init_id(id: &mut [u8; 128]) -> Option<SocketAddr> {
+    if !settings().check {
+        return None;
+    }
+    side::unstamp(id)
+}
+
+/// After a real `ncclCommInitRank*` that made `handle`.
+pub fn initialised(
+    handle: usize,
+    rank: i32,
+    nranks: i32,
+    nccl_id: &[u8; 128],
+    addr: Option<SocketAddr>,
+) {
+    if !settings().check || handle == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
+        return;
+    }
+    let comm_id = side::hash(nccl_id);
+    if addr.is_none() && nranks > 1 {
+        say(&format!(
+            "rankwise: rank {rank} of comm {handle:#x} (commId {comm_id:#x}): its ncclUniqueId was not made through the interposer, so it names no side channel: this communicator gets the local checks only"
+        ));
+    }
+    register(
+        handle,
+        rank as usize,
+        nranks as usize,
+        comm_id,
+        format!("{comm_id:016x}"),
+        addr,
+    );
+}
+
+/// After a real `ncclCommSplit` of `parent` (every rank of the parent
+/// calls it, so the parent's split count names the split on every rank).
+/// `child` is 0 for `NCCL_SPLIT_NOCOLOR`; `rank_count` is the child's rank
+/// and size as NCCL says, when it could say.
+pub fn split(parent: usize, color: i32, child: usize, rank_count: Option<(i32, i32)>) {
+    let Some(p) = comm(parent) else { return };
+    let (key, addr, comm_id) = {
+        let mut p = lock(&p);
+        p.splits += 1;
+        let key = p
+            .channel
+            .as_ref()
+            .map(|c| format!("{}.s{}c{color}", c.key, p.splits));
+        let id = side::hash(&[p.comm_id.to_le_bytes(), p.splits.to_le_bytes()].concat());
+        (key, p.channel.as_ref().map(|c| c.addr), id ^ color as u64)
+    };
+    let Some((rank, nranks)) = rank_count else {
+        return;
+    };
+    if child == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
+        return;
+    }
+    register(
+        child,
+        rank as usize,
+        nranks as usize,
+        comm_id,
+        key.unwrap_or_else(|| format!("{comm_id:016x}")),
+        addr,
+    );
+}
+
+/// The process is exiting: every communicator's connection to its side
+/// channel closes (the store's process waits for exactly that).
+pub fn forget_all() {
+    let all: Vec<Shared> = comms().drain().map(|(_, s)| s).collect();
+    drop(all);
+}
+
+/// `ncclCommDestroy` / `ncclCommAbort`: the rank leaves; ranks waiting for
+/// its posts stop waiting and say so.
+pub fn gone(handle: usize, abort: bool) {
+    let Some(s) = comms().remove(&handle) else {
+        return;
+    };
+    let s = lock(&s);
+    if let Some(c) = &s.channel {
+        let why = s
+            .failed
+            .as_ref()
+            .map(|e| e.to_string())
+            .or_else(|| abort.then(|| format!("rank {} called ncclCommAbort", s.rank)));
+        let _ = c.chan.finish(c.owner(s.rank), why.as_deref());
+    }
+}
+
+/// `ncclRedOpCreatePreMulSum` made `op` on `handle` with `scalar` (0 when
+/// the scalar lives on the device, where the interposer cannot read it).
+pub fn premul_made(handle: usize, op: i32, scalar: f64) {
+    if let Some(s) = comm(handle) {
+        lock(&s).premul.insert(op, scalar);
+    }
+}
+
+pub fn premul_destroyed(handle: usize, op: i32) {
+    if let Some(s) = comm(handle) {
+        lock(&s).premul.remove(&op);
+    }
+}
+
+/// What `ncclGetLastError` says for `handle` when the interposer refused
+/// its last failed call.
+pub fn last_error(handle: usize) -> Option<*const std::ffi::c_char> {
+    let s = comm(handle)?;
+    let s = lock(&s);
+    s.last_error.as_ref().map(|c| c.as_ptr())
+}
+
+// ---------------------------------------------------------------- calls
+
+/// What the export does with a call.
+pub enum Action {
+    /// Call NCCL with the arguments as made.
+    Forward,
+    /// Return this code without calling NCCL.
+    Return(i32),
+}
+
+/// A PreMulSum scalar from its bytes (one element of datatype `dt`, as
+/// `ncclScalarHostImmediate` passes it); 0 for a code that is no datatype.
+pub fn scalar_of(dt: i32, b: &[u8]) -> f64 {
+    use rankwise::core::{DataType, F8E4M3, F8E5M2};
+    let Some(t) = DataType::from_code(dt) else {
+        return 0.0;
+    };
+    let mut w = [0u8; 8];
+    let n = t.size().min(b.len()).min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    match t {
+        DataType::Int8 => w[0] as i8 as f64,
+        DataType::Uint8 => w[0] as f64,
+        DataType::Int32 => i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64,
+        DataType::Uint32 => u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64,
+        DataType::Int64 => i64::from_le_bytes(w) as f64,
+        DataType::Uint64 => u64::from_le_bytes(w) as f64,
+        DataType::Float16 => half::f16::from_le_bytes([w[0], w[1]]).to_f64(),
+        DataType::Bfloat16 => half::bf16::from_le_bytes([w[0], w[1]]).to_f64(),
+        DataType::Float32 => f32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64,
+        DataType::Float64 => f64::from_le_bytes(w),
+        DataType::Float8e4m3 => F8E4M3(w[0]).to_f32() as f64,
+        DataType::Float8e5m2 => F8E5M2(w[0]).to_f32() as f64,
+    }
+}
+
+/// Bytes of one element of datatype code `dt` (0 for no datatype).
+pub fn element_size(dt: i32) -> usize {
+    rankwise::core::DataType::from_code(dt).map_or(0, |t| t.size())
+}
+
+/// Reports `e` as this rank's: one line on stderr, a WARN line in the trace,
+/// `ncclGetLastError`'s text; the process aborts when asked to.
+fn report(s: &mut CommState, e: &Error, detail: Option<&str>) -> i32 {
+    let e = e.clone().on_rank(s.rank);
+    let line = match detail {
+        Some(d) => format!("{e} [{d}]"),
+        None => e.to_string(),
+    };
+    say(&format!("rankwise: {line} (comm {:#x})", s.handle));
+    s.tracer.warn(&line);
+    s.last_error = std::ffi::CString::new(line).ok();
+    if settings().abort {
+        say("rankwise: RANKWISE_ABORT=1: aborting");
+        std::process::abort();
+    }
+    e.code().code()
+}
+
+/// A failure found across ranks fails the communicator, as NCCL's async
+/// errors do: later calls on it are refused, and ranks waiting for this
+/// one's posts stop waiting.
+fn fail(s: &mut CommState, e: Error) -> Error {
+    let e = e.on_rank(s.rank);
+    if s.failed.is_none() {
+        s.failed = Some(e.clone());
+        if let Some(c) = &s.channel {
+            let _ = c.chan.finish(c.owner(s.rank), Some(&e.to_string()));
+            // this process may hold the store and end at once (a program
+            // that exits on the error): give waiting ranks time to hear it
+            if side::serves() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    e
+}
+
+/// A collective or Send/Recv on `handle`, with its stream.
+pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
+    if !settings().check {
+        return Action::Forward;
+    }
+    let Some(shared) = comm(handle) else {
+        // a communicator made without the interposer: nothing to check against
+        return Action::Forward;
+    };
+    let in_group = GROUP.with(|g| g.borrow().depth > 0);
+    let mut s = lock(&shared);
+    if let Some(why) = s.failed.clone() {
+        let e = Error::new(
+            ErrorKind::CommFailed,
+            format!(
+                "{}: this communicator failed earlier ({}); NCCL refuses calls on a failed communicator too",
+                raw.func.name(),
+                why.message
+            ),
+        );
+        return Action::Return(report(&mut s, &e, None));
+    }
+    if in_group && !s.grouped {
+        s.grouped = true;
+        s.group.start();
+        GROUP.with(|g| g.borrow_mut().touched.push(shared.clone()));
+    }
+    let (n, me) = (s.nranks, s.rank);
+    let checked = check_call(&raw, n, &|c| s.premul.get(&c).copied())
+        .and_then(|c| check_buffers(&c, n, me, &Space).map(|()| c));
+    let call = match checked {
+        Ok(c) => c,
+        Err(e) => {
+            s.group.note_error(&e);
+            s.refused_in_group |= in_group;
+            return Action::Return(report(&mut s, &e, None));
+        }
+    };
+    let op_count = s.group.op_count();
+    s.tracer.coll(&raw, op_count, handle, n);
+    match s.group.queue(call) {
+        Queued::Discarded => Action::Forward,
+        Queued::Waiting => {
+            s.pending.push((raw, stream));
+            Action::Return(SUCCESS)
+        }
+        Queued::LaunchNow => {
+            let Some(mut launch) = s.group.take() else {
+                return Action::Forward;
+            };
+            s.group.number(&mut launch);
+            let r = agree_launches(&mut [(&mut *s, &launch)]);
+            s.group.recycle(launch);
+            match r {
+                Ok(()) => Action::Forward,
+                Err((e, detail)) => {
+                    let e = fail(&mut s, e);
+                    Action::Return(report(&mut s, &e, detail.as_deref()))
+                }
+            }
+        }
+    }
+}
+
+/// One call to hand NCCL at a group's end: the call, its stream, its
+/// communicator.
+pub type Issue = (RawCall, usize, usize);
+
+/// `ncclGroupStart` (before the real one).
+pub fn group_start() {
+    if settings().check {
+        GROUP.with(|g| g.borrow_mut().depth += 1);
+    }
+}
+
+/// `ncclGroupEnd`: `None` for an inner end or nothing to check (call the
+/// real one as is); otherwise the outermost end's verdict: the calls to
+/// issue into NCCL's group before its end, or the error to return after
+/// closing NCCL's (empty) group.
+pub fn group_end() -> Option<Result<Vec<Issue>, i32>> {
+    if !settings().check {
+        return None;
+    }
+    let touched = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return None;
+        }
+        g.depth -= 1;
+        (g.depth == 0).then(|| std::mem::take(&mut g.touched))
+    })?;
+    if touched.is_empty() {
+        return None;
+    }
+    let mut guards: Vec<MutexGuard<'_, CommState>> = touched.iter().map(|s| lock(s)).collect();
+    let mut first_error: Option<i32> = None;
+    let mut launches: Vec<(usize, Launch)> = Vec::new();
+    for (i, s) in guards.iter_mut().enumerate() {
+        s.grouped = false;
+        let said = std::mem::take(&mut s.refused_in_group);
+        let me = s.rank;
+        match s.group.end(me) {
+            Ok(true) => {
+                if let Some(mut l) = s.group.take() {
+                    s.group.number(&mut l);
+                    launches.push((i, l));
+                } else {
+                    s.pending.clear();
+                }
+            }
+            Ok(false) => {}
+            Err(e) => {
+                s.pending.clear();
+                // the group's first refused call was said when it was made
+                let code = if said {
+                    e.code().code()
+                } else {
+                    report(s, &e, None)
+                };
+                first_error.get_or_insert(code);
+            }
+        }
+    }
+    if let Some(code) = first_error {
+        for (i, l) in launches {
+            guards[i].pending.clear();
+            guards[i].group.recycle(l);
+        }
+        return Some(Err(code));
+    }
+    let result = {
+        let mut pairs: Vec<(&mut CommState, &Launch)> = Vec::new();
+        let mut rest: Vec<Option<&mut MutexGuard<'_, CommState>>> =
+            guards.iter_mut().map(Some).collect();
+        for (i, l) in &launches {
+            if let Some(g) = rest[*i].take() {
+                pairs.push((&mut **g, l));
+            }
+        }
+        agree_launches(&mut pairs)
+    };
+    let mut out = Vec::new();
+    let mut code = None;
+    for (i, l) in launches {
+        let s = &mut guards[i];
+        let pending = std::mem::take(&mut s.pending);
+        match &result {
+            Ok(()) => out.extend(pending.into_iter().map(|(r, st)| (r, st, s.handle))),
+            Err((e, detail)) => {
+                let e = fail(s, e.clone());
+                let c = report(s, &e, detail.as_deref());
+                code.get_or_insert(c);
+            }
+        }
+        s.group.recycle(l);
+    }
+    Some(match code {
+        Some(c) => Err(c),
+        None => Ok(out),
+    })
+}
+
+// ---------------------------------------------------------------- agreement
+
+/// One communicator's share of a launch in flight through the side channel.
+struct InFlight {
+    /// the exchange number of its collectives, if it has any
+    exchange: Option<u64>,
+    /// its Sends and Recvs to other ranks, with their pair numbers
+    sides: Vec<(Side, u64)>,
+}
+
+type Failure = (Error, Option<String>);
+
+/// The cross-rank agreement of one launch per communicator: everything is
+/// posted first on every communicator, then waited for, so ranks whose
+/// groups list communicators in different orders do not wait on each other.
+fn agree_launches(launches: &mut [(&mut CommState, &Launch)]) -> Result<(), Failure> {
+    let deadline = Instant::now() + settings().timeout;
+    let mut flights = Vec::with_capacity(launches.len());
+    for (s, l) in launches.iter_mut() {
+        flights.push(post(s, l).map_err(|e| (e, None))?);
+    }
+    for ((s, l), f) in launches.iter_mut().zip(&flights) {
+        settle(s, l, f, deadline)?;
+    }
+    Ok(())
+}
+
+fn at_key(c: &Channel, rank: usize) -> String {
+    format!("{}/at/{rank}", c.key)
+}
+
+/// Posts a launch: where this rank is, its collectives, its Sends and Recvs.
+fn post(s: &mut CommState, l: &Launch) -> Result<InFlight, Error> {
+    let me = s.rank;
+    let side = |c: &Call| Side {
+        call: *c,
+        op_count: l.op_count,
+    };
+    // Sends to self pair with this rank's own Recvs from self, here
+    let to_self = |f: Func| l.p2p.iter().filter(move |c| c.func == f && c.root == me);
+    for (k, (a, b)) in to_self(Func::Send).zip(to_self(Func::Recv)).enumerate() {
+        posts::pair(me, me, s.sent[me] + k as u64, &side(a), &side(b))?;
+    }
+    let selves = to_self(Func::Send).count() as u64;
+    s.sent[me] += selves;
+    s.received[me] += selves;
+    let Some(c) = &s.channel else {
+        return Ok(InFlight {
+            exchange: None,
+            sides: Vec::new(),
+        });
+    };
+    c.chan.set(&at_key(c, me), l.describe().as_bytes())?;
+    let mut exchange = None;
+    if !l.colls.is_empty() && s.nranks > 1 {
+        let seq = s.exchanges;
+        s.exchanges += 1;
+        c.chan.set(
+            &format!("{}/x{seq}/{me}", c.key),
+            &posts::encode_posted(&l.posted()),
+        )?;
+        exchange = Some(seq);
+    }
+    let mut sides = Vec::new();
+    for call in l.p2p.iter().filter(|c| c.root != me) {
+        let peer = call.root;
+        let (seq, key) = if call.func == Func::Send {
+            let q = s.sent[peer];
+            s.sent[peer] += 1;
+            (q, format!("{}/s{me}>{peer}/{q}", c.key))
+        } else {
+            let q = s.received[peer];
+            s.received[peer] += 1;
+            (q, format!("{}/r{peer}>{me}/{q}", c.key))
+        };
+        let sd = side(call);
+        c.chan.set(&key, &posts::encode_side(&sd))?;
+        sides.push((sd, seq));
+    }
+    Ok(InFlight { exchange, sides })
+}
+
+/// Where the ranks that did not come were last: `rank 3 was last in
+/// Broadcast (opCount 2)`, from the key every rank sets at each launch.
+fn whereabouts(c: &Channel, missing: &[usize]) -> String {
+    let now = Instant::now();
+    missing
+        .iter()
+        .map(|r| match c.chan.get(&at_key(c, *r), c.owner(*r), now) {
+            Ok(Ok(b)) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),
+            _ => format!("rank {r} has made no call on this communicator"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Waits for the other ranks' side of a posted launch and compares.
+fn settle(s: &mut CommState, l: &Launch, f: &InFlight, deadline: Instant) -> Result<(), Failure> {
+    let Some(c) = &s.channel else { return Ok(()) };
+    let (me, n) = (s.rank, s.nranks);
+    let timeout = settings().timeout;
+    let plain = |e: Error| -> Failure { (e, None) };
+    let mut verdict: Result<(), Failure> = Ok(());
+    if let Some(seq) = f.exchange {
+        let mut all = Vec::with_capacity(n);
+        let mut missing = Vec::new();
+        for r in 0..n {
+            if r == me {
+                // this rank's own post needs no round trip
+                all.push(l.posted());
+                continue;
+            }
+            let until = if missing.is_empty() {
+                deadline
+            } else {
+                Instant::now()
+            };
+            match c
+                .chan
+                .get(&format!("{}/x{seq}/{r}", c.key), c.owner(r), until)
+                .map_err(plain)?
+            {
+                Ok(b) => all.push(posts::decode_posted(&b).map_err(plain)?),
+                Err(m) => missing.push((r, m)),
+            }
+        }
+        if !missing.is_empty() {
+            let what = l
+                .colls
+                .first()
+                .map(|x| format!("{} #{}", x.func, l.op_count))
+                .unwrap_or_else(|| "a group".into());
+            let e = posts::missing_error(&missing, &what, timeout);
+            let late: Vec<usize> = missing
+                .iter()
+                .filter(|(_, m)| *m == Missing::Timeout)
+                .map(|(r, _)| *r)
+                .collect();
+            let detail = (!late.is_empty()).then(|| whereabouts(c, &late));
+            return Err((e, detail));
+        }
+        if let Err(e) = agree::collectives(&all) {
+            return Err((e, Some(agree::sides(&all))));
+        }
+    }
+    if f.sides.is_empty() {
+        return Ok(());
+    }
+    // pair every Send and Recv with its peer's
+    let mut peers: BTreeMap<usize, u64> = BTreeMap::new();
+    for (sd, seq) in &f.sides {
+        let peer = sd.call.root;
+        let theirs_key = if sd.call.func == Func::Send {
+            format!("{}/r{me}>{peer}/{seq}", c.key)
+        } else {
+            format!("{}/s{peer}>{me}/{seq}", c.key)
+        };
+        let theirs = match c
+            .chan
+            .get(&theirs_key, c.owner(peer), deadline)
+            .map_err(plain)?
+        {
+            Ok(b) => posts::decode_side(&b).map_err(plain)?,
+            Err(m) => {
+                let late = m == Missing::Timeout;
+                let e = posts::unmatched(sd, *seq, m, timeout);
+                let detail = late.then(|| whereabouts(c, &[peer]));
+                verdict = Err((e, detail));
+                break;
+            }
+        };
+        let paired = if sd.call.func == Func::Send {
+            posts::pair(me, peer, *seq, sd, &theirs)
+        } else {
+            posts::pair(peer, me, *seq, &theirs, sd)
+        };
+        if let Err(e) = paired {
+            verdict = Err((e, None));
+            break;
+        }
+        peers.insert(peer, theirs.op_count);
+    }
+    // every peer's verdict on its own share of the launch: a pair that failed
+    // between two other ranks stops this rank too
+    let mine = match &verdict {
+        Ok(()) => String::new(),
+        Err((e, _)) => e.message.clone(),
+    };
+    c.chan
+        .set(
+            &format!("{}/ok/{me}/{}", c.key, l.op_count),
+            mine.as_bytes(),
+        )
+        .map_err(plain)?;
+    verdict?;
+    for (peer, their_op) in peers {
+        match c
+            .chan
+            .get(
+                &format!("{}/ok/{peer}/{their_op}", c.key),
+                c.owner(peer),
+                deadline,
+            )
+            .map_err(plain)?
+        {
+            Ok(b) if b.is_empty() => {}
+            Ok(b) => {
+                return Err((
+                    Error::new(
+                        ErrorKind::Mismatch,
+                        format!(
+                            "rank {peer}, a peer of this group, found: {}",
+                            String::from_utf8_lossy(&b)
+                        ),
+                    ),
+                    None,
+                ));
+            }
+            Err(m) => {
+                let e = posts::missing_error(
+                    &[(peer, m)],
+                    &format!("the Send/Recv launch (opCount {their_op:x}) it pairs with"),
+                    timeout,
+                );
+                return Err((e, None));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! `librankwise_nccl.so`: NCCL's contracts checked live, in any program,
+//! in front of the real NCCL.
+//!
+//! ```text
+//! LD_PRELOAD=target/release/librankwise_nccl.so torchrun ... train.py
+//! ```
+//!
+//! The library exports NCCL's entry points (communicator init, split,
+//! destroy and abort, every collective, Send/Recv, group start and end,
+//! PreMulSum ops, `ncclMemAlloc`/`ncclMemFree`, `ncclGetUniqueId`,
+//! `ncclGetLastError`); the dynamic loader binds the program's calls to them
+//! ahead of libnccl's. Each call gets rankwise's argument checks, and at
+//! launch every rank's call is compared across ranks before NCCL is called;
+//! a mismatch is `ncclInvalidUsage` with one line naming the ranks, the call
+//! and both sides' arguments, instead of an NCCL hang. Everything else is
+//! NCCL's: the real function is called with the program's own arguments.
+//! Calls it does not export pass straight to libnccl.
+//!
+//! Modules, one job each:
+//!
+//! - `real`: finding NCCL's functions (`pnccl*` first) in the library the
+//!   program uses;
+//! - `exports`: the C entry points (with `real`, all of the crate's
+//!   `unsafe`);
+//! - `hooks`: per-communicator state, the checks, the cross-rank agreement
+//!   (rankwise's `core` decides every rule and words every error);
+//! - `side`: the side channel's store, found through the unique id.
+//!
+//! Environment: `RANKWISE_CHECK=0` forwards every call untouched;
+//! `RANKWISE_TIMEOUT` (seconds) bounds every wait for other ranks;
+//! `RANKWISE_ABORT=1` aborts the process after an error line;
+//! `RANKWISE_DEBUG=INFO` with `RANKWISE_DEBUG_FILE` (`%h`, `%p`, `%r`) keeps
+//! a per-rank journal in NCCL's trace format, one write per line;
+//! `RANKWISE_NCCL_LIBRARY` names the real libnccl.
+
+mod exports;
+mod hooks;
+mod real;
+mod side;

@@ -1,0 +1,558 @@
+//! A stand-in for libnccl.so.2, for the interposer's CPU tests: NCCL's C
+//! API over host memory, across the processes of a test, exporting every
+//! function twice as NCCL builds do (`pncclX` and `ncclX`). The tests build
+//! it with plain `rustc` (std only) into `libnccl.so.2`.
+//!
+//! Ranks meet in a directory named by the unique id (under
+//! `RANKWISE_STANDIN_DIR`): a collective is one file per rank holding its
+//! contribution, written whole then renamed, and every rank reads every
+//! file it needs and computes its own output; a Send is a file its Recv
+//! waits for. Calls inside a group run at `ncclGroupEnd`: Sends, then
+//! collectives, then Recvs, so a grouped exchange never waits on itself.
+//! Every wait gives up after `RANKWISE_STANDIN_TIMEOUT` seconds (20) with
+//! `ncclInternalError`, so a test that lets a mismatch through ends.
+//!
+//! It checks nothing: that is the interposer's job. Reductions: Sum, Prod,
+//! Max, Min, Avg (integer Avg divides the wrapped sum) on the 8 integer and
+//! 2 wide float types, and PreMulSum on float and double.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+type Res = c_int;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueId {
+    internal: [u8; 128],
+}
+
+struct Comm {
+    dir: PathBuf,
+    rank: usize,
+    nranks: usize,
+    seq: u64,
+    splits: u64,
+    sent: Vec<u64>,
+    recvd: Vec<u64>,
+    premul: HashMap<c_int, f64>,
+    next_op: c_int,
+}
+
+#[derive(Clone, Copy)]
+struct Op {
+    comm: *mut Comm,
+    func: u8,
+    s: usize,
+    r: usize,
+    count: usize,
+    dt: c_int,
+    op: c_int,
+    root: c_int,
+}
+
+const ALLREDUCE: u8 = 0;
+const REDUCE: u8 = 1;
+const BROADCAST: u8 = 2;
+const ALLGATHER: u8 = 3;
+const REDUCESCATTER: u8 = 4;
+const ALLTOALL: u8 = 5;
+const GATHER: u8 = 6;
+const SCATTER: u8 = 7;
+const SEND: u8 = 8;
+const RECV: u8 = 9;
+
+thread_local! {
+    static GROUP: RefCell<(u32, Vec<Op>)> = RefCell::new((0, Vec::new()));
+}
+
+fn timeout() -> Duration {
+    let s = std::env::var("RANKWISE_STANDIN_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(20.0);
+    Duration::from_secs_f64(s)
+}
+
+fn size_of(dt: c_int) -> usize {
+    match dt {
+        0 | 1 | 10 | 11 => 1,
+        6 | 9 => 2,
+        2 | 3 | 7 => 4,
+        4 | 5 | 8 => 8,
+        _ => 0,
+    }
+}
+
+fn put(path: &PathBuf, bytes: &[u8]) -> Result<(), Res> {
+    // one temporary name per process: ranks write their files side by side
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(|_| 2)?;
+    std::fs::rename(&tmp, path).map_err(|_| 2)
+}
+
+fn take(path: &PathBuf) -> Result<Vec<u8>, Res> {
+    let deadline = Instant::now() + timeout();
+    loop {
+        if let Ok(b) = std::fs::read(path) {
+            return Ok(b);
+        }
+        if Instant::now() >= deadline {
+            eprintln!("stand-in nccl: gave up waiting for {}", path.display());
+            return Err(3);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+unsafe fn bytes<'a>(addr: usize, n: usize) -> &'a [u8] {
+    if n == 0 {
+        return &[];
+    }
+    std::slice::from_raw_parts(addr as *const u8, n)
+}
+
+unsafe fn write(addr: usize, b: &[u8]) {
+    if !b.is_empty() {
+        std::ptr::copy(b.as_ptr(), addr as *mut u8, b.len());
+    }
+}
+
+macro_rules! fold_int {
+    ($t:ty, $acc:ident, $parts:ident, $op:expr, $n:expr) => {{
+        let w = std::mem::size_of::<$t>();
+        let get = |b: &[u8], i: usize| <$t>::from_le_bytes(b[i * w..(i + 1) * w].try_into().unwrap());
+        let len = $acc.len() / w;
+        for i in 0..len {
+            let mut x = get(&$parts[0], i);
+            for p in &$parts[1..] {
+                let y = get(p, i);
+                x = match $op {
+                    0 | 4 => x.wrapping_add(y),
+                    1 => x.wrapping_mul(y),
+                    2 => x.max(y),
+                    _ => x.min(y),
+                };
+            }
+            if $op == 4 {
+                x = (x as i128 / $n as i128) as $t;
+            }
+            $acc[i * w..(i + 1) * w].copy_from_slice(&x.to_le_bytes());
+        }
+    }};
+}
+
+macro_rules! fold_float {
+    ($t:ty, $acc:ident, $parts:ident, $op:expr, $n:expr, $scalar:expr) => {{
+        let w = std::mem::size_of::<$t>();
+        let get = |b: &[u8], i: usize| <$t>::from_le_bytes(b[i * w..(i + 1) * w].try_into().unwrap());
+        let len = $acc.len() / w;
+        for i in 0..len {
+            let pre = |x: $t| -> $t {
+                match $op {
+                    4 => x / ($n as $t),
+                    o if o >= 5 => x * ($scalar as $t),
+                    _ => x,
+                }
+            };
+            let mut x = pre(get(&$parts[0], i));
+            for p in &$parts[1..] {
+                let y = pre(get(p, i));
+                x = match $op {
+                    1 => x * y,
+                    2 => x.max(y),
+                    3 => x.min(y),
+                    _ => x + y,
+                };
+            }
+            $acc[i * w..(i + 1) * w].copy_from_slice(&x.to_le_bytes());
+        }
+    }};
+}
+
+/// The element-wise reduction of `parts` (one per rank, in rank order).
+fn reduce(parts: &[Vec<u8>], dt: c_int, op: c_int, scalar: f64) -> Result<Vec<u8>, Res> {
+    let mut acc = parts[0].clone();
+    let n = parts.len();
+    match dt {
+        0 => fold_int!(i8, acc, parts, op, n),
+        1 => fold_int!(u8, acc, parts, op, n),
+        2 => fold_int!(i32, acc, parts, op, n),
+        3 => fold_int!(u32, acc, parts, op, n),
+        4 => fold_int!(i64, acc, parts, op, n),
+        5 => fold_int!(u64, acc, parts, op, n),
+        7 => fold_float!(f32, acc, parts, op, n, scalar),
+        8 => fold_float!(f64, acc, parts, op, n, scalar),
+        _ => {
+            eprintln!("stand-in nccl: no reduction on datatype {dt}");
+            return Err(4);
+        }
+    }
+    Ok(acc)
+}
+
+unsafe fn run(o: &Op) -> Res {
+    match run_inner(o) {
+        Ok(()) => 0,
+        Err(rc) => rc,
+    }
+}
+
+unsafe fn run_inner(o: &Op) -> Result<(), Res> {
+    let c = &mut *o.comm;
+    let (n, me, sz) = (c.nranks, c.rank, size_of(o.dt));
+    let q = o.count * sz;
+    if o.func == SEND || o.func == RECV {
+        let peer = o.root as usize;
+        if o.func == SEND {
+            let k = c.sent[peer];
+            c.sent[peer] += 1;
+            return put(&c.dir.join(format!("p{me}-{peer}.{k}")), bytes(o.s, q));
+        }
+        let k = c.recvd[peer];
+        c.recvd[peer] += 1;
+        let b = take(&c.dir.join(format!("p{peer}-{me}.{k}")))?;
+        if b.len() != q {
+            eprintln!("stand-in nccl: rank {me} Recv of {q} bytes got {}", b.len());
+            return Err(3);
+        }
+        write(o.r, &b);
+        return Ok(());
+    }
+    if o.count == 0 {
+        return Ok(());
+    }
+    let seq = c.seq;
+    c.seq += 1;
+    let root = o.root as usize;
+    let mine: &[u8] = match o.func {
+        ALLREDUCE | REDUCE | ALLGATHER | GATHER => bytes(o.s, q),
+        REDUCESCATTER | ALLTOALL => bytes(o.s, n * q),
+        BROADCAST => if me == root { bytes(o.s, q) } else { &[] },
+        SCATTER => if me == root { bytes(o.s, n * q) } else { &[] },
+        _ => return Err(3),
+    };
+    put(&c.dir.join(format!("c{seq}.{me}")), mine)?;
+    let get = |r: usize| take(&c.dir.join(format!("c{seq}.{r}")));
+    let scalar = c.premul.get(&o.op).copied().unwrap_or(1.0);
+    match o.func {
+        ALLREDUCE | REDUCE => {
+            if o.func == REDUCE && me != root {
+                // every rank reads every contribution, so files stay consistent
+                return Ok(());
+            }
+            let parts = (0..n).map(get).collect::<Result<Vec<_>, _>>()?;
+            write(o.r, &reduce(&parts, o.dt, o.op, scalar)?);
+        }
+        BROADCAST => write(o.r, &get(root)?),
+        ALLGATHER => {
+            let all: Vec<u8> = (0..n).map(get).collect::<Result<Vec<_>, _>>()?.concat();
+            write(o.r, &all);
+        }
+        GATHER => {
+            if me == root {
+                let all: Vec<u8> = (0..n).map(get).collect::<Result<Vec<_>, _>>()?.concat();
+                write(o.r, &all);
+            }
+        }
+        REDUCESCATTER => {
+            let parts = (0..n)
+                .map(|r| get(r).map(|b| b[me * q..(me + 1) * q].to_vec()))
+                .collect::<Result<Vec<_>, _>>()?;
+            write(o.r, &reduce(&parts, o.dt, o.op, scalar)?);
+        }
+        ALLTOALL => {
+            let all: Vec<u8> = (0..n)
+                .map(|r| get(r).map(|b| b[me * q..(me + 1) * q].to_vec()))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat();
+            write(o.r, &all);
+        }
+        SCATTER => {
+            let b = get(root)?;
+            write(o.r, &b[me * q..(me + 1) * q]);
+        }
+        _ => return Err(3),
+    }
+    Ok(())
+}
+
+unsafe fn submit(o: Op) -> Res {
+    if o.comm.is_null() {
+        return 4;
+    }
+    let queued = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.0 > 0 {
+            g.1.push(o);
+            true
+        } else {
+            false
+        }
+    });
+    if queued { 0 } else { run(&o) }
+}
+
+macro_rules! export {
+    ($p:ident, $n:ident, ($($a:ident: $t:ty),*) -> $r:ty $body:block) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $p($($a: $t),*) -> $r $body
+        #[no_mangle]
+        pub unsafe extern "C" fn $n($($a: $t),*) -> $r { $p($($a),*) }
+    };
+}
+
+export!(pncclGetVersion, ncclGetVersion, (v: *mut c_int) -> Res {
+    *v = 22809;
+    0
+});
+
+static COUNTER: Mutex<u64> = Mutex::new(0);
+
+export!(pncclGetUniqueId, ncclGetUniqueId, (id: *mut UniqueId) -> Res {
+    let mut k = COUNTER.lock().unwrap();
+    *k += 1;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let magic = t ^ ((std::process::id() as u64) << 32) ^ (*k << 56);
+    let mut b = [0u8; 128];
+    b[..8].copy_from_slice(&magic.to_le_bytes());
+    b[8..10].copy_from_slice(&2u16.to_le_bytes()); // AF_INET
+    b[12..16].copy_from_slice(&[127, 0, 0, 1]);
+    (*id).internal = b;
+    0
+});
+
+fn base_dir() -> PathBuf {
+    std::env::var_os("RANKWISE_STANDIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+fn new_comm(dir: PathBuf, rank: usize, nranks: usize) -> *mut Comm {
+    let _ = std::fs::create_dir_all(&dir);
+    Box::into_raw(Box::new(Comm {
+        dir,
+        rank,
+        nranks,
+        seq: 0,
+        splits: 0,
+        sent: vec![0; nranks],
+        recvd: vec![0; nranks],
+        premul: HashMap::new(),
+        next_op: 5,
+    }))
+}
+
+unsafe fn init(comm: *mut *mut Comm, nranks: c_int, id: UniqueId, rank: c_int) -> Res {
+    if nranks <= 0 || rank < 0 || rank >= nranks {
+        return 4;
+    }
+    let magic = u64::from_le_bytes(id.internal[..8].try_into().unwrap());
+    *comm = new_comm(base_dir().join(format!("{magic:016x}")), rank as usize, nranks as usize);
+    0
+}
+
+export!(pncclCommInitRank, ncclCommInitRank, (comm: *mut *mut Comm, nranks: c_int, id: UniqueId, rank: c_int) -> Res {
+    init(comm, nranks, id, rank)
+});
+
+export!(pncclCommInitRankConfig, ncclCommInitRankConfig, (comm: *mut *mut Comm, nranks: c_int, id: UniqueId, rank: c_int, _config: *mut c_void) -> Res {
+    init(comm, nranks, id, rank)
+});
+
+export!(pncclCommSplit, ncclCommSplit, (comm: *mut Comm, color: c_int, key: c_int, newcomm: *mut *mut Comm, _config: *mut c_void) -> Res {
+    let c = &mut *comm;
+    let k = c.splits;
+    c.splits += 1;
+    if put(&c.dir.join(format!("split{k}.{}", c.rank)), format!("{color} {key}").as_bytes()).is_err() {
+        return 2;
+    }
+    let mut members = Vec::new();
+    for r in 0..c.nranks {
+        let b = match take(&c.dir.join(format!("split{k}.{r}"))) {
+            Ok(b) => b,
+            Err(rc) => return rc,
+        };
+        let s = String::from_utf8_lossy(&b).to_string();
+        let mut it = s.split(' ').map(|x| x.parse::<c_int>().unwrap_or(-1));
+        let (col, key) = (it.next().unwrap_or(-1), it.next().unwrap_or(0));
+        if col == color && color >= 0 {
+            members.push((key, r));
+        }
+    }
+    if color < 0 {
+        *newcomm = std::ptr::null_mut();
+        return 0;
+    }
+    members.sort();
+    let rank = members.iter().position(|m| m.1 == c.rank).unwrap_or(0);
+    *newcomm = new_comm(c.dir.join(format!("s{k}c{color}")), rank, members.len());
+    0
+});
+
+export!(pncclCommCount, ncclCommCount, (comm: *mut Comm, count: *mut c_int) -> Res {
+    *count = (*comm).nranks as c_int;
+    0
+});
+
+export!(pncclCommUserRank, ncclCommUserRank, (comm: *mut Comm, rank: *mut c_int) -> Res {
+    *rank = (*comm).rank as c_int;
+    0
+});
+
+export!(pncclCommCuDevice, ncclCommCuDevice, (_comm: *mut Comm, dev: *mut c_int) -> Res {
+    *dev = 0;
+    0
+});
+
+export!(pncclCommFinalize, ncclCommFinalize, (_comm: *mut Comm) -> Res { 0 });
+
+export!(pncclCommDestroy, ncclCommDestroy, (comm: *mut Comm) -> Res {
+    if !comm.is_null() {
+        drop(Box::from_raw(comm));
+    }
+    0
+});
+
+export!(pncclCommAbort, ncclCommAbort, (comm: *mut Comm) -> Res {
+    if !comm.is_null() {
+        drop(Box::from_raw(comm));
+    }
+    0
+});
+
+export!(pncclCommGetAsyncError, ncclCommGetAsyncError, (_comm: *mut Comm, st: *mut c_int) -> Res {
+    *st = 0;
+    0
+});
+
+export!(pncclGetErrorString, ncclGetErrorString, (_rc: c_int) -> *const c_char {
+    c"stand-in nccl error".as_ptr()
+});
+
+export!(pncclGetLastError, ncclGetLastError, (_comm: *mut Comm) -> *const c_char {
+    c"".as_ptr()
+});
+
+static ALLOCS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+export!(pncclMemAlloc, ncclMemAlloc, (ptr: *mut *mut c_void, size: usize) -> Res {
+    let layout = std::alloc::Layout::from_size_align(size.max(1), 256).unwrap();
+    let p = std::alloc::alloc_zeroed(layout);
+    if p.is_null() {
+        return 2;
+    }
+    ALLOCS.lock().unwrap().push((p as usize, size.max(1)));
+    *ptr = p as *mut c_void;
+    0
+});
+
+export!(pncclMemFree, ncclMemFree, (ptr: *mut c_void) -> Res {
+    let mut a = ALLOCS.lock().unwrap();
+    if let Some(i) = a.iter().position(|x| x.0 == ptr as usize) {
+        let (p, size) = a.swap_remove(i);
+        std::alloc::dealloc(p as *mut u8, std::alloc::Layout::from_size_align(size, 256).unwrap());
+    }
+    0
+});
+
+export!(pncclRedOpCreatePreMulSum, ncclRedOpCreatePreMulSum, (op: *mut c_int, scalar: *mut c_void, dt: c_int, _residence: c_int, comm: *mut Comm) -> Res {
+    let c = &mut *comm;
+    let v = match dt {
+        7 => *(scalar as *const f32) as f64,
+        8 => *(scalar as *const f64),
+        _ => return 4,
+    };
+    *op = c.next_op;
+    c.premul.insert(c.next_op, v);
+    c.next_op += 1;
+    0
+});
+
+export!(pncclRedOpDestroy, ncclRedOpDestroy, (op: c_int, comm: *mut Comm) -> Res {
+    (*comm).premul.remove(&op);
+    0
+});
+
+export!(pncclGroupStart, ncclGroupStart, () -> Res {
+    GROUP.with(|g| g.borrow_mut().0 += 1);
+    0
+});
+
+export!(pncclGroupEnd, ncclGroupEnd, () -> Res {
+    let ops = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.0 == 0 {
+            return None;
+        }
+        g.0 -= 1;
+        Some(if g.0 == 0 { std::mem::take(&mut g.1) } else { Vec::new() })
+    });
+    let Some(ops) = ops else { return 5 };
+    let mut rc = 0;
+    for pass in [0, 1, 2] {
+        for o in &ops {
+            let class = match o.func {
+                SEND => 0,
+                RECV => 2,
+                _ => 1,
+            };
+            if class == pass {
+                let r = run(o);
+                if rc == 0 {
+                    rc = r;
+                }
+            }
+        }
+    }
+    rc
+});
+
+type S = *const c_void;
+type R = *mut c_void;
+
+fn op(comm: *mut Comm, func: u8, s: usize, r: usize, count: usize, dt: c_int, op: c_int, root: c_int) -> Op {
+    Op { comm, func, s, r, count, dt, op, root }
+}
+
+export!(pncclAllReduce, ncclAllReduce, (s: S, r: R, n: usize, dt: c_int, o: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, ALLREDUCE, s as usize, r as usize, n, dt, o, 0))
+});
+export!(pncclReduce, ncclReduce, (s: S, r: R, n: usize, dt: c_int, o: c_int, root: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, REDUCE, s as usize, r as usize, n, dt, o, root))
+});
+export!(pncclBroadcast, ncclBroadcast, (s: S, r: R, n: usize, dt: c_int, root: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, BROADCAST, s as usize, r as usize, n, dt, 0, root))
+});
+export!(pncclBcast, ncclBcast, (b: R, n: usize, dt: c_int, root: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, BROADCAST, b as usize, b as usize, n, dt, 0, root))
+});
+export!(pncclAllGather, ncclAllGather, (s: S, r: R, n: usize, dt: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, ALLGATHER, s as usize, r as usize, n, dt, 0, 0))
+});
+export!(pncclReduceScatter, ncclReduceScatter, (s: S, r: R, n: usize, dt: c_int, o: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, REDUCESCATTER, s as usize, r as usize, n, dt, o, 0))
+});
+export!(pncclAlltoAll, ncclAlltoAll, (s: S, r: R, n: usize, dt: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, ALLTOALL, s as usize, r as usize, n, dt, 0, 0))
+});
+export!(pncclGather, ncclGather, (s: S, r: R, n: usize, dt: c_int, root: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, GATHER, s as usize, r as usize, n, dt, 0, root))
+});
+export!(pncclScatter, ncclScatter, (s: S, r: R, n: usize, dt: c_int, root: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, SCATTER, s as usize, r as usize, n, dt, 0, root))
+});
+export!(pncclSend, ncclSend, (s: S, n: usize, dt: c_int, peer: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, SEND, s as usize, 0, n, dt, 0, peer))
+});
+export!(pncclRecv, ncclRecv, (r: R, n: usize, dt: c_int, peer: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {
+    submit(op(comm, RECV, 0, r as usize, n, dt, 0, peer))
+});

@@ -1,0 +1,131 @@
+"""PyTorch programs with one injected NCCL misuse each, for the interposer.
+
+    python3 scripts/interpose_bugs.py BUG [--ranks 4] [--timeout 30]
+
+BUG is one of: none, count, skip, root, isend, a2a. The script starts
+--ranks processes of itself on GPU 0 (each its own NCCL_HOSTID, sockets on
+lo, NVLS off, so NCCL accepts several ranks on one GPU), runs the program,
+and prints per rank what the program saw and how long it took. Run it
+with and without the interposer:
+
+    LD_PRELOAD=target/release/librankwise_nccl.so RANKWISE_TIMEOUT=10 \
+        python3 scripts/interpose_bugs.py count
+
+The bugs (rank 2 is the odd one out unless said):
+  count  all_reduce of 5 elements where the others pass 4
+  skip   rank 2 leaves out a broadcast and calls the next all_reduce
+  root   broadcast with src 1 on rank 2, src 0 elsewhere
+  isend  rank 0 isends 16 elements to rank 1, which calls all_reduce
+  a2a    all_to_all_single whose output splits on rank 2 are not the
+         transpose of the others' input splits
+  none   the same calls without a bug: results are printed for comparing
+"""
+
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+
+def program(bug, rank, world):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "nccl",
+        rank=rank,
+        world_size=world,
+        init_method=os.environ["RW_INIT"],
+        timeout=datetime.timedelta(seconds=float(os.environ["RW_TIMEOUT"])),
+        device_id=torch.device("cuda:0"),
+    )
+    dev = torch.device("cuda:0")
+    x = torch.full((4,), float(rank + 1), device=dev)
+    dist.all_reduce(x)
+    out = {"warmup": x.tolist()}
+    t0 = time.time()
+    if bug == "count":
+        y = torch.ones(5 if rank == 2 else 4, device=dev)
+        dist.all_reduce(y)
+        out["result"] = y.tolist()
+    elif bug == "skip":
+        y = torch.full((4,), float(rank), device=dev)
+        if rank != 2:
+            dist.broadcast(y, src=0)
+        dist.all_reduce(y)
+        out["result"] = y.tolist()
+    elif bug == "root":
+        y = torch.full((4,), float(rank), device=dev)
+        dist.broadcast(y, src=1 if rank == 2 else 0)
+        out["result"] = y.tolist()
+    elif bug == "isend":
+        y = torch.ones(16, device=dev)
+        if rank == 0:
+            dist.isend(y, 1).wait()
+        else:
+            dist.all_reduce(y)
+        out["result"] = y[:4].tolist()
+    elif bug in ("a2a", "none"):
+        ins = [2 * rank + d + 1 for d in range(world)]
+        outs = [2 * s + rank + 1 for s in range(world)]
+        if bug == "a2a" and rank == 2:
+            outs = [2 * rank + s + 1 for s in range(world)]
+        src = torch.cat([torch.full((n,), float(100 * rank + d), device=dev) for d, n in enumerate(ins)])
+        dst = torch.empty(sum(outs), device=dev)
+        dist.all_to_all_single(dst, src, outs, ins)
+        out["result"] = dst.tolist()
+        if bug == "none":
+            z = torch.arange(4, device=dev, dtype=torch.float32) + rank
+            dist.all_reduce(z)
+            dist.broadcast(z, src=world - 1)
+            out["more"] = z.tolist()
+    torch.cuda.synchronize()
+    out["seconds"] = round(time.time() - t0, 3)
+    print(f"rank {rank}: ok {out}", flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    args = sys.argv[1:]
+    if os.environ.get("RW_RANK"):
+        rank, world = int(os.environ["RW_RANK"]), int(os.environ["RW_WORLD"])
+        try:
+            program(args[0], rank, world)
+        except Exception as e:  # the program's view of the failure
+            print(f"rank {rank}: raised {type(e).__name__}: {str(e)[:600]}", flush=True)
+            os._exit(1)
+        return
+    bug = args[0]
+    world = int(args[args.index("--ranks") + 1]) if "--ranks" in args else 4
+    timeout = args[args.index("--timeout") + 1] if "--timeout" in args else "30"
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    t0 = time.time()
+    for r in range(world):
+        env = dict(os.environ)
+        env.update(
+            RW_RANK=str(r),
+            RW_WORLD=str(world),
+            RW_INIT=f"tcp://127.0.0.1:{port}",
+            RW_TIMEOUT=timeout,
+            NCCL_HOSTID=f"rankwise-host-{r}",
+            NCCL_SOCKET_IFNAME="lo",
+            NCCL_NVLS_ENABLE="0",
+        )
+        procs.append(subprocess.Popen([sys.executable, __file__, bug], env=env))
+    deadline = t0 + float(timeout) * 3 + 60
+    for p in procs:
+        try:
+            p.wait(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    print(f"{bug}: all ranks ended after {time.time() - t0:.1f} s; exit codes {[p.returncode for p in procs]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
