@@ -324,7 +324,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "null-root-recvbuff",
             what: "Reduce to root 2 whose recvbuff is NULL",
-            nccl: "accepted (ncclInProgress) on every rank; what the work then did: not recorded",
+            nccl: "accepted (ncclInProgress) on every rank; then the root's work fails with CUDA_ERROR_ILLEGAL_ADDRESS, the other ranks complete",
             ranks: 4,
             expect: |r| {
                 Some(if r == 2 {
@@ -343,7 +343,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "out-of-bounds-extent",
             what: "AllGather whose recvbuff on rank 1 is one element short",
-            nccl: "accepted (ncclInProgress) on every rank; what the work then did: not recorded",
+            nccl: "accepted (ncclInProgress) on every rank; then every rank completes with no error, and rank 1's AllGather writes past the end of its short recvbuff (4 guard bytes after it changed)",
             ranks: 4,
             expect: |r| {
                 Some(if r == 1 {
@@ -367,7 +367,7 @@ pub fn catalogue() -> Vec<Scenario> {
         Scenario {
             name: "illegal-overlap",
             what: "AllGather with sendbuff == recvbuff on every rank (in-place only on rank 0)",
-            nccl: "accepted (ncclInProgress) on every rank; what the work then did: not recorded",
+            nccl: "accepted (ncclInProgress) on every rank; then every rank completes with no error (no guard byte changed; what the overlap did to the outputs was not checked)",
             ranks: 4,
             expect: |r| {
                 Some(if r == 0 {
