@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------- the libraries
 
-/// `target/<profile>/librankwise_nccl.so`, which cargo builds before this test.
+/// `librankwise_nccl.so` beside this test in `target/<profile>/deps` (cargo
+/// builds it there for the tests: the crate is an rlib as well), or in
+/// `target/<profile>` after a `cargo build`.
 fn interposer() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
