@@ -224,6 +224,19 @@ impl LaunchOptions {
     }
 }
 
+/// Runs one rank's `program`, turning a panic in it into this rank's
+/// `Panic` error (with the panic's message), as every launcher reports it.
+pub(crate) fn run_catching<T>(rank: usize, program: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(program)).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::new(ErrorKind::Panic, format!("rank {rank} panicked: {msg}")).on_rank(rank))
+    })
+}
+
 /// Runs `program` on `nranks` ranks of `engine` and returns each rank's own
 /// result, errors included.
 pub fn launch_each<T, F>(

@@ -21,7 +21,6 @@ use super::{EngineKind, LaunchOptions};
 use crate::api::Comm;
 use crate::core::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -426,18 +425,7 @@ fn run_rank(
             return Err(e);
         }
     };
-    let out = catch_unwind(AssertUnwindSafe(|| handler(&mut comm, args)));
-    let out = match out {
-        Ok(r) => r,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::new(ErrorKind::Panic, format!("rank {rank} panicked: {msg}")).on_rank(rank))
-        }
-    };
+    let out = super::run_catching(rank, || handler(&mut comm, args));
     comm.finish(out.as_ref().err());
     drop(comm);
     out

@@ -5,7 +5,6 @@
 
 use crate::api::Comm;
 use crate::core::{Error, ErrorKind, Result};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Runs `program` on `n` threads; rank r's communicator comes from
 /// `make(r)`, on its own thread. With `pin`, rank r's thread runs on core r
@@ -60,18 +59,7 @@ where
     M: Fn(usize) -> Result<Comm> + Sync,
 {
     let mut comm = make(rank)?;
-    let out = catch_unwind(AssertUnwindSafe(|| program(&mut comm)));
-    let out = match out {
-        Ok(r) => r,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::new(ErrorKind::Panic, format!("rank {rank} panicked: {msg}")).on_rank(rank))
-        }
-    };
+    let out = super::run_catching(rank, || program(&mut comm));
     comm.finish(out.as_ref().err());
     drop(comm);
     out

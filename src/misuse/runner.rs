@@ -215,7 +215,6 @@ struct WireOutcome {
 /// guards; a rank whose program fails or panics tells the others at once.
 #[cfg(feature = "mpi")]
 pub fn run_mpi(s: &Scenario) -> Result<Outcome> {
-    use std::panic::{AssertUnwindSafe, catch_unwind};
     let engine = EngineKind::Mpi;
     let opts = LaunchOptions::default()
         .with_timeout(timeout(s, engine))
@@ -224,14 +223,7 @@ pub fn run_mpi(s: &Scenario) -> Result<Outcome> {
     let results = crate::mpi::launch_each(opts, s.ranks, |c| {
         let rank = c.rank();
         let mut g = Guards::default();
-        let r = catch_unwind(AssertUnwindSafe(|| (s.program)(c, &mut g))).unwrap_or_else(|p| {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::new(ErrorKind::Panic, format!("rank {rank} panicked: {msg}")).on_rank(rank))
-        });
+        let r = crate::launch::run_catching(rank, || (s.program)(c, &mut g));
         let seconds = start.elapsed().as_secs_f64();
         let violations = g.violations(c);
         if let Err(e) = &r {
