@@ -1,7 +1,8 @@
 //! What the mpi engine costs over OpenMPI's own collective: the same
-//! AllReduce, AllGather and Broadcast (float32, sum), the same sizes, in
-//! the same processes, one call of each in turn, so both see the same
-//! machine at the same moment; and the local engine (threads) beside them.
+//! AllReduce, AllGather and Broadcast (float32, sum; Broadcast in place and
+//! out of place), the same sizes, in the same processes, a batch of each in
+//! turn, so both see the same machine at nearly the same moment; and the
+//! local engine (threads) beside them.
 //!
 //!     cargo build --release --features mpi --example mpi_overhead
 //!     target/release/examples/mpi_overhead [--ranks 2,4] [-b 8] [-e 64M]
@@ -9,15 +10,23 @@
 //! Run without mpirun, it measures the local engine in this process, then
 //! starts `mpirun -n N` of itself for each N (with `--oversubscribe` when
 //! N exceeds the cores, `--allow-run-as-root` as root); each MPI job times
-//! a bare rsmpi call (`MPI_Allreduce`, `MPI_Allgather`, `MPI_Bcast`) and
-//! the mpi engine's raw-face call (`ncclAllReduce` …: checks, trace off,
-//! the agreement exchange, then MPI's non-blocking collective), and prints
-//! one JSON line per size from rank 0. The table gives each ratio, as
-//! measured in this run, against the target (at most 1.05x at 64 KiB and
-//! above, at most 2 µs more below).
+//! a bare rsmpi call (`MPI_Allreduce`, `MPI_Allgather`, `MPI_Bcast`; for
+//! the out-of-place Broadcast the root's copy of its sendbuff to its
+//! recvbuff, which NCCL's contract asks for, then `MPI_Bcast`) and the mpi
+//! engine's raw-face call (`ncclAllReduce` …: checks, trace off, the
+//! agreement exchange, then MPI's blocking collective, or nothing more for
+//! inputs that ride in the exchange), and prints one JSON line per size
+//! from rank 0. The table gives each ratio, as measured in this run,
+//! against the target (at most 1.05x at 64 KiB and above, at most 2 µs
+//! more below).
 //!
-//! Timing follows `rankwise bench`: every rank times every call, a call's
-//! time is its slowest rank's, and a size's time is the median over calls.
+//! Timing: each round starts the ranks together (a barrier), times a batch
+//! of bare calls on every rank, then, after another barrier, a batch of
+//! engine calls; a batch's time per call is its slowest rank's, and a
+//! size's time is the median over rounds. Batches, not single calls:
+//! `MPI_Bcast` returns on the root as soon as its data is out, so timing
+//! calls one by one, alternating with the engine's, charges the skew one
+//! leaves behind to the other.
 
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
@@ -27,7 +36,10 @@ use serde_json::{Value, json};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const OPS: [&str; 3] = ["all_reduce", "all_gather", "broadcast"];
+/// Broadcast twice: in place (one buffer, as `MPI_Bcast` is) and out of
+/// place, where NCCL's contract also fills the root's recvbuff, so the
+/// bare program pairs `MPI_Bcast` with the root's copy.
+const OPS: [&str; 4] = ["all_reduce", "all_gather", "broadcast", "broadcast_oop"];
 
 fn opt(args: &[String], flag: &str) -> Option<String> {
     args.iter()
@@ -62,9 +74,19 @@ fn sizes(min: usize, max: usize) -> Vec<usize> {
     v
 }
 
-/// Timed calls per size: many for small sizes, fewer for large.
+/// Timed calls per size for the local engine: many for small sizes,
+/// fewer for large.
 fn iters(bytes: usize) -> usize {
     ((256usize << 20) / bytes.max(1)).clamp(5, 300)
+}
+
+/// Rounds and calls per batch for the MPI job: each round times a batch of
+/// bare calls, then a batch of engine calls, each batch started together
+/// after a barrier (about 20 ms of calls per batch, 25 rounds, at least 5).
+fn plan(bytes: usize) -> (usize, usize) {
+    let batch = ((64usize << 20) / bytes.max(1)).clamp(1, 200);
+    let rounds = if batch == 1 { 7 } else { 25 };
+    (rounds, batch)
 }
 
 /// Elements per rank of `op` at nccl-tests' `bytes` on `n` ranks (the
@@ -93,6 +115,7 @@ fn rankwise_call(c: &mut Comm, op: &str, s: usize, r: usize, q: usize) -> Result
     match op {
         "all_reduce" => c.nccl_all_reduce(s, r, q, DataType::Float32, RedOp::Sum),
         "all_gather" => c.nccl_all_gather(s, r, q, DataType::Float32),
+        "broadcast" => c.nccl_broadcast(r, r, q, DataType::Float32, 0),
         _ => c.nccl_broadcast(s, r, q, DataType::Float32, 0),
     }
 }
@@ -124,37 +147,50 @@ fn mpi_rank(sizes: &[usize]) -> std::result::Result<(), String> {
         for &bytes in sizes {
             let q = count(op, bytes, n);
             let out = if op == "all_gather" { n * q } else { q };
-            let k = iters(bytes);
-            let warm = k.min(10);
-            let (mut bare, mut ours) = (Vec::with_capacity(k), Vec::with_capacity(k));
-            for i in 0..warm + k {
-                let t = Instant::now();
-                match op {
-                    "all_reduce" => {
-                        world.all_reduce_into(&send[..q], &mut recv[..q], SystemOperation::sum())
+            let (rounds, batch) = plan(bytes);
+            let bare_call = |recv: &mut [f32]| match op {
+                "all_reduce" => {
+                    world.all_reduce_into(&send[..q], &mut recv[..q], SystemOperation::sum())
+                }
+                "all_gather" => world.all_gather_into(&send[..q], &mut recv[..out]),
+                "broadcast" => world.process_at_rank(0).broadcast_into(&mut recv[..q]),
+                _ => {
+                    if me == 0 {
+                        recv[..q].copy_from_slice(&send[..q]);
                     }
-                    "all_gather" => world.all_gather_into(&send[..q], &mut recv[..out]),
-                    _ => world.process_at_rank(0).broadcast_into(&mut recv[..q]),
+                    world.process_at_rank(0).broadcast_into(&mut recv[..q])
                 }
-                let a = t.elapsed().as_secs_f64();
-                let t = Instant::now();
+            };
+            // warm-up: both paths, untimed
+            for _ in 0..batch.min(10) {
+                bare_call(&mut recv);
                 rankwise_call(&mut comm, op, s, r, q).map_err(|e| e.to_string())?;
-                let b = t.elapsed().as_secs_f64();
-                if i >= warm {
-                    bare.push(a);
-                    ours.push(b);
-                }
             }
-            // a call's time is its slowest rank's
-            let mut bare_max = vec![0.0f64; k];
-            let mut ours_max = vec![0.0f64; k];
+            let (mut bare, mut ours) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+            for _ in 0..rounds {
+                world.barrier();
+                let t = Instant::now();
+                for _ in 0..batch {
+                    bare_call(&mut recv);
+                }
+                bare.push(t.elapsed().as_secs_f64() / batch as f64);
+                world.barrier();
+                let t = Instant::now();
+                for _ in 0..batch {
+                    rankwise_call(&mut comm, op, s, r, q).map_err(|e| e.to_string())?;
+                }
+                ours.push(t.elapsed().as_secs_f64() / batch as f64);
+            }
+            // a round's time is its slowest rank's
+            let mut bare_max = vec![0.0f64; rounds];
+            let mut ours_max = vec![0.0f64; rounds];
             world.all_reduce_into(&bare[..], &mut bare_max[..], SystemOperation::max());
             world.all_reduce_into(&ours[..], &mut ours_max[..], SystemOperation::max());
             if me == 0 {
                 println!(
                     "{}",
                     json!({
-                        "op": op, "n": n, "bytes": bytes, "iters": k,
+                        "op": op, "n": n, "bytes": bytes, "rounds": rounds, "batch": batch,
                         "openmpi_us": median(&mut bare_max) * 1e6,
                         "rankwise_us": median(&mut ours_max) * 1e6,
                     })

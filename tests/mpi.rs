@@ -13,13 +13,14 @@ use rankwise::{
 };
 use std::process::{Command, ExitCode};
 
-/// Rank r's j-th input: small enough that any sum or product of four is
-/// exact in every datatype (fp8 e4m3 included).
+/// Rank r's j-th input: small enough that every partial sum or product of
+/// four inputs is exact in every datatype, fp8 e5m2 (two mantissa bits)
+/// included, so the order in which MPI combines ranks cannot show.
 fn x(r: usize, j: usize, prod: bool) -> f64 {
     if prod {
         ((r + j) % 3) as f64
     } else {
-        ((7 * r + 3 * j) % 5) as f64
+        ((7 * r + 5 * j) % 3) as f64
     }
 }
 
@@ -39,9 +40,8 @@ fn ops(n: usize, float: bool) -> Vec<RedOp> {
 }
 
 /// Every call of the suite on `c`, each output as bytes, in order.
-fn suite<T: Element>(c: &mut Comm) -> Result<Vec<Vec<u8>>> {
+fn suite<T: Element>(c: &mut Comm, q: usize) -> Result<Vec<Vec<u8>>> {
     let (n, r) = (c.size(), c.rank());
-    let q = 5;
     let mut outs = Vec::new();
     let input = |prod: bool| -> Vec<T> { (0..q).map(|j| T::from_f64(x(r, j, prod))).collect() };
     let blocks =
@@ -137,15 +137,18 @@ fn suite<T: Element>(c: &mut Comm) -> Result<Vec<Vec<u8>>> {
 fn rank_process() -> std::result::Result<(), String> {
     let mut comm = mpi::init().map_err(|e| e.to_string())?;
     let (n, r) = (comm.size(), comm.rank());
-    for dt in DataType::ALL {
-        let on_mpi = with_element_type!(dt, T => suite::<T>(&mut comm))
-            .map_err(|e| format!("{dt} on mpi: {e}"))?;
-        let on_local = with_element_type!(dt, T => local::launch(n, suite::<T>))
-            .map_err(|e| format!("{dt} on local: {e}"))?;
+    // 5 elements travel inside the agreement message (the engine's small
+    // path); 300 (at least 300 bytes in every datatype) go through MPI's
+    // collectives
+    for (dt, q) in DataType::ALL.into_iter().flat_map(|d| [(d, 5), (d, 300)]) {
+        let on_mpi = with_element_type!(dt, T => suite::<T>(&mut comm, q))
+            .map_err(|e| format!("{dt} × {q} on mpi: {e}"))?;
+        let on_local = with_element_type!(dt, T => local::launch(n, |c| suite::<T>(c, q)))
+            .map_err(|e| format!("{dt} × {q} on local: {e}"))?;
         let want = &on_local[r];
         if on_mpi.len() != want.len() {
             return Err(format!(
-                "{dt}: {} outputs on mpi, {} on local",
+                "{dt} × {q}: {} outputs on mpi, {} on local",
                 on_mpi.len(),
                 want.len()
             ));
@@ -153,39 +156,52 @@ fn rank_process() -> std::result::Result<(), String> {
         for (k, (a, b)) in on_mpi.iter().zip(want).enumerate() {
             if a != b {
                 return Err(format!(
-                    "rank {r} of {n}, {dt}, output {k}: mpi {a:?} != local {b:?}"
+                    "rank {r} of {n}, {dt} × {q}, output {k}: mpi {a:?} != local {b:?}"
                 ));
             }
         }
     }
-    // closed forms, independent of both engines
-    let q = 6;
-    let mut a: Vec<i64> = (0..q).map(|j| (r * 100 + j) as i64).collect();
-    comm.all_reduce(&mut a, RedOp::Sum)
-        .map_err(|e| e.to_string())?;
-    let total: i64 = (0..n).map(|s| (s * 100) as i64).sum();
-    for (j, v) in a.iter().enumerate() {
-        if *v != total + (n * j) as i64 {
-            return Err(format!(
-                "rank {r}: AllReduce[{j}] = {v}, expected {}",
-                total + (n * j) as i64
-            ));
+    // closed forms, independent of both engines, on both paths
+    for q in [6, 600] {
+        let mut a: Vec<i64> = (0..q).map(|j| (r * 100 + j) as i64).collect();
+        comm.all_reduce(&mut a, RedOp::Sum)
+            .map_err(|e| e.to_string())?;
+        let total: i64 = (0..n).map(|s| (s * 100) as i64).sum();
+        for (j, v) in a.iter().enumerate() {
+            if *v != total + (n * j) as i64 {
+                return Err(format!(
+                    "rank {r}: AllReduce[{j}] = {v}, expected {}",
+                    total + (n * j) as i64
+                ));
+            }
         }
-    }
-    let mut g = vec![0i32; n * q];
-    let mine: Vec<i32> = (0..q).map(|j| (r * 10 + j) as i32).collect();
-    comm.all_gather_into_tensor(&mut g, &mine)
-        .map_err(|e| e.to_string())?;
-    for (i, v) in g.iter().enumerate() {
-        let want = ((i / q) * 10 + i % q) as i32;
-        if *v != want {
-            return Err(format!("rank {r}: AllGather[{i}] = {v}, expected {want}"));
+        let mut g = vec![0i32; n * q];
+        let mine: Vec<i32> = (0..q).map(|j| (r * 10 + j) as i32).collect();
+        comm.all_gather_into_tensor(&mut g, &mine)
+            .map_err(|e| e.to_string())?;
+        for (i, v) in g.iter().enumerate() {
+            let want = ((i / q) * 10 + i % q) as i32;
+            if *v != want {
+                return Err(format!("rank {r}: AllGather[{i}] = {v}, expected {want}"));
+            }
         }
-    }
-    let mut b: Vec<u8> = (0..q).map(|j| (r * 16 + j) as u8).collect();
-    comm.broadcast(&mut b, n - 1).map_err(|e| e.to_string())?;
-    if b != (0..q).map(|j| ((n - 1) * 16 + j) as u8).collect::<Vec<_>>() {
-        return Err(format!("rank {r}: Broadcast from {} gave {b:?}", n - 1));
+        // sums that wrap (OpenMPI 4.1's own MPI_SUM on 8-bit types saturates)
+        let mut w: Vec<u8> = (0..q).map(|j| (200 + 7 * r + j) as u8).collect();
+        comm.all_reduce(&mut w, RedOp::Sum)
+            .map_err(|e| e.to_string())?;
+        for (j, v) in w.iter().enumerate() {
+            let want = ((0..n).map(|s| 200 + 7 * s + j).sum::<usize>() % 256) as u8;
+            if *v != want {
+                return Err(format!(
+                    "rank {r}: uint8 AllReduce[{j}] = {v}, expected {want}"
+                ));
+            }
+        }
+        let mut b: Vec<u8> = (0..q).map(|j| (r * 16 + j) as u8).collect();
+        comm.broadcast(&mut b, n - 1).map_err(|e| e.to_string())?;
+        if b != (0..q).map(|j| ((n - 1) * 16 + j) as u8).collect::<Vec<_>>() {
+            return Err(format!("rank {r}: Broadcast from {} gave {b:?}", n - 1));
+        }
     }
     Ok(())
 }

@@ -1,6 +1,15 @@
 //! One collective on the mpi engine: the MPI collective that computes it,
 //! with NCCL's semantics kept where MPI's differ.
 //!
+//! It runs only after the launch's agreement has shown that every rank of
+//! the communicator posted this same call (same op, count, datatype,
+//! reduction, root, position), so every rank is on its way into the same
+//! MPI collective with matching arguments: the data moves through MPI's
+//! blocking call, the one MPI tunes its algorithms for, with no deadline
+//! of its own. Nothing of the program runs between the agreement and this
+//! call; a rank can still miss it only by dying there, and mpirun then
+//! ends the whole job.
+//!
 //! - Reductions use the user-defined ops of `ops` (NCCL's element
 //!   arithmetic for every datatype). Avg on floats and PreMulSum multiply
 //!   each rank's input by the scalar first (1/N rounded to the type, for
@@ -18,9 +27,8 @@
 //!   and folded in rank order, as the local engine folds them, so the
 //!   results are bitwise identical on every engine.
 
-use super::notice::Waiting;
 use super::{MpiEngine, ffi, ops};
-use crate::core::{Call, Element, Func, Launch, RedOp, Result};
+use crate::core::{Call, Element, Func, RedOp, Result};
 use crate::engine::local::reduce::Arith;
 
 /// Bytes with 16-byte alignment, for copies of inputs and outputs.
@@ -85,12 +93,13 @@ fn ordered(c: &Call) -> bool {
     c.datatype.is_float() && matches!(c.op, RedOp::Avg | RedOp::PreMulSum(_))
 }
 
-/// Folds the `n` gathered blocks of `q` elements at `from` into `to`.
-fn fold(c: &Call, n: usize, from: usize, q: usize, to: usize) {
-    crate::with_element_type!(c.datatype, T => ffi::fold_ranks::<T>(c.op, n, from, q, to));
+/// Folds the `n` gathered blocks of `q` elements at `from` (`stride` bytes
+/// apart) into `to`.
+pub fn fold(c: &Call, n: usize, from: usize, stride: usize, q: usize, to: usize) {
+    crate::with_element_type!(c.datatype, T => ffi::fold_ranks::<T>(c.op, n, from, stride, q, to));
 }
 
-pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
+pub fn run(e: &MpiEngine, c: &Call) -> Result<()> {
     let (n, me) = (e.size, e.rank);
     let size = c.datatype.size();
     let q = c.count;
@@ -98,65 +107,39 @@ pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
     let cnt = ffi::int(q, c.func.name())?;
     let qbytes = ffi::int(qb, c.func.name())?;
     let root = ffi::int(c.root, c.func.name())?;
-    let dt = ffi::container(size);
     let comm = e.comm;
-    let on = Waiting::Collective { done: e.colls_done };
-    let what = || {
-        format!(
-            "{} (opCount {:x}) on the mpi engine",
-            c.func, launch.op_count
-        )
-    };
     match c.func {
         Func::AllReduce if ordered(c) => {
             let all = Scratch::zeroed(n * qb);
-            let req = ffi::iallgather(comm, c.sendbuff, all.addr(), qbytes)?;
-            e.wait(req, on, &what)?;
-            fold(c, n, all.addr(), q, c.recvbuff);
+            ffi::allgather(comm, c.sendbuff, all.addr(), qbytes)?;
+            fold(c, n, all.addr(), qb, q, c.recvbuff);
         }
         Func::Reduce if ordered(c) => {
             let at_root = me == c.root;
             let all = at_root.then(|| Scratch::zeroed(n * qb));
             let recv = all.as_ref().map_or(0, |s| s.addr());
-            let req = ffi::igather(comm, c.sendbuff, recv, qbytes, root)?;
-            e.wait(req, on, &what)?;
+            ffi::gather(comm, c.sendbuff, recv, qbytes, root)?;
             if let Some(all) = all {
-                fold(c, n, all.addr(), q, c.recvbuff);
+                fold(c, n, all.addr(), qb, q, c.recvbuff);
             }
         }
         Func::ReduceScatter if ordered(c) => {
             let mine = Scratch::zeroed(n * qb);
-            let req = ffi::ialltoall(comm, c.sendbuff, mine.addr(), qbytes)?;
-            e.wait(req, on, &what)?;
-            fold(c, n, mine.addr(), q, c.recvbuff);
+            ffi::alltoall(comm, c.sendbuff, mine.addr(), qbytes)?;
+            fold(c, n, mine.addr(), qb, q, c.recvbuff);
         }
         Func::AllReduce => {
             let (_keep, input) = reduce_input(c, n, c.sendbuff, q, c.sendbuff == c.recvbuff);
-            let req = ffi::iallreduce(
-                comm,
-                input,
-                c.recvbuff,
-                cnt,
-                dt,
-                ops::get(c.datatype, c.op)?,
-            )?;
-            e.wait(req, on, &what)?;
+            let (dt, op) = ops::get(c.datatype, c.op)?;
+            ffi::allreduce(comm, input, c.recvbuff, cnt, dt, op)?;
             finish_avg(c, n, c.recvbuff, q);
         }
         Func::Reduce => {
             let aliased = me == c.root && overlaps(c.sendbuff, qb, c.recvbuff, qb);
             let (_keep, input) = reduce_input(c, n, c.sendbuff, q, aliased);
             let recv = if me == c.root { c.recvbuff } else { 0 };
-            let req = ffi::ireduce(
-                comm,
-                input,
-                recv,
-                cnt,
-                dt,
-                ops::get(c.datatype, c.op)?,
-                root,
-            )?;
-            e.wait(req, on, &what)?;
+            let (dt, op) = ops::get(c.datatype, c.op)?;
+            ffi::reduce(comm, input, recv, cnt, dt, op, root)?;
             finish_avg(c, n, recv, q);
         }
         Func::ReduceScatter => {
@@ -164,15 +147,8 @@ pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
             let (_keep, input) = reduce_input(c, n, c.sendbuff, n * q, false);
             let out = aliased.then(|| Scratch::zeroed(qb));
             let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
-            let req = ffi::ireduce_scatter_block(
-                comm,
-                input,
-                recv,
-                cnt,
-                dt,
-                ops::get(c.datatype, c.op)?,
-            )?;
-            e.wait(req, on, &what)?;
+            let (dt, op) = ops::get(c.datatype, c.op)?;
+            ffi::reduce_scatter_block(comm, input, recv, cnt, dt, op)?;
             finish_avg(c, n, recv, q);
             if let Some(s) = out {
                 ffi::copy(s.addr(), c.recvbuff, qb);
@@ -182,19 +158,16 @@ pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
             if me == c.root {
                 ffi::copy(c.sendbuff, c.recvbuff, qb);
             }
-            let req = ffi::ibcast(comm, c.recvbuff, qbytes, root)?;
-            e.wait(req, on, &what)?;
+            ffi::bcast(comm, c.recvbuff, qbytes, root)?;
         }
         Func::AllGather => {
             let copy = overlaps(c.sendbuff, qb, c.recvbuff, n * qb)
                 .then(|| Scratch::copy_of(c.sendbuff, qb));
             let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
-            let req = ffi::iallgather(comm, send, c.recvbuff, qbytes)?;
-            e.wait(req, on, &what)?;
+            ffi::allgather(comm, send, c.recvbuff, qbytes)?;
         }
         Func::AlltoAll => {
-            let req = ffi::ialltoall(comm, c.sendbuff, c.recvbuff, qbytes)?;
-            e.wait(req, on, &what)?;
+            ffi::alltoall(comm, c.sendbuff, c.recvbuff, qbytes)?;
         }
         Func::Gather => {
             let at_root = me == c.root;
@@ -202,8 +175,7 @@ pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
                 .then(|| Scratch::copy_of(c.sendbuff, qb));
             let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
             let recv = if at_root { c.recvbuff } else { 0 };
-            let req = ffi::igather(comm, send, recv, qbytes, root)?;
-            e.wait(req, on, &what)?;
+            ffi::gather(comm, send, recv, qbytes, root)?;
         }
         Func::Scatter => {
             let at_root = me == c.root;
@@ -211,8 +183,7 @@ pub fn run(e: &mut MpiEngine, c: &Call, launch: &Launch) -> Result<()> {
                 .then(|| Scratch::zeroed(qb));
             let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
             let send = if at_root { c.sendbuff } else { 0 };
-            let req = ffi::iscatter(comm, send, recv, qbytes, root)?;
-            e.wait(req, on, &what)?;
+            ffi::scatter(comm, send, recv, qbytes, root)?;
             if let Some(s) = out {
                 ffi::copy(s.addr(), c.recvbuff, qb);
             }

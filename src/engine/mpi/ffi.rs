@@ -1,7 +1,9 @@
 //! Every call the mpi engine makes into MPI, each wrapped to return a
-//! `Result`; all of the engine's `unsafe` is here. Collectives and
-//! point-to-point calls are the non-blocking forms, so a wait can watch its
-//! deadline and other ranks' notices instead of blocking in MPI forever.
+//! `Result`; all of the engine's `unsafe` is here. The agreement exchange
+//! and point-to-point calls are non-blocking, so a wait can watch its
+//! deadline and other ranks' notices instead of blocking in MPI forever;
+//! a collective's data moves through MPI's blocking call once every rank
+//! is known to be in it (see `collectives`).
 
 use crate::core::{Error, ErrorKind, Result};
 use mpi::ffi as sys;
@@ -209,6 +211,43 @@ pub fn container(size: usize) -> Datatype {
     }
 }
 
+/// MPI's own datatype for `dt`, where MPI has one (no 16- or 8-bit floats).
+pub fn typed(dt: crate::core::DataType) -> Option<Datatype> {
+    use crate::core::DataType as D;
+    // SAFETY: constant handles exported by the MPI shim, read after init.
+    unsafe {
+        Some(match dt {
+            D::Int8 => sys::RSMPI_INT8_T,
+            D::Uint8 => sys::RSMPI_UINT8_T,
+            D::Int32 => sys::RSMPI_INT32_T,
+            D::Uint32 => sys::RSMPI_UINT32_T,
+            D::Int64 => sys::RSMPI_INT64_T,
+            D::Uint64 => sys::RSMPI_UINT64_T,
+            D::Float32 => sys::RSMPI_FLOAT,
+            D::Float64 => sys::RSMPI_DOUBLE,
+            _ => return None,
+        })
+    }
+}
+
+/// MPI's built-in Sum, Prod, Max and Min.
+pub fn sum() -> Op {
+    // SAFETY: a constant handle exported by the MPI shim, read after init.
+    unsafe { sys::RSMPI_SUM }
+}
+pub fn prod() -> Op {
+    // SAFETY: as above.
+    unsafe { sys::RSMPI_PROD }
+}
+pub fn max() -> Op {
+    // SAFETY: as above.
+    unsafe { sys::RSMPI_MAX }
+}
+pub fn min() -> Op {
+    // SAFETY: as above.
+    unsafe { sys::RSMPI_MIN }
+}
+
 pub fn bytes() -> Datatype {
     container(1)
 }
@@ -269,22 +308,36 @@ fn mp(addr: usize) -> *mut c_void {
     addr as *mut c_void
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn iallreduce(
+/// What a blocking collective reads and writes: host addresses checked by
+/// the communicator against this rank's memory before the call, with
+/// extents every rank agreed on (or a buffer of the engine's own of that
+/// size), which nothing else touches until the call returns.
+macro_rules! run {
+    ($what:literal, $f:ident($($arg:expr),*)) => {{
+        // SAFETY: every buffer argument is an address inside an extent
+        // that `core::check_buffers` accepted on this rank, with the counts
+        // every rank agreed on, or the engine's own scratch of that size;
+        // the call returns only when MPI is done with them.
+        let rc = unsafe { sys::$f($($arg),*) };
+        check(rc, $what)
+    }};
+}
+
+pub fn allreduce(
     comm: Comm,
     send: usize,
     recv: usize,
     n: c_int,
     dt: Datatype,
     op: Op,
-) -> Result<Request> {
-    start!(
-        "MPI_Iallreduce",
-        MPI_Iallreduce(cp(send), mp(recv), n, dt, op, comm)
+) -> Result<()> {
+    run!(
+        "MPI_Allreduce",
+        MPI_Allreduce(cp(send), mp(recv), n, dt, op, comm)
     )
 }
 #[allow(clippy::too_many_arguments)]
-pub fn ireduce(
+pub fn reduce(
     comm: Comm,
     send: usize,
     recv: usize,
@@ -292,31 +345,60 @@ pub fn ireduce(
     dt: Datatype,
     op: Op,
     root: c_int,
-) -> Result<Request> {
-    start!(
-        "MPI_Ireduce",
-        MPI_Ireduce(cp(send), mp(recv), n, dt, op, root, comm)
+) -> Result<()> {
+    run!(
+        "MPI_Reduce",
+        MPI_Reduce(cp(send), mp(recv), n, dt, op, root, comm)
     )
 }
-pub fn ireduce_scatter_block(
+pub fn reduce_scatter_block(
     comm: Comm,
     send: usize,
     recv: usize,
     n: c_int,
     dt: Datatype,
     op: Op,
-) -> Result<Request> {
-    start!(
-        "MPI_Ireduce_scatter_block",
-        MPI_Ireduce_scatter_block(cp(send), mp(recv), n, dt, op, comm)
+) -> Result<()> {
+    run!(
+        "MPI_Reduce_scatter_block",
+        MPI_Reduce_scatter_block(cp(send), mp(recv), n, dt, op, comm)
     )
 }
-pub fn ibcast(comm: Comm, buf: usize, bytes: c_int, root: c_int) -> Result<Request> {
-    start!(
-        "MPI_Ibcast",
-        MPI_Ibcast(mp(buf), bytes, self::bytes(), root, comm)
+pub fn bcast(comm: Comm, buf: usize, bytes: c_int, root: c_int) -> Result<()> {
+    run!(
+        "MPI_Bcast",
+        MPI_Bcast(mp(buf), bytes, self::bytes(), root, comm)
     )
 }
+pub fn allgather(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<()> {
+    let b = self::bytes();
+    run!(
+        "MPI_Allgather",
+        MPI_Allgather(cp(send), bytes, b, mp(recv), bytes, b, comm)
+    )
+}
+pub fn alltoall(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<()> {
+    let b = self::bytes();
+    run!(
+        "MPI_Alltoall",
+        MPI_Alltoall(cp(send), bytes, b, mp(recv), bytes, b, comm)
+    )
+}
+pub fn gather(comm: Comm, send: usize, recv: usize, bytes: c_int, root: c_int) -> Result<()> {
+    let b = self::bytes();
+    run!(
+        "MPI_Gather",
+        MPI_Gather(cp(send), bytes, b, mp(recv), bytes, b, root, comm)
+    )
+}
+pub fn scatter(comm: Comm, send: usize, recv: usize, bytes: c_int, root: c_int) -> Result<()> {
+    let b = self::bytes();
+    run!(
+        "MPI_Scatter",
+        MPI_Scatter(cp(send), bytes, b, mp(recv), bytes, b, root, comm)
+    )
+}
+
 pub fn iallgather(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<Request> {
     start!(
         "MPI_Iallgather",
@@ -349,56 +431,6 @@ pub fn iallgatherv(
             counts.as_ptr(),
             displs.as_ptr(),
             self::bytes(),
-            comm
-        )
-    )
-}
-pub fn ialltoall(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<Request> {
-    start!(
-        "MPI_Ialltoall",
-        MPI_Ialltoall(
-            cp(send),
-            bytes,
-            self::bytes(),
-            mp(recv),
-            bytes,
-            self::bytes(),
-            comm
-        )
-    )
-}
-pub fn igather(comm: Comm, send: usize, recv: usize, bytes: c_int, root: c_int) -> Result<Request> {
-    start!(
-        "MPI_Igather",
-        MPI_Igather(
-            cp(send),
-            bytes,
-            self::bytes(),
-            mp(recv),
-            bytes,
-            self::bytes(),
-            root,
-            comm
-        )
-    )
-}
-pub fn iscatter(
-    comm: Comm,
-    send: usize,
-    recv: usize,
-    bytes: c_int,
-    root: c_int,
-) -> Result<Request> {
-    start!(
-        "MPI_Iscatter",
-        MPI_Iscatter(
-            cp(send),
-            bytes,
-            self::bytes(),
-            mp(recv),
-            bytes,
-            self::bytes(),
-            root,
             comm
         )
     )
@@ -515,13 +547,14 @@ pub fn map_elems<T: crate::core::Element>(addr: usize, n: usize, f: impl Fn(T) -
     }
 }
 
-/// Folds `n` blocks of `q` elements of `T` at `from` (block s from rank s,
-/// one after another) in rank order with `op`, exactly as the local engine
-/// reduces, into the `q` elements at `to`.
+/// Folds `n` blocks of `q` elements of `T` (block s from rank s, at
+/// `from + s * stride` bytes) in rank order with `op`, exactly as the local
+/// engine reduces, into the `q` elements at `to`.
 pub fn fold_ranks<T: crate::engine::local::reduce::Arith>(
     op: crate::core::RedOp,
     n: usize,
     from: usize,
+    stride: usize,
     q: usize,
     to: usize,
 ) {
@@ -529,13 +562,18 @@ pub fn fold_ranks<T: crate::engine::local::reduce::Arith>(
         return;
     }
     debug_assert!(from.is_multiple_of(std::mem::align_of::<T>()));
+    debug_assert!(stride.is_multiple_of(std::mem::align_of::<T>()));
+    debug_assert!(stride >= q * std::mem::size_of::<T>());
     debug_assert!(to.is_multiple_of(std::mem::align_of::<T>()));
-    // SAFETY: `from` is the engine's own scratch of n * q elements of T,
-    // aligned for T, that MPI has finished writing; nothing writes it now.
-    let all = unsafe { std::slice::from_raw_parts(from as *const T, n * q) };
+    let block = |s: usize| -> &[T] {
+        // SAFETY: `from` is the engine's own scratch holding n blocks of q
+        // elements of T, `stride` bytes apart, aligned for T, that MPI has
+        // finished writing; nothing writes it now.
+        unsafe { std::slice::from_raw_parts((from + s * stride) as *const T, q) }
+    };
     // SAFETY: `to` holds q elements of T inside an extent checked for the
     // call being run, aligned for T; it does not overlap the scratch, and
     // nothing else touches it while the call runs on this rank.
     let acc = unsafe { std::slice::from_raw_parts_mut(to as *mut T, q) };
-    crate::engine::local::reduce::reduce_into(acc, op, n, |s| &all[s * q..(s + 1) * q]);
+    crate::engine::local::reduce::reduce_into(acc, op, n, block);
 }
