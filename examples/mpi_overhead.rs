@@ -257,7 +257,7 @@ fn launcher(args: &[String]) -> std::result::Result<(), String> {
         "# mpi engine vs OpenMPI's own collective, float32 sum, {cores} cores; local engine beside"
     );
     println!(
-        "# time: median over timed calls of the slowest rank (µs); ratio = mpi engine / OpenMPI; target: ≤ 1.05x at ≥ 64 KiB, ≤ +2 µs below"
+        "# time per call: median over rounds of the slowest rank's batch (µs); ratio = mpi engine / OpenMPI; target: ≤ 1.05x at ≥ 64 KiB, ≤ +2 µs below"
     );
     let mut worst_big: f64 = 0.0;
     let mut worst_small: f64 = f64::NEG_INFINITY;
