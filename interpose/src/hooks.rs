@@ -35,10 +35,23 @@ use std::time::{Duration, Instant};
 pub const SUCCESS: i32 = 0;
 pub const IN_PROGRESS: i32 = 7;
 
+/// How much the interposer checks (`RANKWISE_CHECK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checks {
+    /// `0`: every call is forwarded untouched.
+    Off,
+    /// `local`: each call's own checks (arguments, datatype, op, NULL,
+    /// alignment, overlap, extent); no side channel, nothing compared
+    /// across ranks.
+    Local,
+    /// The default (or `1`, `full`): the local checks, and every launch
+    /// agreed across ranks before NCCL is called.
+    Full,
+}
+
 /// The interposer's switches, read once.
 pub struct Settings {
-    /// `RANKWISE_CHECK=0`: forward every call untouched.
-    pub check: bool,
+    pub checks: Checks,
     /// `RANKWISE_ABORT=1`: abort the process after printing an error.
     pub abort: bool,
     /// `RANKWISE_TIMEOUT`: the longest wait for other ranks.
@@ -58,8 +71,22 @@ pub fn settings() -> &'static Settings {
                 rankwise::settings::Settings::default().timeout
             }),
         };
+        let checks = match var("RANKWISE_CHECK").map(|v| v.to_ascii_lowercase()) {
+            None => Checks::Full,
+            Some(v) => match v.as_str() {
+                "0" => Checks::Off,
+                "local" => Checks::Local,
+                "1" | "full" => Checks::Full,
+                _ => {
+                    say(&format!(
+                        "rankwise: RANKWISE_CHECK={v}: not 0, local, 1 or full; checking in full"
+                    ));
+                    Checks::Full
+                }
+            },
+        };
         Settings {
-            check: var("RANKWISE_CHECK").as_deref() != Some("0"),
+            checks,
             abort: var("RANKWISE_ABORT").as_deref() == Some("1"),
             timeout,
         }
@@ -265,7 +292,7 @@ impl CommState {
 /// After the real `ncclGetUniqueId`: the side channel's address goes into
 /// the id.
 pub fn unique_id_made(id: &mut [u8; 128]) {
-    if !settings().check {
+    if settings().checks != Checks::Full {
         return;
     }
     if let Err(why) = side::stamp(id) {
@@ -276,12 +303,16 @@ pub fn unique_id_made(id: &mut [u8; 128]) {
 }
 
 /// Before the real `ncclCommInitRank*`: NCCL's own id back, and the store
-/// the id named.
+/// the id named (none when only the local checks are made).
 pub fn init_id(id: &mut [u8; 128]) -> Option<SocketAddr> {
-    if !settings().check {
-        return None;
+    match settings().checks {
+        Checks::Off => None,
+        Checks::Local => {
+            side::unstamp(id);
+            None
+        }
+        Checks::Full => side::unstamp(id),
     }
-    side::unstamp(id)
 }
 
 /// After a real `ncclCommInitRank*` that made `handle`.
@@ -292,11 +323,12 @@ pub fn initialised(
     nccl_id: &[u8; 128],
     addr: Option<SocketAddr>,
 ) {
-    if !settings().check || handle == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
+    let checks = settings().checks;
+    if checks == Checks::Off || handle == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
         return;
     }
     let comm_id = side::hash(nccl_id);
-    if addr.is_none() && nranks > 1 {
+    if addr.is_none() && nranks > 1 && checks == Checks::Full {
         say(&format!(
             "rankwise: rank {rank} of comm {handle:#x} (commId {comm_id:#x}): its ncclUniqueId was not made through the interposer, so it names no side channel: this communicator gets the local checks only"
         ));
@@ -469,7 +501,7 @@ fn fail(s: &mut CommState, e: Error) -> Error {
 
 /// A collective or Send/Recv on `handle`, with its stream.
 pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
-    if !settings().check {
+    if settings().checks == Checks::Off {
         return Action::Forward;
     }
     let Some(shared) = comm(handle) else {
@@ -537,7 +569,7 @@ pub type Issue = (RawCall, usize, usize);
 
 /// `ncclGroupStart` (before the real one).
 pub fn group_start() {
-    if settings().check {
+    if settings().checks != Checks::Off {
         GROUP.with(|g| g.borrow_mut().depth += 1);
     }
 }
@@ -547,7 +579,7 @@ pub fn group_start() {
 /// issue into NCCL's group before its end, or the error to return after
 /// closing NCCL's (empty) group.
 pub fn group_end() -> Option<Result<Vec<Issue>, i32>> {
-    if !settings().check {
+    if settings().checks == Checks::Off {
         return None;
     }
     let touched = GROUP.with(|g| {

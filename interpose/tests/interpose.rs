@@ -718,6 +718,22 @@ fn unchecked_count(k: &Rank) -> Result<(), String> {
     Ok(())
 }
 
+/// `RANKWISE_CHECK=local`: a bad root is still refused on its rank; rank
+/// 2's count mismatch is not seen (nothing is compared across ranks) and
+/// is forwarded, and the stand-in, like NCCL, returns success.
+fn local(k: &Rank) -> Result<(), String> {
+    let b = vec_of(&k.nccl, &[1i32; 4]);
+    let n = k.n as c_int;
+    // SAFETY: a buffer of 4 int32; the call is refused before it is read.
+    let rc = unsafe { (k.nccl.broadcast)(b as Ptr, b as Ptr, 4, INT32, n, k.comm, NULL) };
+    expect_eq("bad root rc", rc, 4)?;
+    let len = if k.rank == 2 { 5 } else { 4 };
+    let (rc, _) = k.all_reduce_i32(&vec![1; len]);
+    expect_eq("forwarded mismatched AllReduce rc", rc, 0)?;
+    println!("local ok");
+    Ok(())
+}
+
 /// One AllReduce with every rank; then the last rank leaves the second to
 /// the others: it waits past their deadline, or (`RANKWISE_TEST_LEAVE`)
 /// destroys its communicator and ends.
@@ -783,6 +799,7 @@ fn rank_main() {
         "unmatched" => unmatched(&k),
         "alltoallv" => alltoallv_bad(&k),
         "unchecked" => unchecked_count(&k),
+        "local" => local(&k),
         "late" => late(&k),
         "percall" => percall(&k),
         s => Err(format!("no scenario {s}")),
@@ -942,6 +959,30 @@ fn with_rankwise_check_0_calls_are_only_forwarded() {
 fn id_names_a_side_channel(run: &Run) -> bool {
     let id = std::fs::read(run.dir.path().join("id")).unwrap();
     id[64..].iter().any(|b| *b != 0)
+}
+
+#[test]
+fn with_rankwise_check_local_each_call_is_checked_on_its_own_rank_only() {
+    let run = run("local", 4, true, &[("RANKWISE_CHECK", "local")]);
+    run.assert_ok();
+    for r in 0..4 {
+        assert!(run.stdout(r).contains("local ok"), "{}", run.stdout(r));
+        let errs = run.errors(r);
+        assert_eq!(errs.len(), 1, "rank {r}: {errs:?}");
+        assert!(
+            errs[0].contains("Broadcast: root 4 is out of range: valid roots are 0..=3"),
+            "{errs:?}"
+        );
+        assert!(
+            !run.stderr(r).contains("side channel"),
+            "rank {r}: {}",
+            run.stderr(r)
+        );
+    }
+    assert!(
+        !id_names_a_side_channel(&run),
+        "no side channel: the id is NCCL's own"
+    );
 }
 
 #[test]
