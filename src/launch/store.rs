@@ -293,7 +293,9 @@ impl Store {
         if let Some((owner, note)) = note {
             s.notes.insert(owner, note.to_vec());
         }
-        let mut posted = false;
+        // waiters can only be answered once an exchange is complete (or a
+        // party finished): only the last post wakes them, not every post
+        let mut completed = false;
         for it in items {
             let Some(v) = it.value else { continue };
             let e = s
@@ -302,10 +304,10 @@ impl Store {
                 .or_insert_with(|| Entry::new(it.owners));
             e.values[it.me] = Some(v.to_vec());
             e.unread[it.me] = it.read != Read::Never;
+            completed |= e.all_posted();
             s.drop_if_spent(it.key);
-            posted = true;
         }
-        if posted {
+        if completed {
             self.changed.notify_all();
         }
         loop {
