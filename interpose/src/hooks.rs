@@ -228,6 +228,9 @@ impl AddressSpace for Space {
 // ---------------------------------------------------------------- communicators
 
 fn connect(addr: SocketAddr) -> Result<Arc<dyn SideChannel>, String> {
+    if let Some(store) = side::served_here(addr) {
+        return Ok(store);
+    }
     let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
     Client::connect(addr, deadline)
         .map(|c| Arc::new(c) as Arc<dyn SideChannel>)
