@@ -12,15 +12,17 @@
 //! `engine::nccl::posts`, and a rank whose pairs matched still waits for its
 //! peers' verdicts, so a mismatch between two other ranks of an AlltoAllv
 //! is an error here too instead of an NCCL hang. Only then is NCCL called.
+//! A launch is one request to the side channel's store (its collectives'
+//! exchange and every Send/Recv pair's), plus one for the verdicts when it
+//! has Sends or Recvs.
 
 use crate::side;
 use rankwise::core::group::Queued;
 use rankwise::core::{
-    AddressSpace, Call, Error, ErrorKind, Func, Group, Launch, RawCall, agree, check_buffers,
-    check_call,
+    AddressSpace, Error, ErrorKind, Group, Launch, RawCall, agree, check_buffers, check_call,
 };
-use rankwise::engine::nccl::posts::{self, Side};
-use rankwise::launch::store::{Client, Missing, SideChannel};
+use rankwise::engine::nccl::posts::{self, PairCounts, Side};
+use rankwise::launch::store::{Client, Item, Missing, Read, Share, SideChannel, gathered};
 use rankwise::trace::{RankTracer, Tracer};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -33,10 +35,23 @@ use std::time::{Duration, Instant};
 pub const SUCCESS: i32 = 0;
 pub const IN_PROGRESS: i32 = 7;
 
+/// How much the interposer checks (`RANKWISE_CHECK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checks {
+    /// `0`: every call is forwarded untouched.
+    Off,
+    /// `local`: each call's own checks (arguments, datatype, op, NULL,
+    /// alignment, overlap, extent); no side channel, nothing compared
+    /// across ranks.
+    Local,
+    /// The default (or `1`, `full`): the local checks, and every launch
+    /// agreed across ranks before NCCL is called.
+    Full,
+}
+
 /// The interposer's switches, read once.
 pub struct Settings {
-    /// `RANKWISE_CHECK=0`: forward every call untouched.
-    pub check: bool,
+    pub checks: Checks,
     /// `RANKWISE_ABORT=1`: abort the process after printing an error.
     pub abort: bool,
     /// `RANKWISE_TIMEOUT`: the longest wait for other ranks.
@@ -56,8 +71,22 @@ pub fn settings() -> &'static Settings {
                 rankwise::settings::Settings::default().timeout
             }),
         };
+        let checks = match var("RANKWISE_CHECK").map(|v| v.to_ascii_lowercase()) {
+            None => Checks::Full,
+            Some(v) => match v.as_str() {
+                "0" => Checks::Off,
+                "local" => Checks::Local,
+                "1" | "full" => Checks::Full,
+                _ => {
+                    say(&format!(
+                        "rankwise: RANKWISE_CHECK={v}: not 0, local, 1 or full; checking in full"
+                    ));
+                    Checks::Full
+                }
+            },
+        };
         Settings {
-            check: var("RANKWISE_CHECK").as_deref() != Some("0"),
+            checks,
             abort: var("RANKWISE_ABORT").as_deref() == Some("1"),
             timeout,
         }
@@ -75,14 +104,27 @@ struct Channel {
     addr: SocketAddr,
     /// the communicator's name in the store
     key: String,
+    /// each rank's owner id in the store, in rank order: the store marks
+    /// ranks finished by number, and communicators share a store, so each
+    /// communicator's ranks get numbers of their own
+    owners: Vec<usize>,
 }
 
 impl Channel {
-    /// The store's owner id of `rank` of this communicator: the store marks
-    /// ranks finished by number, and communicators share a store, so each
-    /// communicator's ranks get numbers of their own.
+    fn new(chan: Arc<dyn SideChannel>, addr: SocketAddr, key: String, nranks: usize) -> Channel {
+        let base = side::hash(key.as_bytes()) as u32;
+        let owners = (0..nranks)
+            .map(|r| base.wrapping_add(r as u32) as usize)
+            .collect();
+        Channel {
+            chan,
+            addr,
+            key,
+            owners,
+        }
+    }
     fn owner(&self, rank: usize) -> usize {
-        (side::hash(self.key.as_bytes()) as u32).wrapping_add(rank as u32) as usize
+        self.owners[rank]
     }
 }
 
@@ -97,8 +139,7 @@ struct CommState {
     pending: Vec<(RawCall, usize)>,
     premul: HashMap<i32, f64>,
     exchanges: u64,
-    sent: Vec<u64>,
-    received: Vec<u64>,
+    pairs: PairCounts,
     splits: u64,
     /// this communicator's Group was started for the thread's open group
     grouped: bool,
@@ -187,6 +228,9 @@ impl AddressSpace for Space {
 // ---------------------------------------------------------------- communicators
 
 fn connect(addr: SocketAddr) -> Result<Arc<dyn SideChannel>, String> {
+    if let Some(store) = side::served_here(addr) {
+        return Ok(store);
+    }
     let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
     Client::connect(addr, deadline)
         .map(|c| Arc::new(c) as Arc<dyn SideChannel>)
@@ -204,7 +248,7 @@ fn register(
     let channel = match addr {
         None => None,
         Some(addr) => match connect(addr) {
-            Ok(chan) => Some(Channel { chan, addr, key }),
+            Ok(chan) => Some(Channel::new(chan, addr, key, nranks)),
             Err(e) => {
                 say(&format!(
                     "rankwise: rank {rank} of comm {handle:#x}: cannot reach the side channel at {addr} ({e}): this communicator gets the local checks only"
@@ -213,34 +257,45 @@ fn register(
             }
         },
     };
-    let tracer = Tracer::from_env().for_rank(rank);
-    tracer.init(handle, nranks, comm_id);
-    let state = CommState {
-        handle,
-        rank,
-        nranks,
-        comm_id,
-        channel,
-        group: Group::default(),
-        pending: Vec::new(),
-        premul: HashMap::new(),
-        exchanges: 0,
-        sent: vec![0; nranks],
-        received: vec![0; nranks],
-        splits: 0,
-        grouped: false,
-        refused_in_group: false,
-        failed: None,
-        tracer,
-        last_error: None,
-    };
+    let state = CommState::new(handle, rank, nranks, comm_id, channel);
     comms().insert(handle, Arc::new(Mutex::new(state)));
+}
+
+impl CommState {
+    fn new(
+        handle: usize,
+        rank: usize,
+        nranks: usize,
+        comm_id: u64,
+        channel: Option<Channel>,
+    ) -> CommState {
+        let tracer = Tracer::from_env().for_rank(rank);
+        tracer.init(handle, nranks, comm_id);
+        CommState {
+            handle,
+            rank,
+            nranks,
+            comm_id,
+            channel,
+            group: Group::default(),
+            pending: Vec::new(),
+            premul: HashMap::new(),
+            exchanges: 0,
+            pairs: PairCounts::new(nranks),
+            splits: 0,
+            grouped: false,
+            refused_in_group: false,
+            failed: None,
+            tracer,
+            last_error: None,
+        }
+    }
 }
 
 /// After the real `ncclGetUniqueId`: the side channel's address goes into
 /// the id.
 pub fn unique_id_made(id: &mut [u8; 128]) {
-    if !settings().check {
+    if settings().checks != Checks::Full {
         return;
     }
     if let Err(why) = side::stamp(id) {
@@ -251,12 +306,16 @@ pub fn unique_id_made(id: &mut [u8; 128]) {
 }
 
 /// Before the real `ncclCommInitRank*`: NCCL's own id back, and the store
-/// the id named.
+/// the id named (none when only the local checks are made).
 pub fn init_id(id: &mut [u8; 128]) -> Option<SocketAddr> {
-    if !settings().check {
-        return None;
+    match settings().checks {
+        Checks::Off => None,
+        Checks::Local => {
+            side::unstamp(id);
+            None
+        }
+        Checks::Full => side::unstamp(id),
     }
-    side::unstamp(id)
 }
 
 /// After a real `ncclCommInitRank*` that made `handle`.
@@ -267,11 +326,12 @@ pub fn initialised(
     nccl_id: &[u8; 128],
     addr: Option<SocketAddr>,
 ) {
-    if !settings().check || handle == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
+    let checks = settings().checks;
+    if checks == Checks::Off || handle == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
         return;
     }
     let comm_id = side::hash(nccl_id);
-    if addr.is_none() && nranks > 1 {
+    if addr.is_none() && nranks > 1 && checks == Checks::Full {
         say(&format!(
             "rankwise: rank {rank} of comm {handle:#x} (commId {comm_id:#x}): its ncclUniqueId was not made through the interposer, so it names no side channel: this communicator gets the local checks only"
         ));
@@ -444,7 +504,7 @@ fn fail(s: &mut CommState, e: Error) -> Error {
 
 /// A collective or Send/Recv on `handle`, with its stream.
 pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
-    if !settings().check {
+    if settings().checks == Checks::Off {
         return Action::Forward;
     }
     let Some(shared) = comm(handle) else {
@@ -512,7 +572,7 @@ pub type Issue = (RawCall, usize, usize);
 
 /// `ncclGroupStart` (before the real one).
 pub fn group_start() {
-    if settings().check {
+    if settings().checks != Checks::Off {
         GROUP.with(|g| g.borrow_mut().depth += 1);
     }
 }
@@ -522,7 +582,7 @@ pub fn group_start() {
 /// issue into NCCL's group before its end, or the error to return after
 /// closing NCCL's (empty) group.
 pub fn group_end() -> Option<Result<Vec<Issue>, i32>> {
-    if !settings().check {
+    if settings().checks == Checks::Off {
         return None;
     }
     let touched = GROUP.with(|g| {
@@ -606,231 +666,507 @@ pub fn group_end() -> Option<Result<Vec<Issue>, i32>> {
 
 // ---------------------------------------------------------------- agreement
 
+/// The store owners of an exchange's parties.
+enum Parties {
+    /// every rank of the communicator (a launch's collectives)
+    All,
+    /// a sender and a receiver (a Send/Recv pair, or two ranks' verdicts)
+    Two([usize; 2]),
+}
+
+/// One exchange this rank takes part in, held until its request is made.
+struct Posting {
+    key: String,
+    parties: Parties,
+    party: usize,
+    value: Vec<u8>,
+}
+
+impl Posting {
+    fn item<'a>(&'a self, c: &'a Channel, read: Read) -> Item<'a> {
+        Item {
+            key: &self.key,
+            owners: match &self.parties {
+                Parties::All => &c.owners,
+                Parties::Two(o) => o,
+            },
+            me: self.party,
+            value: Some(&self.value),
+            read,
+        }
+    }
+}
+
+/// One communicator's exchanges of one round.
+struct Round<'a> {
+    chan: &'a Channel,
+    postings: &'a [Posting],
+    /// false: this rank only posts (it failed already)
+    reads: bool,
+    /// where this rank is (its owner id and the note), kept by the store
+    /// for ranks that wait on it
+    note: Option<(usize, &'a [u8])>,
+}
+
+/// Makes one round of exchanges on every communicator of a launch: every
+/// party's share of each posting that is read, per communicator. A launch
+/// on one communicator is one request. A group across communicators posts
+/// on every one of them before it reads any, so ranks that list them in
+/// different orders (or whose communicators use different stores) do not
+/// wait on each other.
+fn exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share>>>, Error> {
+    fn items<'a>(r: &Round<'a>, read: Read) -> Vec<Item<'a>> {
+        r.postings.iter().map(|p| p.item(r.chan, read)).collect()
+    }
+    if let [r] = rounds {
+        let read = if r.reads { Read::Now } else { Read::Never };
+        return Ok(vec![r.chan.chan.exchange(
+            &items(r, read),
+            r.note,
+            deadline,
+        )?]);
+    }
+    for r in rounds {
+        let read = if r.reads { Read::Later } else { Read::Never };
+        r.chan.chan.exchange(&items(r, read), r.note, deadline)?;
+    }
+    rounds
+        .iter()
+        .map(|r| {
+            if !r.reads {
+                return Ok(r.postings.iter().map(|_| Vec::new()).collect());
+            }
+            let reads: Vec<Item<'_>> = items(r, Read::Now)
+                .into_iter()
+                .map(|it| Item { value: None, ..it })
+                .collect();
+            r.chan.chan.exchange(&reads, None, deadline)
+        })
+        .collect()
+}
+
 /// One communicator's share of a launch in flight through the side channel.
 struct InFlight {
-    /// the exchange number of its collectives, if it has any
-    exchange: Option<u64>,
-    /// its Sends and Recvs to other ranks, with their pair numbers
+    /// its collectives' exchange (first in `postings`), when it has one
+    colls: bool,
+    /// its Sends and Recvs to other ranks with their pair numbers, each
+    /// with its posting after the collectives'
     sides: Vec<(Side, u64)>,
+    postings: Vec<Posting>,
+    /// `AllReduce (opCount 3)`: where this rank is
+    note: String,
 }
 
 type Failure = (Error, Option<String>);
 
-/// The cross-rank agreement of one launch per communicator: everything is
-/// posted first on every communicator, then waited for, so ranks whose
-/// groups list communicators in different orders do not wait on each other.
+/// The cross-rank agreement of one launch per communicator, in at most two
+/// round trips per communicator: every collective and every Send/Recv pair
+/// of the launch in one request, and, when it has Sends or Recvs, the
+/// ranks' verdicts on their pairs in a second one.
 fn agree_launches(launches: &mut [(&mut CommState, &Launch)]) -> Result<(), Failure> {
     let deadline = Instant::now() + settings().timeout;
     let mut flights = Vec::with_capacity(launches.len());
     for (s, l) in launches.iter_mut() {
         flights.push(post(s, l).map_err(|e| (e, None))?);
     }
-    for ((s, l), f) in launches.iter_mut().zip(&flights) {
-        settle(s, l, f, deadline)?;
+    let answers = {
+        let rounds: Vec<Round<'_>> = launches
+            .iter()
+            .zip(&flights)
+            .filter_map(|((s, _), f)| {
+                let chan = s.channel.as_ref()?;
+                (!f.postings.is_empty()).then(|| Round {
+                    chan,
+                    postings: &f.postings,
+                    reads: true,
+                    note: Some((chan.owner(s.rank), f.note.as_bytes())),
+                })
+            })
+            .collect();
+        exchange(&rounds, deadline).map_err(|e| (e, None))?
+    };
+    let mut answers = answers.into_iter();
+    let mut pairings = Vec::with_capacity(launches.len());
+    for ((s, l), f) in launches.iter().zip(&flights) {
+        pairings.push(if s.channel.is_none() || f.postings.is_empty() {
+            None
+        } else {
+            let shares = answers.next().unwrap_or_default();
+            Some(judge(s, l, f, shares)?)
+        });
     }
-    Ok(())
+    verdicts(launches, &pairings, deadline)
 }
 
-fn at_key(c: &Channel, rank: usize) -> String {
-    format!("{}/at/{rank}", c.key)
-}
-
-/// Posts a launch: where this rank is, its collectives, its Sends and Recvs.
+/// Numbers a launch and makes its postings: its collectives, its Sends and
+/// Recvs. Sends to self pair with this rank's own Recvs from self here.
 fn post(s: &mut CommState, l: &Launch) -> Result<InFlight, Error> {
     let me = s.rank;
-    let side = |c: &Call| Side {
-        call: *c,
-        op_count: l.op_count,
+    let sides = s.pairs.number(me, l)?;
+    let mut f = InFlight {
+        colls: false,
+        sides: Vec::new(),
+        postings: Vec::new(),
+        note: String::new(),
     };
-    // Sends to self pair with this rank's own Recvs from self, here
-    let to_self = |f: Func| l.p2p.iter().filter(move |c| c.func == f && c.root == me);
-    for (k, (a, b)) in to_self(Func::Send).zip(to_self(Func::Recv)).enumerate() {
-        posts::pair(me, me, s.sent[me] + k as u64, &side(a), &side(b))?;
-    }
-    let selves = to_self(Func::Send).count() as u64;
-    s.sent[me] += selves;
-    s.received[me] += selves;
-    let Some(c) = &s.channel else {
-        return Ok(InFlight {
-            exchange: None,
-            sides: Vec::new(),
-        });
-    };
-    c.chan.set(&at_key(c, me), l.describe().as_bytes())?;
-    let mut exchange = None;
+    let Some(c) = &s.channel else { return Ok(f) };
     if !l.colls.is_empty() && s.nranks > 1 {
         let seq = s.exchanges;
         s.exchanges += 1;
-        c.chan.set(
-            &format!("{}/x{seq}/{me}", c.key),
-            &posts::encode_posted(&l.posted()),
-        )?;
-        exchange = Some(seq);
+        f.colls = true;
+        f.postings.push(Posting {
+            key: format!("{}/x{seq}", c.key),
+            parties: Parties::All,
+            party: me,
+            value: posts::encode_posted(&l.posted()),
+        });
     }
-    let mut sides = Vec::new();
-    for call in l.p2p.iter().filter(|c| c.root != me) {
-        let peer = call.root;
-        let (seq, key) = if call.func == Func::Send {
-            let q = s.sent[peer];
-            s.sent[peer] += 1;
-            (q, format!("{}/s{me}>{peer}/{q}", c.key))
-        } else {
-            let q = s.received[peer];
-            s.received[peer] += 1;
-            (q, format!("{}/r{peer}>{me}/{q}", c.key))
-        };
-        let sd = side(call);
-        c.chan.set(&key, &posts::encode_side(&sd))?;
-        sides.push((sd, seq));
+    for (sd, seq) in &sides {
+        let (src, dst, party) = posts::ends(me, sd);
+        f.postings.push(Posting {
+            key: posts::pair_key(&c.key, src, dst, *seq),
+            parties: Parties::Two([c.owner(src), c.owner(dst)]),
+            party,
+            value: posts::encode_side(sd),
+        });
     }
-    Ok(InFlight { exchange, sides })
+    f.sides = sides;
+    if !f.postings.is_empty() {
+        f.note = l.describe();
+    }
+    Ok(f)
 }
 
 /// Where the ranks that did not come were last: `rank 3 was last in
-/// Broadcast (opCount 2)`, from the key every rank sets at each launch.
+/// Broadcast (opCount 2)`, from the note the store keeps of each rank's
+/// latest exchange.
 fn whereabouts(c: &Channel, missing: &[usize]) -> String {
-    let now = Instant::now();
     missing
         .iter()
-        .map(|r| match c.chan.get(&at_key(c, *r), c.owner(*r), now) {
-            Ok(Ok(b)) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),
+        .map(|r| match c.chan.last_note(c.owner(*r)) {
+            Ok(Some(b)) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),
             _ => format!("rank {r} has made no call on this communicator"),
         })
         .collect::<Vec<_>>()
         .join("; ")
 }
 
-/// Waits for the other ranks' side of a posted launch and compares.
-fn settle(s: &mut CommState, l: &Launch, f: &InFlight, deadline: Instant) -> Result<(), Failure> {
-    let Some(c) = &s.channel else { return Ok(()) };
-    let (me, n) = (s.rank, s.nranks);
+/// What a rank found of its Send/Recv pairs: the first failure (in call
+/// order), and each peer it heard from with the opCount of the peer's
+/// launch (whose verdict it reads, and which reads its own).
+struct Pairing {
+    verdict: Result<(), Failure>,
+    peers: std::collections::BTreeSet<(usize, u64)>,
+}
+
+/// Compares a launch's collectives with every rank's and pairs its Sends
+/// and Recvs with their peers', from the first round's answers.
+fn judge(
+    s: &CommState,
+    l: &Launch,
+    f: &InFlight,
+    shares: Vec<Vec<Share>>,
+) -> Result<Pairing, Failure> {
+    let Some(c) = &s.channel else {
+        return Ok(Pairing {
+            verdict: Ok(()),
+            peers: Default::default(),
+        });
+    };
+    let me = s.rank;
     let timeout = settings().timeout;
     let plain = |e: Error| -> Failure { (e, None) };
-    let mut verdict: Result<(), Failure> = Ok(());
-    if let Some(seq) = f.exchange {
-        let mut all = Vec::with_capacity(n);
-        let mut missing = Vec::new();
-        for r in 0..n {
-            if r == me {
-                // this rank's own post needs no round trip
-                all.push(l.posted());
-                continue;
+    let mut shares = shares.into_iter();
+    if f.colls {
+        let all = gathered(shares.next().unwrap_or_default());
+        match all {
+            Ok(all) => {
+                let all = all
+                    .iter()
+                    .map(|b| posts::decode_posted(b))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(plain)?;
+                if let Err(e) = agree::collectives(&all) {
+                    return Err((e, Some(agree::sides(&all))));
+                }
             }
-            let until = if missing.is_empty() {
-                deadline
-            } else {
-                Instant::now()
-            };
-            match c
-                .chan
-                .get(&format!("{}/x{seq}/{r}", c.key), c.owner(r), until)
-                .map_err(plain)?
-            {
-                Ok(b) => all.push(posts::decode_posted(&b).map_err(plain)?),
-                Err(m) => missing.push((r, m)),
+            Err(missing) => {
+                let what = l
+                    .colls
+                    .first()
+                    .map(|x| format!("{} #{}", x.func, l.op_count))
+                    .unwrap_or_else(|| "a group".into());
+                let e = posts::missing_error(&missing, &what, timeout);
+                let late: Vec<usize> = missing
+                    .iter()
+                    .filter(|(_, m)| *m == Missing::Timeout)
+                    .map(|(r, _)| *r)
+                    .collect();
+                let detail = (!late.is_empty()).then(|| whereabouts(c, &late));
+                return Err((e, detail));
             }
-        }
-        if !missing.is_empty() {
-            let what = l
-                .colls
-                .first()
-                .map(|x| format!("{} #{}", x.func, l.op_count))
-                .unwrap_or_else(|| "a group".into());
-            let e = posts::missing_error(&missing, &what, timeout);
-            let late: Vec<usize> = missing
-                .iter()
-                .filter(|(_, m)| *m == Missing::Timeout)
-                .map(|(r, _)| *r)
-                .collect();
-            let detail = (!late.is_empty()).then(|| whereabouts(c, &late));
-            return Err((e, detail));
-        }
-        if let Err(e) = agree::collectives(&all) {
-            return Err((e, Some(agree::sides(&all))));
         }
     }
-    if f.sides.is_empty() {
-        return Ok(());
-    }
-    // pair every Send and Recv with its peer's
-    let mut peers: BTreeMap<usize, u64> = BTreeMap::new();
-    for (sd, seq) in &f.sides {
-        let peer = sd.call.root;
-        let theirs_key = if sd.call.func == Func::Send {
-            format!("{}/r{me}>{peer}/{seq}", c.key)
-        } else {
-            format!("{}/s{peer}>{me}/{seq}", c.key)
-        };
-        let theirs = match c
-            .chan
-            .get(&theirs_key, c.owner(peer), deadline)
-            .map_err(plain)?
-        {
-            Ok(b) => posts::decode_side(&b).map_err(plain)?,
-            Err(m) => {
-                let late = m == Missing::Timeout;
-                let e = posts::unmatched(sd, *seq, m, timeout);
-                let detail = late.then(|| whereabouts(c, &[peer]));
-                verdict = Err((e, detail));
-                break;
-            }
-        };
-        let paired = if sd.call.func == Func::Send {
-            posts::pair(me, peer, *seq, sd, &theirs)
-        } else {
-            posts::pair(peer, me, *seq, &theirs, sd)
-        };
-        if let Err(e) = paired {
-            verdict = Err((e, None));
-            break;
-        }
-        peers.insert(peer, theirs.op_count);
-    }
-    // every peer's verdict on its own share of the launch: a pair that failed
-    // between two other ranks stops this rank too
-    let mine = match &verdict {
-        Ok(()) => String::new(),
-        Err((e, _)) => e.message.clone(),
+    let mut pairing = Pairing {
+        verdict: Ok(()),
+        peers: Default::default(),
     };
-    c.chan
-        .set(
-            &format!("{}/ok/{me}/{}", c.key, l.op_count),
-            mine.as_bytes(),
-        )
-        .map_err(plain)?;
-    verdict?;
-    for (peer, their_op) in peers {
-        match c
-            .chan
-            .get(
-                &format!("{}/ok/{peer}/{their_op}", c.key),
-                c.owner(peer),
-                deadline,
-            )
-            .map_err(plain)?
+    for ((sd, seq), posting) in f.sides.iter().zip(&f.postings[usize::from(f.colls)..]) {
+        let peer = sd.call.root;
+        let theirs = shares
+            .next()
+            .and_then(|sh| sh.into_iter().nth(1 - posting.party))
+            .unwrap_or(Err(Missing::Timeout));
+        let late = theirs == Err(Missing::Timeout);
+        if let Ok(b) = &theirs
+            && let Ok(t) = posts::decode_side(b)
         {
-            Ok(b) if b.is_empty() => {}
-            Ok(b) => {
-                return Err((
-                    Error::new(
-                        ErrorKind::Mismatch,
-                        format!(
-                            "rank {peer}, a peer of this group, found: {}",
-                            String::from_utf8_lossy(&b)
+            pairing.peers.insert((peer, t.op_count));
+        }
+        if pairing.verdict.is_ok()
+            && let Err(e) = posts::meet(me, sd, *seq, theirs, timeout)
+        {
+            let detail = late.then(|| whereabouts(c, &[peer]));
+            pairing.verdict = Err((e, detail));
+        }
+    }
+    Ok(pairing)
+}
+
+/// The second round, for launches with Sends or Recvs: each rank tells
+/// every peer it heard from what it found, and a rank whose own pairs
+/// matched reads its peers' findings, so a pair that failed between two
+/// other ranks of the group stops this one too.
+fn verdicts(
+    launches: &[(&mut CommState, &Launch)],
+    pairings: &[Option<Pairing>],
+    deadline: Instant,
+) -> Result<(), Failure> {
+    let mut work = Vec::new();
+    for ((s, l), p) in launches.iter().zip(pairings) {
+        let (Some(c), Some(p)) = (&s.channel, p) else {
+            continue;
+        };
+        if p.peers.is_empty() && p.verdict.is_ok() {
+            continue;
+        }
+        let me = s.rank;
+        let mine = match &p.verdict {
+            Ok(()) => Vec::new(),
+            Err((e, _)) => e.message.clone().into_bytes(),
+        };
+        let postings: Vec<Posting> = p
+            .peers
+            .iter()
+            .map(|&(peer, their_op)| {
+                let (lo, hi) = ((me, l.op_count), (peer, their_op));
+                let (lo, hi) = if lo.0 < hi.0 { (lo, hi) } else { (hi, lo) };
+                Posting {
+                    key: format!("{}/v{}.{:x}>{}.{:x}", c.key, lo.0, lo.1, hi.0, hi.1),
+                    parties: Parties::Two([c.owner(lo.0), c.owner(hi.0)]),
+                    party: usize::from(me == hi.0),
+                    value: mine.clone(),
+                }
+            })
+            .collect();
+        work.push((c, p, postings));
+    }
+    let rounds: Vec<Round<'_>> = work
+        .iter()
+        .filter(|(_, _, postings)| !postings.is_empty())
+        .map(|(c, p, postings)| Round {
+            chan: c,
+            postings,
+            reads: p.verdict.is_ok(),
+            note: None,
+        })
+        .collect();
+    let answers = exchange(&rounds, deadline).map_err(|e| (e, None))?;
+    // this rank's own findings first, then what its peers found
+    if let Some((_, p, _)) = work.iter().find(|(_, p, _)| p.verdict.is_err()) {
+        return p.verdict.clone();
+    }
+    let timeout = settings().timeout;
+    for ((_, p, postings), shares) in work
+        .iter()
+        .filter(|(_, _, postings)| !postings.is_empty())
+        .zip(answers)
+    {
+        for ((&(peer, their_op), posting), sh) in p.peers.iter().zip(postings).zip(shares) {
+            let theirs = sh
+                .into_iter()
+                .nth(1 - posting.party)
+                .unwrap_or(Err(Missing::Timeout));
+            match theirs {
+                Ok(b) if b.is_empty() => {}
+                Ok(b) => {
+                    return Err((
+                        Error::new(
+                            ErrorKind::Mismatch,
+                            format!(
+                                "rank {peer}, a peer of this group, found: {}",
+                                String::from_utf8_lossy(&b)
+                            ),
                         ),
-                    ),
-                    None,
-                ));
-            }
-            Err(m) => {
-                let e = posts::missing_error(
-                    &[(peer, m)],
-                    &format!("the Send/Recv launch (opCount {their_op:x}) it pairs with"),
-                    timeout,
-                );
-                return Err((e, None));
+                        None,
+                    ));
+                }
+                Err(m) => {
+                    let e = posts::missing_error(
+                        &[(peer, m)],
+                        &format!("the Send/Recv launch (opCount {their_op:x}) it pairs with"),
+                        timeout,
+                    );
+                    return Err((e, None));
+                }
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankwise::core::{Call, DataType, Func, RedOp};
+    use rankwise::launch::store::Store;
+
+    fn call(func: Func, count: usize, root: usize) -> Call {
+        Call {
+            func,
+            sendbuff: 0x1000,
+            recvbuff: 0x2000,
+            count,
+            datatype: DataType::Int32,
+            op: RedOp::Sum,
+            op_code: 0,
+            root,
+        }
+    }
+
+    /// Rank `rank` of `n` of the communicator named `key` on `store`.
+    fn rank(store: &Arc<Store>, key: &str, rank: usize, n: usize) -> CommState {
+        let chan = Channel::new(
+            store.clone() as Arc<dyn SideChannel>,
+            "127.0.0.1:1".parse().unwrap(),
+            key.into(),
+            n,
+        );
+        CommState::new(0x100 + rank, rank, n, 7, Some(chan))
+    }
+
+    fn launch(s: &mut CommState, colls: Vec<Call>, p2p: Vec<Call>) -> Launch {
+        let mut l = Launch {
+            op_count: 0,
+            colls,
+            p2p,
+        };
+        s.group.number(&mut l);
+        l
+    }
+
+    /// AllReduces and Send/Recv rings, as a training loop makes them: every
+    /// launch agrees, and the store is left holding nothing.
+    #[test]
+    fn launches_agree_and_leave_the_store_empty() {
+        let store = Store::new();
+        let n = 4;
+        std::thread::scope(|sc| {
+            for r in 0..n {
+                let store = &store;
+                sc.spawn(move || {
+                    let mut s = rank(store, "c", r, n);
+                    for i in 0..1500 {
+                        let l = match i % 3 {
+                            0 | 1 => launch(&mut s, vec![call(Func::AllReduce, 2, 0)], vec![]),
+                            _ => launch(
+                                &mut s,
+                                vec![],
+                                vec![
+                                    call(Func::Send, 3, (r + 1) % n),
+                                    call(Func::Recv, 3, (r + n - 1) % n),
+                                ],
+                            ),
+                        };
+                        if let Err((e, d)) = agree_launches(&mut [(&mut s, &l)]) {
+                            panic!("launch {i} on rank {r}: {e} {d:?}");
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(store.key_count(), 0, "every exchange was spent");
+    }
+
+    /// A group across two communicators, which rank 0 lists in one order and
+    /// rank 1 in the other: both agree, without waiting on each other.
+    #[test]
+    fn a_group_across_communicators_agrees_in_any_order() {
+        let store = Store::new();
+        let t = Instant::now();
+        std::thread::scope(|sc| {
+            for r in 0..2 {
+                let store = &store;
+                sc.spawn(move || {
+                    let mut a = rank(store, "a", r, 2);
+                    let mut b = rank(store, "b", r, 2);
+                    let la = launch(&mut a, vec![call(Func::AllReduce, 4, 0)], vec![]);
+                    let lb = launch(
+                        &mut b,
+                        vec![],
+                        vec![call(Func::Send, 5, 1 - r), call(Func::Recv, 5, 1 - r)],
+                    );
+                    let got = if r == 0 {
+                        agree_launches(&mut [(&mut a, &la), (&mut b, &lb)])
+                    } else {
+                        agree_launches(&mut [(&mut b, &lb), (&mut a, &la)])
+                    };
+                    if let Err((e, d)) = got {
+                        panic!("rank {r}: {e} {d:?}");
+                    }
+                });
+            }
+        });
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert_eq!(store.key_count(), 0);
+    }
+
+    /// A Send/Recv pair that disagrees between ranks 1 and 2 of a group
+    /// stops rank 0, whose own pairs with both matched, with their finding.
+    #[test]
+    fn a_pair_that_fails_between_two_peers_stops_the_third() {
+        let store = Store::new();
+        let n = 3;
+        let got: Vec<Result<(), Failure>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let store = &store;
+                    sc.spawn(move || {
+                        let mut s = rank(store, "c", r, n);
+                        // every rank sends 2 to each other and receives 2,
+                        // except that rank 2 expects 3 from rank 1
+                        let mut p2p = Vec::new();
+                        for p in (0..n).filter(|p| *p != r) {
+                            p2p.push(call(Func::Send, 2, p));
+                            p2p.push(call(Func::Recv, if (r, p) == (2, 1) { 3 } else { 2 }, p));
+                        }
+                        let l = launch(&mut s, vec![], p2p);
+                        agree_launches(&mut [(&mut s, &l)])
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let pair = "Send/Recv mismatch: rank 1's Send #0 to rank 2 (count 2, int32, opCount 0) meets rank 2's Recv #0 from rank 1 (count 3, int32, opCount 0)";
+        for (r, g) in got.iter().enumerate() {
+            let (e, _) = g.as_ref().unwrap_err();
+            assert!(e.message.contains(pair), "rank {r}: {e}");
+            assert_eq!(
+                e.message.starts_with("rank "),
+                r == 0,
+                "only rank 0 hears it from a peer: {e}"
+            );
+        }
+        assert_eq!(store.key_count(), 0, "failed pairs are spent too");
+    }
 }

@@ -27,6 +27,9 @@
 //! - `side`: the side channel's store, found through the unique id.
 //!
 //! Environment: `RANKWISE_CHECK=0` forwards every call untouched;
+//! `RANKWISE_CHECK=local` makes each call's own checks (arguments,
+//! datatype, op, NULL, alignment, overlap, extent) and nothing across ranks:
+//! no side channel, no store, no waiting on other ranks;
 //! `RANKWISE_TIMEOUT` (seconds) bounds every wait for other ranks;
 //! `RANKWISE_ABORT=1` aborts the process after an error line;
 //! `RANKWISE_DEBUG=INFO` with `RANKWISE_DEBUG_FILE` (`%h`, `%p`, `%r`) keeps

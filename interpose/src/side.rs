@@ -18,7 +18,7 @@
 //! without the interposer, carries no address: that communicator gets the
 //! local checks only, and a line on stderr says so.
 
-use rankwise::launch::store::Hub;
+use rankwise::launch::store::{Hub, Store};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
@@ -53,6 +53,14 @@ extern "C" fn linger() {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// The store at `addr` when this process serves it: its own ranks use it
+/// directly rather than through a socket to themselves.
+pub fn served_here(addr: SocketAddr) -> Option<std::sync::Arc<Store>> {
+    let hubs = hubs().lock().unwrap_or_else(|p| p.into_inner());
+    let hub = hubs.get(&addr.ip()).filter(|h| h.addr() == addr)?;
+    Some(hub.store().clone())
 }
 
 /// Whether this process serves a store (it made a unique id).

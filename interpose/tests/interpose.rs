@@ -718,6 +718,47 @@ fn unchecked_count(k: &Rank) -> Result<(), String> {
     Ok(())
 }
 
+/// `RANKWISE_CHECK=local`: a bad root is still refused on its rank; rank
+/// 2's count mismatch is not seen (nothing is compared across ranks) and
+/// is forwarded, and the stand-in, like NCCL, returns success.
+fn local(k: &Rank) -> Result<(), String> {
+    let b = vec_of(&k.nccl, &[1i32; 4]);
+    let n = k.n as c_int;
+    // SAFETY: a buffer of 4 int32; the call is refused before it is read.
+    let rc = unsafe { (k.nccl.broadcast)(b as Ptr, b as Ptr, 4, INT32, n, k.comm, NULL) };
+    expect_eq("bad root rc", rc, 4)?;
+    let len = if k.rank == 2 { 5 } else { 4 };
+    let (rc, _) = k.all_reduce_i32(&vec![1; len]);
+    expect_eq("forwarded mismatched AllReduce rc", rc, 0)?;
+    println!("local ok");
+    Ok(())
+}
+
+/// One AllReduce with every rank; then the last rank leaves the second to
+/// the others: it waits past their deadline, or (`RANKWISE_TEST_LEAVE`)
+/// destroys its communicator and ends.
+fn late(k: &Rank) -> Result<(), String> {
+    let (rc, _) = k.all_reduce_i32(&[1; 4]);
+    expect_eq("first AllReduce", rc, 0)?;
+    if k.rank == k.n - 1 {
+        if std::env::var("RANKWISE_TEST_LEAVE").is_ok() {
+            // SAFETY: a live communicator, destroyed once.
+            expect_eq("destroy", unsafe { (k.nccl.destroy)(k.comm) }, 0)?;
+        } else {
+            std::thread::sleep(Duration::from_secs(4));
+        }
+        println!("late ok");
+        return Ok(());
+    }
+    let (rc, _) = k.all_reduce_i32(&[1; 4]);
+    println!("second AllReduce rc {rc}: {}", k.last_error());
+    if rc == 0 {
+        return Err("the AllReduce the last rank never made returned ncclSuccess".into());
+    }
+    println!("late ok");
+    Ok(())
+}
+
 /// `RANKWISE_TEST_CALLS` AllReduces of 2 int32 in a row, each checked,
 /// timed per call.
 fn percall(k: &Rank) -> Result<(), String> {
@@ -758,6 +799,8 @@ fn rank_main() {
         "unmatched" => unmatched(&k),
         "alltoallv" => alltoallv_bad(&k),
         "unchecked" => unchecked_count(&k),
+        "local" => local(&k),
+        "late" => late(&k),
         "percall" => percall(&k),
         s => Err(format!("no scenario {s}")),
     };
@@ -909,6 +952,73 @@ fn with_rankwise_check_0_calls_are_only_forwarded() {
     for r in 0..4 {
         assert!(run.errors(r).is_empty(), "{:?}", run.errors(r));
     }
+}
+
+/// Whether rank 0's ncclUniqueId carries a side channel's address (its
+/// last 64 bytes, zero in NCCL's own ids).
+fn id_names_a_side_channel(run: &Run) -> bool {
+    let id = std::fs::read(run.dir.path().join("id")).unwrap();
+    id[64..].iter().any(|b| *b != 0)
+}
+
+#[test]
+fn with_rankwise_check_local_each_call_is_checked_on_its_own_rank_only() {
+    let run = run("local", 4, true, &[("RANKWISE_CHECK", "local")]);
+    run.assert_ok();
+    for r in 0..4 {
+        assert!(run.stdout(r).contains("local ok"), "{}", run.stdout(r));
+        let errs = run.errors(r);
+        assert_eq!(errs.len(), 1, "rank {r}: {errs:?}");
+        assert!(
+            errs[0].contains("Broadcast: root 4 is out of range: valid roots are 0..=3"),
+            "{errs:?}"
+        );
+        assert!(
+            !run.stderr(r).contains("side channel"),
+            "rank {r}: {}",
+            run.stderr(r)
+        );
+    }
+    assert!(
+        !id_names_a_side_channel(&run),
+        "no side channel: the id is NCCL's own"
+    );
+}
+
+#[test]
+fn a_rank_that_never_comes_is_named_with_where_it_was_last() {
+    let run = run("late", 4, true, &[("RANKWISE_TIMEOUT", "2")]);
+    run.assert_ok();
+    assert!(id_names_a_side_channel(&run));
+    for r in 0..3 {
+        let e = run.errors(r).join("\n");
+        assert!(
+            e.contains(&format!(
+                "ncclTimeout on rank {r}: rank 3 did not enter AllReduce #1 within 2s [rank 3 was last in AllReduce (opCount 0)]"
+            )),
+            "rank {r}: {e}"
+        );
+    }
+    assert!(run.errors(3).is_empty(), "{:?}", run.errors(3));
+}
+
+#[test]
+fn a_rank_that_finished_ends_the_wait_at_once() {
+    let run = run("late", 4, true, &[("RANKWISE_TEST_LEAVE", "1")]);
+    run.assert_ok();
+    for r in 0..3 {
+        let e = run.errors(r).join("\n");
+        assert!(
+            e.contains("rank 3 finished its program without entering AllReduce #1"),
+            "rank {r}: {e}"
+        );
+    }
+    // RANKWISE_TIMEOUT is 20 s here
+    assert!(
+        run.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        run.elapsed
+    );
 }
 
 #[test]

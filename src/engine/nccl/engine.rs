@@ -11,10 +11,10 @@ use super::cuda::{Device, Stream};
 use super::ffi::{self, IN_PROGRESS, SUCCESS, ncclComm_t, ncclUniqueId};
 use super::library::{self, Nccl};
 use super::memory::{Gpu, Table};
-use super::posts::{self, Side};
+use super::posts;
 use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp, Result, agree};
 use crate::engine::{Capabilities, Engine, Memory};
-use crate::launch::store::{SideChannel, gather};
+use crate::launch::store::{Item, Missing, Read, SideChannel, gathered};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
@@ -40,11 +40,12 @@ pub struct NcclEngine {
     /// this communicator's name in the side channel
     key: String,
     chan: Arc<dyn SideChannel>,
+    /// each rank's owner id in the side channel: its rank
+    owners: Vec<usize>,
     opts: Options,
     comm_id: u64,
     exchanges: u64,
-    sent: Vec<u64>,
-    received: Vec<u64>,
+    pairs: posts::PairCounts,
     /// PreMulSum ops made on this communicator, by (scalar bits, datatype)
     premul: HashMap<(u64, i32), c_int>,
     failed: Option<Error>,
@@ -212,11 +213,11 @@ impl NcclEngine {
             size,
             key,
             chan,
+            owners: (0..size).collect(),
             opts,
             comm_id,
             exchanges: 0,
-            sent: vec![0; size],
-            received: vec![0; size],
+            pairs: posts::PairCounts::new(size),
             premul: HashMap::new(),
             failed: None,
             dups: 0,
@@ -341,62 +342,45 @@ impl NcclEngine {
     }
 
     /// Pairs this launch's Sends and Recvs with their peers' through the
-    /// side channel; a rank's Sends to itself pair with its own Recvs here.
+    /// side channel, all in one request; a rank's Sends to itself pair with
+    /// its own Recvs here.
     fn pair_p2p(&mut self, launch: &Launch) -> Result<()> {
         let deadline = Instant::now() + self.opts.timeout;
         let me = self.rank;
-        let side = |c: &Call| Side {
-            call: *c,
-            op_count: launch.op_count,
-        };
-        let to_self = |f: Func| {
-            launch
-                .p2p
-                .iter()
-                .filter(move |c| c.func == f && c.root == me)
-        };
-        for (k, (s, r)) in to_self(Func::Send).zip(to_self(Func::Recv)).enumerate() {
-            posts::pair(me, me, self.sent[me] + k as u64, &side(s), &side(r))?;
+        let sides = self.pairs.number(me, launch)?;
+        if sides.is_empty() {
+            return Ok(());
         }
-        // the group end already refused unequal numbers of each
-        let selves = to_self(Func::Send).count() as u64;
-        self.sent[me] += selves;
-        self.received[me] += selves;
-        let mut mine: Vec<(Side, u64)> = Vec::with_capacity(launch.p2p.len());
-        for c in launch.p2p.iter().filter(|c| c.root != me) {
-            let side = Side {
-                call: *c,
-                op_count: launch.op_count,
-            };
-            let peer = c.root;
-            let (seq, k) = if c.func == Func::Send {
-                let s = self.sent[peer];
-                self.sent[peer] += 1;
-                (s, format!("{}/s{me}>{peer}/{s}", self.key))
-            } else {
-                let s = self.received[peer];
-                self.received[peer] += 1;
-                (s, format!("{}/r{peer}>{me}/{s}", self.key))
-            };
-            self.chan.set(&k, &posts::encode_side(&side))?;
-            mine.push((side, seq));
-        }
-        for (side, seq) in &mine {
-            let peer = side.call.root;
-            let theirs_key = if side.call.func == Func::Send {
-                format!("{}/r{me}>{peer}/{seq}", self.key)
-            } else {
-                format!("{}/s{peer}>{me}/{seq}", self.key)
-            };
-            let theirs = match self.chan.get(&theirs_key, peer, deadline)? {
-                Ok(b) => posts::decode_side(&b)?,
-                Err(m) => return Err(posts::unmatched(side, *seq, m, self.opts.timeout)),
-            };
-            if side.call.func == Func::Send {
-                posts::pair(me, peer, *seq, side, &theirs)?;
-            } else {
-                posts::pair(peer, me, *seq, &theirs, side)?;
-            }
+        // the engine's owner ids are the ranks themselves
+        let keyed: Vec<(String, [usize; 2], usize, Vec<u8>)> = sides
+            .iter()
+            .map(|(side, seq)| {
+                let (src, dst, party) = posts::ends(me, side);
+                (
+                    posts::pair_key(&self.key, src, dst, *seq),
+                    [src, dst],
+                    party,
+                    posts::encode_side(side),
+                )
+            })
+            .collect();
+        let items: Vec<Item<'_>> = keyed
+            .iter()
+            .map(|(key, owners, party, value)| Item {
+                key,
+                owners,
+                me: *party,
+                value: Some(value),
+                read: Read::Now,
+            })
+            .collect();
+        let answers = self.chan.exchange(&items, None, deadline)?;
+        for ((side, seq), (party, shares)) in
+            sides.iter().zip(keyed.iter().map(|k| k.2).zip(answers))
+        {
+            let theirs = shares.into_iter().nth(1 - party);
+            let theirs = theirs.unwrap_or(Err(Missing::Timeout));
+            posts::meet(me, side, *seq, theirs, self.opts.timeout)?;
         }
         Ok(())
     }
@@ -560,18 +544,18 @@ impl Engine for NcclEngine {
     fn exchange(&mut self, mine: &Posted) -> Result<Vec<Posted>> {
         let seq = self.exchanges;
         self.exchanges += 1;
-        let key = &self.key;
-        self.chan.set(
-            &format!("{key}/x{seq}/{}", self.rank),
-            &posts::encode_posted(mine),
-        )?;
+        let key = format!("{}/x{seq}", self.key);
+        let value = posts::encode_posted(mine);
+        let item = Item {
+            key: &key,
+            owners: &self.owners,
+            me: self.rank,
+            value: Some(&value),
+            read: Read::Now,
+        };
         let deadline = Instant::now() + self.opts.timeout;
-        match gather(
-            &*self.chan,
-            self.size,
-            |r| format!("{key}/x{seq}/{r}"),
-            deadline,
-        )? {
+        let shares = self.chan.exchange(&[item], None, deadline)?.remove(0);
+        match gathered(shares) {
             Ok(all) => all.iter().map(|b| posts::decode_posted(b)).collect(),
             Err(missing) => {
                 let what = mine
@@ -668,11 +652,11 @@ impl Engine for NcclEngine {
             size: self.size,
             key: format!("{}.{}", self.key, self.dups),
             chan: self.chan.clone(),
+            owners: self.owners.clone(),
             opts: self.opts,
             comm_id: hash(&[self.comm_id.to_le_bytes(), self.dups.to_le_bytes()].concat()),
             exchanges: 0,
-            sent: vec![0; self.size],
-            received: vec![0; self.size],
+            pairs: posts::PairCounts::new(self.size),
             premul: HashMap::new(),
             failed: None,
             dups: 0,

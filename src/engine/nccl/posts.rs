@@ -4,9 +4,14 @@
 //! receiver) in order, the way NCCL pairs them. A pair whose two sides
 //! disagree, or whose other side never comes, is an error on both ranks
 //! instead of an NCCL hang or a truncated message.
+//!
+//! In the side channel ([`crate::launch::store`]) a launch's collectives are
+//! one exchange among all ranks, and each pair one exchange between its
+//! sender (party 0) and receiver (party 1) under [`pair_key`]; the engine
+//! and the interposer post all of a launch's in one request.
 
-use crate::core::{Call, DataType, Error, ErrorKind, Func, Posted, RedOp};
-use crate::launch::store::Missing;
+use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp};
+use crate::launch::store::{Missing, Share};
 use std::time::Duration;
 
 /// Words of one encoded call.
@@ -119,6 +124,97 @@ pub fn decode_side(b: &[u8]) -> Result<Side, Error> {
         op_count: w[0],
         call: get_call(&w[1..]).ok_or_else(|| garbled("Send/Recv"))?,
     })
+}
+
+/// How many Sends a rank has made to each peer and Recvs from each: the
+/// pair number of the next one, as NCCL matches them (in order, per
+/// sender and receiver).
+#[derive(Debug, Clone)]
+pub struct PairCounts {
+    sent: Vec<u64>,
+    received: Vec<u64>,
+}
+
+impl PairCounts {
+    pub fn new(nranks: usize) -> PairCounts {
+        PairCounts {
+            sent: vec![0; nranks],
+            received: vec![0; nranks],
+        }
+    }
+
+    /// Numbers `launch`'s Sends and Recvs on rank `me`. Its Sends to itself
+    /// pair with its own Recvs from itself here (the group end already
+    /// refused unequal numbers of each); the sides to other ranks come back
+    /// with their pair numbers, in call order.
+    pub fn number(&mut self, me: usize, launch: &Launch) -> Result<Vec<(Side, u64)>, Error> {
+        let side = |c: &Call| Side {
+            call: *c,
+            op_count: launch.op_count,
+        };
+        let to_self = |f: Func| {
+            launch
+                .p2p
+                .iter()
+                .filter(move |c| c.func == f && c.root == me)
+        };
+        for (k, (s, r)) in to_self(Func::Send).zip(to_self(Func::Recv)).enumerate() {
+            pair(me, me, self.sent[me] + k as u64, &side(s), &side(r))?;
+        }
+        let selves = to_self(Func::Send).count() as u64;
+        self.sent[me] += selves;
+        self.received[me] += selves;
+        let mut sides = Vec::with_capacity(launch.p2p.len());
+        for c in launch.p2p.iter().filter(|c| c.root != me) {
+            let count = if c.func == Func::Send {
+                &mut self.sent[c.root]
+            } else {
+                &mut self.received[c.root]
+            };
+            sides.push((side(c), *count));
+            *count += 1;
+        }
+        Ok(sides)
+    }
+}
+
+/// Where rank `me`'s side sits in its pair: the sender, the receiver, and
+/// this rank's party in their exchange (0 sends, 1 receives).
+pub fn ends(me: usize, side: &Side) -> (usize, usize, usize) {
+    if side.call.func == Func::Send {
+        (me, side.call.root, 0)
+    } else {
+        (side.call.root, me, 1)
+    }
+}
+
+/// The exchange of the `seq`-th Send from `src` to `dst` with the `seq`-th
+/// Recv at `dst` from `src`, on the communicator named `scope`.
+pub fn pair_key(scope: &str, src: usize, dst: usize, seq: u64) -> String {
+    format!("{scope}/p{src}>{dst}/{seq}")
+}
+
+/// Rank `me`'s side against what its peer posted for the same pair: the
+/// peer's opCount when they agree; otherwise the error both ranks return
+/// (a mismatch, or the peer never posting).
+pub fn meet(
+    me: usize,
+    mine: &Side,
+    seq: u64,
+    theirs: Share,
+    timeout: Duration,
+) -> Result<u64, Error> {
+    let theirs = match theirs {
+        Ok(b) => decode_side(&b)?,
+        Err(m) => return Err(unmatched(mine, seq, m, timeout)),
+    };
+    let peer = mine.call.root;
+    if mine.call.func == Func::Send {
+        pair(me, peer, seq, mine, &theirs)?;
+    } else {
+        pair(peer, me, seq, &theirs, mine)?;
+    }
+    Ok(theirs.op_count)
 }
 
 /// `Send #3 to rank 1 (count 4, int32, opCount 5)`, as the local engine words it.
@@ -289,6 +385,84 @@ mod tests {
             op_count: 2,
         };
         assert!(pair(0, 1, 0, &send, &other_type).is_err());
+    }
+
+    #[test]
+    fn pairs_are_numbered_per_peer_and_direction_across_launches() {
+        let mut counts = PairCounts::new(3);
+        let p2p = |calls: &[(Func, usize, usize)]| Launch {
+            op_count: 7,
+            colls: Vec::new(),
+            p2p: calls
+                .iter()
+                .map(|&(f, count, peer)| call(f, count, DataType::Int32, RedOp::Sum, peer))
+                .collect(),
+        };
+        let l = p2p(&[
+            (Func::Send, 4, 1),
+            (Func::Recv, 4, 1),
+            (Func::Send, 2, 0),
+            (Func::Send, 4, 1),
+            (Func::Recv, 2, 0),
+            (Func::Recv, 4, 2),
+        ]);
+        let numbered: Vec<(Func, usize, u64, u64)> = counts
+            .number(0, &l)
+            .unwrap()
+            .iter()
+            .map(|(s, seq)| (s.call.func, s.call.root, *seq, s.op_count))
+            .collect();
+        assert_eq!(
+            numbered,
+            vec![
+                (Func::Send, 1, 0, 7),
+                (Func::Recv, 1, 0, 7),
+                (Func::Send, 1, 1, 7),
+                (Func::Recv, 2, 0, 7),
+            ],
+            "the send to self paired here, the rest in call order"
+        );
+        let next = counts.number(0, &p2p(&[(Func::Send, 1, 1)])).unwrap();
+        assert_eq!(next[0].1, 2, "numbers continue across launches");
+        let e = counts
+            .number(0, &p2p(&[(Func::Send, 3, 0), (Func::Recv, 4, 0)]))
+            .unwrap_err();
+        assert!(e.message.contains("rank 0's Send #1 to rank 0"), "{e}");
+        let send = &counts.number(0, &p2p(&[(Func::Send, 5, 2)])).unwrap()[0];
+        assert_eq!(ends(0, &send.0), (0, 2, 0));
+        assert_eq!(pair_key("c", 0, 2, send.1), "c/p0>2/0");
+    }
+
+    #[test]
+    fn a_side_meets_its_peers_post_or_says_why_not() {
+        let send = Side {
+            call: call(Func::Send, 4, DataType::Int32, RedOp::Sum, 1),
+            op_count: 5,
+        };
+        let recv = Side {
+            call: call(Func::Recv, 4, DataType::Int32, RedOp::Sum, 0),
+            op_count: 9,
+        };
+        let t = Duration::from_secs(2);
+        assert_eq!(meet(0, &send, 0, Ok(encode_side(&recv)), t).unwrap(), 9);
+        assert_eq!(meet(1, &recv, 0, Ok(encode_side(&send)), t).unwrap(), 5);
+        assert_eq!(ends(1, &recv), (0, 1, 1));
+        let e = meet(0, &send, 3, Err(Missing::Timeout), t).unwrap_err();
+        assert_eq!(
+            e.message,
+            "Send #3 to rank 1 (count 4, int32, opCount 5) has no matching Recv: rank 1 posted none within 2s"
+        );
+        let short = Side {
+            call: call(Func::Send, 3, DataType::Int32, RedOp::Sum, 1),
+            ..recv.clone()
+        };
+        let e = meet(1, &recv, 0, Ok(encode_side(&short)), t).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Mismatch);
+        assert!(
+            e.message
+                .starts_with("Send/Recv mismatch: rank 0's Send #0"),
+            "{e}"
+        );
     }
 
     #[test]
