@@ -11,5 +11,5 @@ out=${OUT:-/tmp}
 mkdir -p "$out"
 so=$PWD/target/release/librankwise_nccl.so
 lib=$(python3 -c "import nvidia.nccl as m, os; print(os.path.dirname(m.__file__) if getattr(m, '__file__', None) else list(m.__path__)[0])")/lib/libnccl.so.2
-# each of the four runs has its own 50 s deadline; this one bounds the whole
-timeout 230 python3 scripts/interpose_cost.py --so "$so" --nccl "$lib" --ranks 4 --out "$out/interpose_cost.txt"
+# each of the four runs has its own 100 s deadline; this one bounds the whole
+timeout 440 python3 scripts/interpose_cost.py --so "$so" --nccl "$lib" --ranks 4 --out "$out/interpose_cost.txt"
