@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo build --release -p rankwise-nccl --lib --examples
-//! target/release/examples/call_cost [--ranks 4] [--rounds 5] [--calls 2000] [--large-calls 200] [--so PATH]
+//! target/release/examples/call_cost [--ranks 4] [--rounds 5] [--calls 2000] [--large-calls 200] [--so PATH] [--standin PATH]
 //! ```
 //!
 //! Three workloads: AllReduces of 2 int32 and of 64 Ki int32 (256 KiB)
@@ -135,14 +135,18 @@ fn load_average() -> String {
 
 /// The interposer: `--so PATH`, else the one beside this example
 /// (`target/<profile>/examples/..`).
-fn interposer() -> PathBuf {
+/// The path given after `flag`, if any.
+fn path_arg(flag: &str) -> Option<PathBuf> {
     let args: Vec<String> = std::env::args().collect();
-    if let Some(p) = args
-        .iter()
-        .position(|a| a == "--so")
+    args.iter()
+        .position(|a| a == flag)
         .and_then(|i| args.get(i + 1))
-    {
-        return PathBuf::from(p);
+        .map(PathBuf::from)
+}
+
+fn interposer() -> PathBuf {
+    if let Some(p) = path_arg("--so") {
+        return p;
     }
     let exe = std::env::current_exe().unwrap();
     let so = exe
@@ -277,7 +281,8 @@ fn parent() {
     let large = arg("--large-calls", 200);
     let so = interposer();
     let build = tempdir();
-    let lib = standin(&build);
+    // a stand-in built elsewhere, for a machine without rustc
+    let lib = path_arg("--standin").unwrap_or_else(|| standin(&build));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "{nranks} rank processes on {cores} CPUs; AllReduce of 2 int32 ({calls} calls) and of {LARGE} int32 = 256 KiB ({large} calls) through the stand-in, of 2 int32 ({calls} calls) through the no-op stand-in; {WARMUP} warm-up calls each"
