@@ -512,6 +512,29 @@ pub fn f32_to_f16(x: f32) -> f16 {
     f16::from_bits((sign | code) as u16)
 }
 
+/// `bf16` to `f32`: a bfloat16 is the top half of a float, so this is a
+/// shift, exact, without `half`'s branch for NaN (a NaN stays a NaN).
+#[inline]
+pub fn bf16_to_f32(b: bf16) -> f32 {
+    f32::from_bits(u32::from(b.to_bits()) << 16)
+}
+
+/// `f32` to `bf16`, rounding to nearest with ties to even, as
+/// `half::bf16::from_f32` does (a NaN comes out quiet with its payload's
+/// top bits), computed for every input and selected, so loops vectorise.
+#[inline]
+pub fn f32_to_bf16(x: f32) -> bf16 {
+    let bits = x.to_bits();
+    let nan = (bits >> 16) | 0x0040;
+    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16;
+    let code = if bits & 0x7FFF_FFFF > 0x7F80_0000 {
+        nan
+    } else {
+        rounded
+    };
+    bf16::from_bits(code as u16)
+}
+
 impl Element for f16 {
     const DTYPE: DataType = DataType::Float16;
     fn to_f64(self) -> f64 {
@@ -721,6 +744,31 @@ mod tests {
                     x.to_bits()
                 );
             }
+        }
+    }
+
+    #[test]
+    fn bf16_conversions_match_the_half_crate() {
+        for b in 0..=u16::MAX {
+            let b = bf16::from_bits(b);
+            let (got, want) = (bf16_to_f32(b), b.to_f32());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{:#06x}: {got} != {want}",
+                b.to_bits()
+            );
+        }
+        // every bfloat16 with the 16 bits below it at the values where
+        // rounding decides (0, just below, at and above the midpoint, the
+        // top), and a stride through all floats
+        let mut xs: Vec<u32> = (0..=u16::MAX as u32)
+            .flat_map(|hi| [0u32, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF].map(move |lo| (hi << 16) | lo))
+            .collect();
+        xs.extend((0..u32::MAX / 65_521).map(|k| k * 65_521));
+        for bits in xs {
+            let x = f32::from_bits(bits);
+            let (got, want) = (f32_to_bf16(x), bf16::from_f32(x));
+            assert_eq!(got.to_bits(), want.to_bits(), "{x:e} ({bits:#010x})");
         }
     }
 

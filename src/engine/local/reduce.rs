@@ -83,11 +83,12 @@ macro_rules! arith_via_f32 {
         }
     )*};
 }
-// f16 through the core's bit-level conversions, which vectorise (the `half`
-// crate checks for hardware support on every call)
+// f16 and bf16 through the core's bit-level conversions, which vectorise
+// (the `half` crate checks for hardware support on every f16 call, and
+// branches on NaN in its bf16 ones)
 arith_via_f32!(
     f16 => crate::core::datatype::f16_to_f32, crate::core::datatype::f32_to_f16, fused fused_f16;
-    bf16 => bf16::to_f32, bf16::from_f32, fused fused_bf16;
+    bf16 => crate::core::datatype::bf16_to_f32, crate::core::datatype::f32_to_bf16, fused fused_bf16;
     F8E4M3 => F8E4M3::to_f32, F8E4M3::from_f32;
     F8E5M2 => F8E5M2::to_f32, F8E5M2::from_f32
 );
@@ -198,8 +199,12 @@ fn fused_f16(acc: f16, x: f16, s: f16) -> f16 {
 
 #[inline(always)]
 fn fused_bf16(acc: bf16, x: bf16, s: bf16) -> bf16 {
-    let (a, x, s) = (acc.to_f64(), x.to_f64(), s.to_f64());
-    bf16::from_f32(f64_to_f32_odd(add_odd_f64(a, x * s)))
+    use crate::core::datatype::{bf16_to_f32, f32_to_bf16};
+    // widening through f32 is exact and branch-free (`half`'s `to_f64`
+    // branches on zeros, subnormals and NaN, which keeps the loop scalar)
+    let wide = |v: bf16| f64::from(bf16_to_f32(v));
+    let (a, x, s) = (wide(acc), wide(x), wide(s));
+    f32_to_bf16(f64_to_f32_odd(add_odd_f64(a, x * s)))
 }
 
 /// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
