@@ -30,6 +30,7 @@
 
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
+use rankwise::bench::run::median;
 use rankwise::launch::{EngineKind, LaunchOptions, launch_each};
 use rankwise::{Comm, DataType, RedOp, Result};
 use serde_json::{Value, json};
@@ -97,16 +98,6 @@ fn count(op: &str, bytes: usize, n: usize) -> usize {
         (elems / n).max(1)
     } else {
         elems
-    }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
     }
 }
 
