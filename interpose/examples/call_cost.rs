@@ -28,6 +28,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/sym.rs"]
+mod support_sym;
+use support_sym::sym;
+
 const INT32: c_int = 2;
 const SUM: c_int = 0;
 /// Elements of the large AllReduce: 256 KiB of int32.
@@ -380,16 +384,6 @@ fn parent() {
 }
 
 // ---------------------------------------------------------------- a rank
-
-fn sym<T: Copy>(name: &str) -> T {
-    let c = std::ffi::CString::new(name).unwrap();
-    // SAFETY: a NUL-terminated name looked up in the process's global scope.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
-    assert!(!p.is_null(), "{name} is not defined");
-    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: T is the function pointer type of nccl.h's `name`.
-    unsafe { std::mem::transmute_copy(&p) }
-}
 
 /// A rank: NCCL as a program linked to it sees it (the interposer's entry
 /// points first when preloaded), each loop timed, its µs per call printed.

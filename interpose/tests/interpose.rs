@@ -14,6 +14,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "support/sym.rs"]
+mod support_sym;
+use support_sym::sym;
+
 // ---------------------------------------------------------------- the libraries
 
 /// `librankwise_nccl.so` beside this test in `target/<profile>/deps` (cargo
@@ -194,16 +198,6 @@ struct Nccl {
     scatter: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
     send: unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
     recv: unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
-}
-
-fn sym<T: Copy>(name: &str) -> T {
-    let c = std::ffi::CString::new(name).unwrap();
-    // SAFETY: a NUL-terminated name looked up in the global scope.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
-    assert!(!p.is_null(), "{name} is not defined");
-    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: T is the function pointer type of nccl.h's `name`.
-    unsafe { std::mem::transmute_copy(&p) }
 }
 
 impl Nccl {
