@@ -108,6 +108,10 @@ pub fn check_buffers(
     };
     // at most two regions, kept on the stack: this runs on every call
     let mut regions: [Option<Region>; 2] = [None, None];
+    // sendbuff's address and allocation: an in-place call (recvbuff ==
+    // sendbuff) asks the address space once, which for device memory is a
+    // call into the CUDA driver
+    let mut known: Option<(usize, Option<(usize, usize)>)> = None;
     for (i, (name, addr, elems, role)) in [
         ("sendbuff", call.sendbuff, l.send_elems, l.send_role),
         ("recvbuff", call.recvbuff, l.recv_elems, l.recv_role),
@@ -142,7 +146,12 @@ pub fn check_buffers(
             _ => continue,
         }
         let bytes = elems * size;
-        match space.allocation_of(addr) {
+        let found = match known {
+            Some((at, found)) if at == addr => found,
+            _ => space.allocation_of(addr),
+        };
+        known = Some((addr, found));
+        match found {
             None => {
                 return Err(invalid(
                     ErrorKind::OutOfBounds,
@@ -312,7 +321,7 @@ mod tests {
         count: usize,
         rank: usize,
         root: i32,
-        space: &Space,
+        space: &dyn AddressSpace,
     ) -> Result<()> {
         let c = check_call(&raw(func, send, recv, count, 2, 0, root), 4, &no_premul)?;
         check_buffers(&c, 4, rank, space)
@@ -420,5 +429,33 @@ mod tests {
         );
         // adjacent, non-overlapping buffers are fine
         assert!(buffers(Func::AllReduce, 0x1000, 0x1010, 4, 0, 0, &space).is_ok());
+    }
+
+    /// An address space that counts its lookups (each one a CUDA driver
+    /// call in the interposer).
+    struct Counting(Space, std::cell::Cell<usize>);
+    impl AddressSpace for Counting {
+        fn allocation_of(&self, addr: usize) -> Option<(usize, usize)> {
+            self.1.set(self.1.get() + 1);
+            self.0.allocation_of(addr)
+        }
+    }
+
+    #[test]
+    fn an_in_place_call_looks_its_buffer_up_once_and_keeps_every_check() {
+        let space = Counting(Space(vec![(0x1000, 64), (0x2000, 16)]), 0.into());
+        let lookups = |send, recv, count| {
+            space.1.set(0);
+            let got = buffers(Func::AllReduce, send, recv, count, 0, 0, &space);
+            (got.map_err(|e| e.kind), space.1.get())
+        };
+        assert_eq!(lookups(0x1000, 0x1000, 16), (Ok(()), 1));
+        assert_eq!(
+            lookups(0x1000, 0x1000, 17),
+            (Err(ErrorKind::OutOfBounds), 1)
+        );
+        assert_eq!(lookups(0x1000, 0x2000, 4), (Ok(()), 2));
+        assert_eq!(lookups(0x1000, 0x2000, 5), (Err(ErrorKind::OutOfBounds), 2));
+        assert_eq!(lookups(0x1000, 0x3000, 4), (Err(ErrorKind::OutOfBounds), 2));
     }
 }
