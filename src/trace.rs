@@ -9,7 +9,7 @@
 //! is said once on stderr, not once per line or per rank.
 
 use crate::core::RawCall;
-use crate::core::trace::{LinePrefix, coll_line, init_line, warn_line};
+use crate::core::trace::{LinePrefix, coll_line, info_line, init_line, warn_line};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -252,6 +252,12 @@ impl RankTracer {
     pub fn warn(&self, message: &str) {
         if self.cfg.level >= Level::Warn {
             self.emit(warn_line(&self.prefix(), message));
+        }
+    }
+    /// An INFO line about a communicator's set-up (subsystem INIT).
+    pub fn init_info(&self, message: &str) {
+        if self.cfg.level >= Level::Info && self.cfg.init {
+            self.emit(info_line(&self.prefix(), message));
         }
     }
 }

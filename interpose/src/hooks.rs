@@ -14,8 +14,11 @@
 //! is an error here too instead of an NCCL hang. Only then is NCCL called.
 //! A launch is one request to the side channel's store (its collectives'
 //! exchange and every Send/Recv pair's), plus one for the verdicts when it
-//! has Sends or Recvs.
+//! has Sends or Recvs; on a communicator whose ranks share a host, its
+//! collectives' exchange goes through shared memory instead (`ring`), and
+//! a launch of collectives alone asks nothing of the store.
 
+use crate::ring::{self, Part, Ring};
 use crate::side;
 use rankwise::core::group::Queued;
 use rankwise::core::{
@@ -56,6 +59,9 @@ pub struct Settings {
     pub abort: bool,
     /// `RANKWISE_TIMEOUT`: the longest wait for other ranks.
     pub timeout: Duration,
+    /// `RANKWISE_SHM=0` makes communicators whose ranks share a host agree
+    /// through the store too, instead of shared memory (`ring`).
+    pub shm: bool,
 }
 
 pub fn settings() -> &'static Settings {
@@ -89,6 +95,7 @@ pub fn settings() -> &'static Settings {
             checks,
             abort: var("RANKWISE_ABORT").as_deref() == Some("1"),
             timeout,
+            shm: var("RANKWISE_SHM").as_deref() != Some("0"),
         }
     })
 }
@@ -108,6 +115,9 @@ struct Channel {
     /// ranks finished by number, and communicators share a store, so each
     /// communicator's ranks get numbers of their own
     owners: Vec<usize>,
+    /// the lane through shared memory, when every rank is on this host:
+    /// a launch's collectives agree there instead of in the store
+    ring: Option<Ring>,
 }
 
 impl Channel {
@@ -121,6 +131,7 @@ impl Channel {
             addr,
             key,
             owners,
+            ring: None,
         }
     }
     fn owner(&self, rank: usize) -> usize {
@@ -248,7 +259,20 @@ fn register(
     let channel = match addr {
         None => None,
         Some(addr) => match connect(addr) {
-            Ok(chan) => Some(Channel::new(chan, addr, key, nranks)),
+            Ok(chan) => {
+                let mut c = Channel::new(chan, addr, key, nranks);
+                let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
+                c.ring = ring::join(
+                    &ring::segment_dir(),
+                    &*c.chan,
+                    &c.key,
+                    rank,
+                    &c.owners,
+                    settings().shm,
+                    deadline,
+                );
+                Some(c)
+            }
             Err(e) => {
                 say(&format!(
                     "rankwise: rank {rank} of comm {handle:#x}: cannot reach the side channel at {addr} ({e}): this communicator gets the local checks only"
@@ -258,6 +282,15 @@ fn register(
         },
     };
     let state = CommState::new(handle, rank, nranks, comm_id, channel);
+    if let Some(c) = &state.channel {
+        let lane = match c.ring {
+            Some(_) => "shared memory (every rank is on this host)".to_string(),
+            None => format!("the store at {}", c.addr),
+        };
+        state.tracer.init_info(&format!(
+            "rankwise: comm {handle:#x} rank {rank} agrees with its peers through {lane}"
+        ));
+    }
     comms().insert(handle, Arc::new(Mutex::new(state)));
 }
 
@@ -680,6 +713,8 @@ struct Posting {
     parties: Parties,
     party: usize,
     value: Vec<u8>,
+    /// the round on the channel's ring that carries it instead of the store
+    ring: Option<u64>,
 }
 
 impl Posting {
@@ -700,6 +735,8 @@ impl Posting {
 /// One communicator's exchanges of one round.
 struct Round<'a> {
     chan: &'a Channel,
+    /// this rank's rank in the communicator
+    rank: usize,
     postings: &'a [Posting],
     /// false: this rank only posts (it failed already)
     reads: bool,
@@ -709,40 +746,118 @@ struct Round<'a> {
 }
 
 /// Makes one round of exchanges on every communicator of a launch: every
-/// party's share of each posting that is read, per communicator. A launch
-/// on one communicator is one request. A group across communicators posts
-/// on every one of them before it reads any, so ranks that list them in
-/// different orders (or whose communicators use different stores) do not
-/// wait on each other.
+/// party's share of each posting that is read, per communicator. Postings
+/// on a ring go there first (a few stores, no waiting); the others make
+/// one request per communicator to its store. A group across
+/// communicators posts on every one of them before it reads any, so ranks
+/// that list them in different orders (or whose communicators use
+/// different stores) do not wait on each other.
 fn exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share>>>, Error> {
-    fn items<'a>(r: &Round<'a>, read: Read) -> Vec<Item<'a>> {
-        r.postings.iter().map(|p| p.item(r.chan, read)).collect()
-    }
-    if let [r] = rounds {
-        let read = if r.reads { Read::Now } else { Read::Never };
-        return Ok(vec![r.chan.chan.exchange(
-            &items(r, read),
-            r.note,
-            deadline,
-        )?]);
-    }
     for r in rounds {
+        post_on_ring(r)?;
+    }
+    let mut stored = store_exchange(rounds, deadline)?.into_iter();
+    Ok(rounds
+        .iter()
+        .map(|r| {
+            let mut from_store = stored.next().unwrap_or_default().into_iter();
+            r.postings
+                .iter()
+                .map(|p| match (p.ring, &r.chan.ring) {
+                    (Some(seq), Some(ring)) if r.reads => read_ring(r.chan, ring, seq, deadline),
+                    (Some(_), _) => Vec::new(),
+                    (None, _) => from_store.next().unwrap_or_default(),
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// Posts a round's ring postings and leaves its note on the ring. A value
+/// too large for a slot goes to the store first.
+fn post_on_ring(r: &Round<'_>) -> Result<(), Error> {
+    let Some(ring) = &r.chan.ring else {
+        return Ok(());
+    };
+    if let Some((_, note)) = r.note {
+        ring.set_note(r.rank, note);
+    }
+    for p in r.postings {
+        let Some(seq) = p.ring else { continue };
+        if p.value.len() > ring::SLOT_BYTES {
+            let key = ring::overflow_key(&r.chan.key, seq, r.rank);
+            r.chan.chan.set(&key, &p.value)?;
+        }
+        ring.post(r.rank, seq, &p.value);
+    }
+    Ok(())
+}
+
+/// Every rank's share of ring round `seq`, in rank order.
+fn read_ring(c: &Channel, ring: &Ring, seq: u64, deadline: Instant) -> Vec<Share> {
+    let gone =
+        |rank: usize| match c
+            .chan
+            .get(&format!("{}/gone", c.key), c.owner(rank), Instant::now())
+        {
+            Ok(Err(m @ Missing::Finished { .. })) => Some(m),
+            _ => None,
+        };
+    ring.gather(seq, deadline, gone)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, part)| match part {
+            Ok(Part::Value(v)) => Ok(v),
+            Ok(Part::InStore) => {
+                let key = ring::overflow_key(&c.key, seq, rank);
+                c.chan
+                    .get(&key, c.owner(rank), deadline)
+                    .unwrap_or(Err(Missing::Timeout))
+            }
+            Err(m) => Err(m),
+        })
+        .collect()
+}
+
+/// The store's part of [`exchange`]: per round, the shares of its postings
+/// that are not on a ring, in order. A launch on one communicator is one
+/// request.
+fn store_exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share>>>, Error> {
+    fn items<'a>(r: &Round<'a>, read: Read) -> Vec<Item<'a>> {
+        r.postings
+            .iter()
+            .filter(|p| p.ring.is_none())
+            .map(|p| p.item(r.chan, read))
+            .collect()
+    }
+    let busy: Vec<usize> = (0..rounds.len())
+        .filter(|&i| rounds[i].postings.iter().any(|p| p.ring.is_none()))
+        .collect();
+    let mut out = vec![Vec::new(); rounds.len()];
+    if let [i] = busy[..] {
+        let r = &rounds[i];
+        let read = if r.reads { Read::Now } else { Read::Never };
+        out[i] = r.chan.chan.exchange(&items(r, read), r.note, deadline)?;
+        return Ok(out);
+    }
+    for &i in &busy {
+        let r = &rounds[i];
         let read = if r.reads { Read::Later } else { Read::Never };
         r.chan.chan.exchange(&items(r, read), r.note, deadline)?;
     }
-    rounds
-        .iter()
-        .map(|r| {
-            if !r.reads {
-                return Ok(r.postings.iter().map(|_| Vec::new()).collect());
-            }
-            let reads: Vec<Item<'_>> = items(r, Read::Now)
-                .into_iter()
-                .map(|it| Item { value: None, ..it })
-                .collect();
-            r.chan.chan.exchange(&reads, None, deadline)
-        })
-        .collect()
+    for &i in &busy {
+        let r = &rounds[i];
+        let reads: Vec<Item<'_>> = items(r, Read::Now)
+            .into_iter()
+            .map(|it| Item { value: None, ..it })
+            .collect();
+        out[i] = if r.reads {
+            r.chan.chan.exchange(&reads, None, deadline)?
+        } else {
+            vec![Vec::new(); reads.len()]
+        };
+    }
+    Ok(out)
 }
 
 /// One communicator's share of a launch in flight through the side channel.
@@ -777,6 +892,7 @@ fn agree_launches(launches: &mut [(&mut CommState, &Launch)]) -> Result<(), Fail
                 let chan = s.channel.as_ref()?;
                 (!f.postings.is_empty()).then(|| Round {
                     chan,
+                    rank: s.rank,
                     postings: &f.postings,
                     reads: true,
                     note: Some((chan.owner(s.rank), f.note.as_bytes())),
@@ -819,6 +935,7 @@ fn post(s: &mut CommState, l: &Launch) -> Result<InFlight, Error> {
             parties: Parties::All,
             party: me,
             value: posts::encode_posted(&l.posted()),
+            ring: c.ring.is_some().then_some(seq),
         });
     }
     for (sd, seq) in &sides {
@@ -828,6 +945,7 @@ fn post(s: &mut CommState, l: &Launch) -> Result<InFlight, Error> {
             parties: Parties::Two([c.owner(src), c.owner(dst)]),
             party,
             value: posts::encode_side(sd),
+            ring: None,
         });
     }
     f.sides = sides;
@@ -838,13 +956,20 @@ fn post(s: &mut CommState, l: &Launch) -> Result<InFlight, Error> {
 }
 
 /// Where the ranks that did not come were last: `rank 3 was last in
-/// Broadcast (opCount 2)`, from the note the store keeps of each rank's
-/// latest exchange.
+/// Broadcast (opCount 2)`, from the note the ring (or else the store) keeps
+/// of each rank's latest exchange.
 fn whereabouts(c: &Channel, missing: &[usize]) -> String {
     missing
         .iter()
-        .map(|r| match c.chan.last_note(c.owner(*r)) {
-            Ok(Some(b)) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),
+        .map(|r| {
+            let note = match &c.ring {
+                Some(ring) => ring.note(*r),
+                None => c.chan.last_note(c.owner(*r)).ok().flatten(),
+            };
+            (r, note)
+        })
+        .map(|(r, note)| match note {
+            Some(b) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),
             _ => format!("rank {r} has made no call on this communicator"),
         })
         .collect::<Vec<_>>()
@@ -966,6 +1091,7 @@ fn verdicts(
                     parties: Parties::Two([c.owner(lo.0), c.owner(hi.0)]),
                     party: usize::from(me == hi.0),
                     value: mine.clone(),
+                    ring: None,
                 }
             })
             .collect();
@@ -976,6 +1102,8 @@ fn verdicts(
         .filter(|(_, _, postings)| !postings.is_empty())
         .map(|(c, p, postings)| Round {
             chan: c,
+            // verdicts go through the store only, and leave no note
+            rank: 0,
             postings,
             reads: p.verdict.is_ok(),
             note: None,
@@ -1055,6 +1183,24 @@ mod tests {
         CommState::new(0x100 + rank, rank, n, 7, Some(chan))
     }
 
+    /// The `n` ranks of a communicator whose collectives agree on a ring
+    /// (its segment in `dir`), the rest on `store`.
+    fn ranks_on_ring(store: &Arc<Store>, dir: &std::path::Path, n: usize) -> Vec<CommState> {
+        let (first, path) = Ring::create(dir, n).unwrap();
+        let nonce = first.nonce();
+        let mut first = Some(first);
+        (0..n)
+            .map(|r| {
+                let mut s = rank(store, "c", r, n);
+                let ring = first
+                    .take()
+                    .unwrap_or_else(|| Ring::open(&path, nonce, n).unwrap());
+                s.channel.as_mut().unwrap().ring = Some(ring);
+                s
+            })
+            .collect()
+    }
+
     fn launch(s: &mut CommState, colls: Vec<Call>, p2p: Vec<Call>) -> Launch {
         let mut l = Launch {
             op_count: 0,
@@ -1096,6 +1242,62 @@ mod tests {
             }
         });
         assert_eq!(store.key_count(), 0, "every exchange was spent");
+    }
+
+    /// The same training loop with the collectives on a ring: they agree
+    /// there, the Send/Recv rings in the store, and a count that differs on
+    /// one rank is the same error on every rank.
+    #[test]
+    fn collectives_agree_on_the_ring_and_a_mismatch_there_fails_every_rank() {
+        let store = Store::new();
+        let dir = tempfile::tempdir().unwrap();
+        let n = 3;
+        let states = ranks_on_ring(&store, dir.path(), n);
+        let got: Vec<Result<(), Failure>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = states
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut s)| {
+                    sc.spawn(move || {
+                        for i in 0..900 {
+                            let l = match i % 3 {
+                                0 | 1 => {
+                                    launch(&mut s, vec![call(Func::AllReduce, 2 + i, 0)], vec![])
+                                }
+                                _ => launch(
+                                    &mut s,
+                                    vec![],
+                                    vec![
+                                        call(Func::Send, 3, (r + 1) % n),
+                                        call(Func::Recv, 3, (r + n - 1) % n),
+                                    ],
+                                ),
+                            };
+                            if let Err((e, d)) = agree_launches(&mut [(&mut s, &l)]) {
+                                panic!("launch {i} on rank {r}: {e} {d:?}");
+                            }
+                        }
+                        assert_eq!(s.exchanges, 600, "600 launches had collectives");
+                        let count = if r == 1 { 5 } else { 4 };
+                        let l = launch(&mut s, vec![call(Func::AllReduce, count, 0)], vec![]);
+                        let got = agree_launches(&mut [(&mut s, &l)]);
+                        let ring = s.channel.as_ref().and_then(|c| c.ring.as_ref()).unwrap();
+                        assert!(
+                            ring.read((r + 1) % n, 600).is_some(),
+                            "round 600 was the ring's"
+                        );
+                        got
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (r, g) in got.iter().enumerate() {
+            let (e, _) = g.as_ref().unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Mismatch, "rank {r}: {e}");
+            assert!(e.message.contains("count"), "rank {r}: {e}");
+        }
+        assert_eq!(store.key_count(), 0, "the store held only the pairs");
     }
 
     /// A group across two communicators, which rank 0 lists in one order and

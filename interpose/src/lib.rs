@@ -20,16 +20,20 @@
 //!
 //! - `real`: finding NCCL's functions (`pnccl*` first) in the library the
 //!   program uses;
-//! - `exports`: the C entry points (with `real`, all of the crate's
-//!   `unsafe`);
+//! - `exports`: the C entry points (with `real` and `ring`'s mapping, all
+//!   of the crate's `unsafe`);
 //! - `hooks`: per-communicator state, the checks, the cross-rank agreement
 //!   (rankwise's `core` decides every rule and words every error);
-//! - `side`: the side channel's store, found through the unique id.
+//! - `side`: the side channel's store, found through the unique id;
+//! - `ring`: the side channel's lane through shared memory, which a
+//!   communicator whose ranks all share one host uses for its collectives.
 //!
 //! Environment: `RANKWISE_CHECK=0` forwards every call untouched;
 //! `RANKWISE_CHECK=local` makes each call's own checks (arguments,
 //! datatype, op, NULL, alignment, overlap, extent) and nothing across ranks:
 //! no side channel, no store, no waiting on other ranks;
+//! `RANKWISE_SHM=0` keeps every exchange in the store, even between ranks
+//! of one host;
 //! `RANKWISE_TIMEOUT` (seconds) bounds every wait for other ranks;
 //! `RANKWISE_ABORT=1` aborts the process after an error line;
 //! `RANKWISE_DEBUG=INFO` with `RANKWISE_DEBUG_FILE` (`%h`, `%p`, `%r`) keeps
@@ -39,4 +43,5 @@
 mod exports;
 mod hooks;
 mod real;
+mod ring;
 mod side;

@@ -997,6 +997,64 @@ fn a_rank_that_never_comes_is_named_with_where_it_was_last() {
 }
 
 #[test]
+fn a_rank_that_never_comes_is_named_through_the_store_too() {
+    let run = run(
+        "late",
+        4,
+        true,
+        &[("RANKWISE_TIMEOUT", "2"), ("RANKWISE_SHM", "0")],
+    );
+    run.assert_ok();
+    for r in 0..3 {
+        let e = run.errors(r).join("\n");
+        assert!(
+            e.contains("rank 3 did not enter AllReduce #1 within 2s [rank 3 was last in AllReduce (opCount 0)]"),
+            "rank {r}: {e}"
+        );
+    }
+}
+
+/// Every rank's journal, concatenated.
+fn journals(dir: &std::path::Path) -> String {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect()
+}
+
+#[test]
+fn ranks_on_one_host_agree_through_shared_memory_unless_told_not_to() {
+    for (shm, lane, other) in [
+        (None, "through shared memory", "through the store"),
+        (
+            Some("0"),
+            "through the store at 127.0.0.1:",
+            "through shared memory",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("journal.%p.log");
+        let mut env = vec![
+            ("RANKWISE_DEBUG", "INFO"),
+            ("RANKWISE_DEBUG_FILE", pattern.to_str().unwrap()),
+        ];
+        env.extend(shm.map(|v| ("RANKWISE_SHM", v)));
+        let run = run("count", 4, true, &env);
+        run.assert_ok();
+        for r in 0..4 {
+            let e = &run.errors(r)[0];
+            assert!(
+                e.contains("count differs: ranks 0,1,3 pass 4, rank 2 passes 5"),
+                "RANKWISE_SHM={shm:?}, rank {r}: {e}"
+            );
+        }
+        let j = journals(dir.path());
+        assert_eq!(j.matches(lane).count(), 4, "RANKWISE_SHM={shm:?}:\n{j}");
+        assert!(!j.contains(other), "RANKWISE_SHM={shm:?}:\n{j}");
+    }
+}
+
+#[test]
 fn a_rank_that_finished_ends_the_wait_at_once() {
     let run = run("late", 4, true, &[("RANKWISE_TEST_LEAVE", "1")]);
     run.assert_ok();

@@ -67,6 +67,11 @@ pub fn warn_line(p: &LinePrefix, message: &str) -> String {
     format!("{p} NCCL WARN {message}")
 }
 
+/// An INFO line of free text, as NCCL prints many (`NET/Socket : ...`).
+pub fn info_line(p: &LinePrefix, message: &str) -> String {
+    format!("{p} NCCL INFO {message}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

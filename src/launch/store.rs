@@ -22,7 +22,9 @@
 //! it over TCP on 127.0.0.1 to ranks that are processes ([`Client`]). The
 //! process launcher starts the hub in the parent; the NCCL engine and the
 //! interposer carry the ncclUniqueId, every launch's posts and every
-//! Send/Recv pairing through it before NCCL is called.
+//! Send/Recv pairing through it before NCCL is called (the interposer's
+//! collectives between ranks of one host go through shared memory instead,
+//! and use the store only to set that up and to hear of ranks that left).
 
 use crate::core::{Error, ErrorKind, Result};
 use std::collections::HashMap;

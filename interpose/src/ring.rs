@@ -1,0 +1,551 @@
+//! The side channel's lane through shared memory, for a communicator whose
+//! ranks all share one host: a launch's collectives agree through a
+//! segment every rank maps, instead of a request to the store over TCP.
+//!
+//! Why: a loopback TCP round trip costs 20 µs or more on a busy host, and
+//! every launch made one. Through shared memory a rank's post is a few
+//! stores and its read a few loads once the others have posted, so the
+//! agreement costs about what the slowest rank's arrival costs anyway.
+//!
+//! The segment holds, per rank, two slots (rounds alternate between them),
+//! the round each slot holds, and the rank's latest note (where it is).
+//! Round `k` is the communicator's k-th collective exchange, the same
+//! number every rank gives it. A rank posts round `k` into slot `k % 2`
+//! and waits until every rank has posted round `k`; it can post round
+//! `k + 2` (into the same slot) only after every rank posted `k + 1`,
+//! which each did after reading round `k`: so no slot is written while a
+//! rank still reads it. Every access to the segment is atomic, so nothing
+//! here trusts another process for memory safety: a rank that writes
+//! garbage makes a garbled post, which the decoder rejects.
+//!
+//! [`join`] sets the lane up at communicator init through the store: rank
+//! 0 makes the segment (a file in `/dev/shm`) and sends its path and a
+//! random nonce; every rank maps it and checks the nonce, which only a
+//! rank on the same host can read back; the lane is used only when every
+//! rank could (otherwise the communicator keeps the store, on every rank).
+//! The file is unlinked once every rank has mapped it, so nothing is left
+//! in `/dev/shm` after the program. `RANKWISE_SHM=0` on any rank keeps the
+//! communicator on the store.
+//!
+//! A value larger than a slot (a group of more than about two hundred
+//! collectives) is marked as such in the slot and set in the store under a
+//! key of its own, which the store keeps.
+
+use memmap2::MmapMut;
+use rankwise::launch::store::{Item, Missing, Read, SideChannel};
+use std::fs::OpenOptions;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"rkwring1");
+const HEADER_WORDS: usize = 8;
+/// The largest value a slot holds, in bytes: 227 collectives' posts.
+pub const SLOT_BYTES: usize = 16 << 10;
+const SLOT_WORDS: usize = SLOT_BYTES / 8;
+const NOTE_BYTES: usize = 256;
+// a rank's block, in words: the round each slot holds (+1, 0 = none), each
+// slot's length, the note's sequence (odd while written) and length, the
+// note, the two slots; a multiple of 8 words, so ranks' blocks do not
+// share cache lines
+const ROUND: usize = 0;
+const LEN: usize = 2;
+const NOTE_SEQ: usize = 4;
+const NOTE_LEN: usize = 5;
+const NOTE: usize = 8;
+const SLOTS: usize = NOTE + NOTE_BYTES / 8;
+const STRIDE: usize = SLOTS + 2 * SLOT_WORDS;
+/// A slot's length when its value is in the store.
+const IN_STORE: u64 = u64::MAX;
+
+/// One communicator's segment, mapped.
+pub struct Ring {
+    map: MmapMut,
+    nranks: usize,
+}
+
+/// A party's post of one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Value(Vec<u8>),
+    /// too large for a slot: its value is in the store ([`overflow_key`])
+    InStore,
+}
+
+fn segment_bytes(nranks: usize) -> usize {
+    (HEADER_WORDS + nranks * STRIDE) * 8
+}
+
+/// Where segments go: `/dev/shm` (memory), else the temporary directory.
+pub fn segment_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.into()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish() | 1
+}
+
+fn invalid(why: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, why)
+}
+
+impl Ring {
+    fn map(file: &std::fs::File, nranks: usize) -> std::io::Result<Ring> {
+        // SAFETY: the file is the segment, which this library alone writes,
+        // and only through `words` (atomics): another process changing it
+        // concurrently is the point, and atomics make that sound.
+        let map = unsafe { MmapMut::map_mut(file)? };
+        if map.len() != segment_bytes(nranks) {
+            return Err(invalid(format!(
+                "the segment is {} bytes, not the {} of {nranks} ranks",
+                map.len(),
+                segment_bytes(nranks)
+            )));
+        }
+        Ok(Ring { map, nranks })
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page-aligned (so aligned for AtomicU64),
+        // `len / 8` words long, and lives as long as `self`; every access to
+        // it, here and in the other processes, is through these atomics.
+        unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), self.map.len() / 8)
+        }
+    }
+
+    /// Makes a segment for `nranks` in `dir`: the ring and its file's path.
+    pub fn create(dir: &Path, nranks: usize) -> std::io::Result<(Ring, PathBuf)> {
+        let nonce = random_u64();
+        let path = dir.join(format!("rankwise-{}-{nonce:016x}", std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        let made = file
+            .set_len(segment_bytes(nranks) as u64)
+            .and_then(|()| Ring::map(&file, nranks));
+        let ring = match made {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        let w = ring.words();
+        w[1].store(nonce, Ordering::Relaxed);
+        w[2].store(nranks as u64, Ordering::Relaxed);
+        w[3].store(SLOT_WORDS as u64, Ordering::Relaxed);
+        w[0].store(MAGIC, Ordering::Release);
+        Ok((ring, path))
+    }
+
+    /// Maps the segment at `path`, which must be the one with `nonce` made
+    /// for `nranks`.
+    pub fn open(path: &Path, nonce: u64, nranks: usize) -> std::io::Result<Ring> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let ring = Ring::map(&file, nranks)?;
+        let w = ring.words();
+        let head = [
+            w[0].load(Ordering::Acquire),
+            w[1].load(Ordering::Relaxed),
+            w[2].load(Ordering::Relaxed),
+            w[3].load(Ordering::Relaxed),
+        ];
+        if head != [MAGIC, nonce, nranks as u64, SLOT_WORDS as u64] {
+            return Err(invalid(format!(
+                "{} is not the segment sent (its header is {head:x?})",
+                path.display()
+            )));
+        }
+        Ok(ring)
+    }
+
+    pub fn nonce(&self) -> u64 {
+        self.words()[1].load(Ordering::Relaxed)
+    }
+
+    fn block(&self, rank: usize) -> &[AtomicU64] {
+        assert!(rank < self.nranks, "rank {rank} of {}", self.nranks);
+        let at = HEADER_WORDS + rank * STRIDE;
+        &self.words()[at..at + STRIDE]
+    }
+
+    /// Posts `value` as `rank`'s part of round `seq`. False when it is too
+    /// large for a slot: the slot then says so, and the caller must have
+    /// set the value in the store under [`overflow_key`] first.
+    pub fn post(&self, rank: usize, seq: u64, value: &[u8]) -> bool {
+        let b = self.block(rank);
+        let k = (seq % 2) as usize;
+        let fits = value.len() <= SLOT_BYTES;
+        if fits {
+            let slot = &b[SLOTS + k * SLOT_WORDS..];
+            for (w, chunk) in slot.iter().zip(value.chunks(8)) {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                w.store(u64::from_le_bytes(word), Ordering::Relaxed);
+            }
+        }
+        let len = if fits { value.len() as u64 } else { IN_STORE };
+        b[LEN + k].store(len, Ordering::Relaxed);
+        // the release publishes the value and length with the round
+        b[ROUND + k].store(seq + 1, Ordering::Release);
+        fits
+    }
+
+    /// `party`'s post of round `seq`, once it is there.
+    pub fn read(&self, party: usize, seq: u64) -> Option<Part> {
+        let b = self.block(party);
+        let k = (seq % 2) as usize;
+        if b[ROUND + k].load(Ordering::Acquire) != seq + 1 {
+            return None;
+        }
+        let len = b[LEN + k].load(Ordering::Relaxed);
+        if len == IN_STORE {
+            return Some(Part::InStore);
+        }
+        let len = (len as usize).min(SLOT_BYTES);
+        let mut v = Vec::with_capacity(len.next_multiple_of(8));
+        for w in &b[SLOTS + k * SLOT_WORDS..][..len.div_ceil(8)] {
+            v.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        v.truncate(len);
+        Some(Part::Value(v))
+    }
+
+    /// Keeps `note` (cut to 256 bytes) as where `rank` is now.
+    pub fn set_note(&self, rank: usize, note: &[u8]) {
+        let b = self.block(rank);
+        let note = &note[..note.len().min(NOTE_BYTES)];
+        // a sequence lock: odd while the note changes
+        let seq = b[NOTE_SEQ].load(Ordering::Relaxed);
+        b[NOTE_SEQ].store(seq + 1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for (w, chunk) in b[NOTE..].iter().zip(note.chunks(8)) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            w.store(u64::from_le_bytes(word), Ordering::Relaxed);
+        }
+        b[NOTE_LEN].store(note.len() as u64, Ordering::Relaxed);
+        b[NOTE_SEQ].store(seq + 2, Ordering::Release);
+    }
+
+    /// The note `rank` left last, if it left one.
+    pub fn note(&self, rank: usize) -> Option<Vec<u8>> {
+        let b = self.block(rank);
+        for _ in 0..1000 {
+            let before = b[NOTE_SEQ].load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let len = (b[NOTE_LEN].load(Ordering::Relaxed) as usize).min(NOTE_BYTES);
+            let mut v = Vec::with_capacity(NOTE_BYTES);
+            for w in &b[NOTE..NOTE + len.div_ceil(8)] {
+                v.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+            }
+            v.truncate(len);
+            std::sync::atomic::fence(Ordering::Acquire);
+            if b[NOTE_SEQ].load(Ordering::Relaxed) == before {
+                return (before > 0).then_some(v);
+            }
+        }
+        None
+    }
+
+    /// Every rank's post of round `seq`, in rank order, waiting until all
+    /// have posted, until one that has not is gone (`gone(rank)` says
+    /// whether it finished; it is asked every few milliseconds once the
+    /// wait is that long), or until `deadline`. Ranks that did not post are
+    /// `Missing::Finished` when gone, else `Missing::Timeout`.
+    pub fn gather(
+        &self,
+        seq: u64,
+        deadline: Instant,
+        mut gone: impl FnMut(usize) -> Option<Missing>,
+    ) -> Vec<Result<Part, Missing>> {
+        let mut parts: Vec<Option<Part>> = vec![None; self.nranks];
+        let start = Instant::now();
+        let mut next_ask = start + Duration::from_millis(2);
+        let mut turn = 0u32;
+        loop {
+            let mut all = true;
+            for (r, p) in parts.iter_mut().enumerate() {
+                if p.is_none() {
+                    *p = self.read(r, seq);
+                    all &= p.is_some();
+                }
+            }
+            if all {
+                return parts.into_iter().flatten().map(Ok).collect();
+            }
+            turn = turn.wrapping_add(1);
+            // spin for the first few microseconds (a rank a little behind),
+            // then give the core away: ranks may outnumber cores
+            if turn < 256 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            let over = now >= deadline;
+            if over || now >= next_ask {
+                next_ask = now + Duration::from_millis(10);
+                let missing: Vec<Option<Missing>> = parts
+                    .iter()
+                    .enumerate()
+                    .map(|(r, p)| if p.is_none() { gone(r) } else { None })
+                    .collect();
+                if over || missing.iter().any(Option::is_some) {
+                    return parts
+                        .into_iter()
+                        .zip(missing)
+                        .map(|(p, m)| p.ok_or(m.unwrap_or(Missing::Timeout)))
+                        .collect();
+                }
+            }
+            if now - start < Duration::from_millis(1) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+}
+
+/// The store key of `rank`'s post of round `seq` when it is too large for
+/// a slot.
+pub fn overflow_key(comm_key: &str, seq: u64, rank: usize) -> String {
+    format!("{comm_key}/x{seq}.r{rank}")
+}
+
+/// Sets up the lane for rank `rank` of the communicator named `key`, whose
+/// store owners are `owners`, through `chan`: the ring when every rank
+/// mapped the same segment, None (the store then carries everything, on
+/// every rank) otherwise. Rank 0 makes the segment in `dir`; `wanted` is
+/// false under `RANKWISE_SHM=0`.
+pub fn join(
+    dir: &Path,
+    chan: &dyn SideChannel,
+    key: &str,
+    rank: usize,
+    owners: &[usize],
+    wanted: bool,
+    deadline: Instant,
+) -> Option<Ring> {
+    let n = owners.len();
+    if n < 2 {
+        return None;
+    }
+    let exchange = |name: &str, value: &[u8]| -> Option<Vec<Vec<u8>>> {
+        let k = format!("{key}/{name}");
+        let item = Item {
+            key: &k,
+            owners,
+            me: rank,
+            value: Some(value),
+            read: Read::Now,
+        };
+        let answer = chan.exchange(&[item], None, deadline).ok()?;
+        answer
+            .into_iter()
+            .next()?
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .ok()
+    };
+    // round a: rank 0 sends [1, nonce, path] when it made a segment, every
+    // other rank [1] when it wants the lane; [0] is a no
+    let made = (rank == 0 && wanted)
+        .then(|| Ring::create(dir, n).ok())
+        .flatten();
+    let unlink = |made: &Option<(Ring, PathBuf)>| {
+        if let Some((_, path)) = made {
+            let _ = std::fs::remove_file(path);
+        }
+    };
+    let mine: Vec<u8> = match (&made, rank, wanted) {
+        (Some((ring, path)), _, _) => [
+            &[1u8][..],
+            &ring.nonce().to_le_bytes(),
+            path.as_os_str().as_encoded_bytes(),
+        ]
+        .concat(),
+        (None, 0, _) | (_, _, false) => vec![0],
+        _ => vec![1],
+    };
+    let Some(all) = exchange("ring.a", &mine) else {
+        unlink(&made);
+        return None;
+    };
+    if all.iter().any(|v| v.first() != Some(&1)) || all[0].len() < 9 {
+        unlink(&made);
+        return None;
+    }
+    // round b: every rank says whether it mapped rank 0's segment
+    let ring = match made {
+        Some((ring, path)) => Some((ring, Some(path))),
+        None => {
+            let nonce = u64::from_le_bytes(all[0][1..9].try_into().ok()?);
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(&all[0][9..]));
+            Ring::open(&path, nonce, n).ok().map(|r| (r, None))
+        }
+    };
+    let mapped = exchange("ring.b", &[u8::from(ring.is_some())]);
+    if let Some((_, Some(path))) = &ring {
+        let _ = std::fs::remove_file(path);
+    }
+    let everyone = mapped.is_some_and(|all| all.iter().all(|v| v == &[1]));
+    ring.filter(|_| everyone).map(|(r, _)| r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankwise::launch::store::Store;
+    use std::sync::Arc;
+
+    fn soon(ms: u64) -> Instant {
+        Instant::now() + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn posts_of_any_length_read_back_and_rounds_alternate_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, path) = Ring::create(dir.path(), 3).unwrap();
+        let b = Ring::open(&path, a.nonce(), 3).unwrap();
+        for seq in 0..6u64 {
+            let v: Vec<u8> = (0..(seq as usize * 5 + 1))
+                .map(|i| (i as u8) ^ 0x5a)
+                .collect();
+            assert_eq!(b.read(1, seq), None, "round {seq} before its post");
+            assert!(a.post(1, seq, &v));
+            assert_eq!(b.read(1, seq), Some(Part::Value(v.clone())));
+            // the previous round's slot is untouched by this one
+            if seq > 0 {
+                assert!(b.read(1, seq - 1).is_some());
+            }
+        }
+        assert!(!a.post(2, 9, &vec![1u8; SLOT_BYTES + 1]));
+        assert_eq!(b.read(2, 9), Some(Part::InStore));
+        assert!(a.post(2, 10, &vec![7u8; SLOT_BYTES]));
+        assert_eq!(b.read(2, 10), Some(Part::Value(vec![7u8; SLOT_BYTES])));
+    }
+
+    #[test]
+    fn a_segment_with_another_nonce_or_size_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, path) = Ring::create(dir.path(), 2).unwrap();
+        assert!(Ring::open(&path, a.nonce() ^ 2, 2).is_err());
+        assert!(Ring::open(&path, a.nonce(), 3).is_err());
+        assert!(Ring::open(&dir.path().join("none"), a.nonce(), 2).is_err());
+    }
+
+    #[test]
+    fn notes_keep_the_latest_cut_to_their_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = Ring::create(dir.path(), 2).unwrap();
+        assert_eq!(a.note(0), None);
+        a.set_note(0, b"AllReduce (opCount 0)");
+        a.set_note(0, b"Broadcast (opCount 1)");
+        assert_eq!(a.note(0).unwrap(), b"Broadcast (opCount 1)");
+        a.set_note(1, &[b'x'; 300]);
+        assert_eq!(a.note(1).unwrap(), vec![b'x'; NOTE_BYTES]);
+    }
+
+    #[test]
+    fn gather_waits_for_every_rank_and_reports_who_did_not_come() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, _) = Ring::create(dir.path(), 3).unwrap();
+        let ring = Arc::new(ring);
+        ring.post(0, 0, b"zero");
+        let late = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                ring.post(1, 0, b"one");
+                ring.post(2, 0, b"two");
+            })
+        };
+        let got = ring.gather(0, soon(10_000), |_| None);
+        late.join().unwrap();
+        let want: Vec<Result<Part, Missing>> = [&b"zero"[..], b"one", b"two"]
+            .iter()
+            .map(|v| Ok(Part::Value(v.to_vec())))
+            .collect();
+        assert_eq!(got, want);
+        // round 1: rank 2 never posts; rank 1 is gone
+        ring.post(0, 1, b"a");
+        let t = Instant::now();
+        let got = ring.gather(1, soon(5_000), |r| {
+            (r == 1).then(|| Missing::Finished {
+                reason: Some("it failed".into()),
+            })
+        });
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert_eq!(got[0], Ok(Part::Value(b"a".to_vec())));
+        assert_eq!(
+            got[1],
+            Err(Missing::Finished {
+                reason: Some("it failed".into())
+            })
+        );
+        assert_eq!(got[2], Err(Missing::Timeout));
+        // nobody gone: the deadline ends the wait
+        let t = Instant::now();
+        let got = ring.gather(1, soon(50), |_| None);
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        assert_eq!(got[1], Err(Missing::Timeout));
+    }
+
+    fn join_all(dir: &Path, n: usize, wanted: impl Fn(usize) -> bool + Sync) -> Vec<Option<Ring>> {
+        let store = Store::new();
+        let owners: Vec<usize> = (100..100 + n).collect();
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let (store, owners, wanted) = (&store, &owners, &wanted);
+                    sc.spawn(move || join(dir, &**store, "c", r, owners, wanted(r), soon(10_000)))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn ranks_of_one_host_join_one_segment_and_leave_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let rings = join_all(dir.path(), 4, |_| true);
+        let rings: Vec<Ring> = rings.into_iter().map(Option::unwrap).collect();
+        rings[3].post(3, 0, b"from 3");
+        assert_eq!(rings[0].read(3, 0), Some(Part::Value(b"from 3".to_vec())));
+        assert!(rings.iter().all(|r| r.nonce() == rings[0].nonce()));
+        let left = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(left, 0, "the segment's file is unlinked");
+    }
+
+    #[test]
+    fn one_rank_without_the_lane_keeps_every_rank_on_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        for no in [0, 2] {
+            let rings = join_all(dir.path(), 3, |r| r != no);
+            assert!(rings.iter().all(Option::is_none), "rank {no} says no");
+        }
+        let left = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(left, 0, "a segment not used is unlinked too");
+    }
+}
