@@ -9,13 +9,19 @@
 #   scripts/interpose_gpu.sh --serial  the programs with LD_PRELOAD only, one
 #                                      at a time, so each job's wall time is its
 #                                      own (runs/times-serial.log)
+#   scripts/interpose_gpu.sh --baselines "root isend a2a"
+#                                      the named programs without LD_PRELOAD and
+#                                      under TORCH_DISTRIBUTED_DEBUG=DETAIL, all
+#                                      at once (runs/times-baselines.log)
 set -u
 cd "$(dirname "$0")/.."
 serial=0
+baselines=""
 case "${1:-}" in
   --serial) serial=1 ;;
+  --baselines) baselines=${2:?--baselines needs the programs, e.g. "root isend"} ;;
   "") ;;
-  *) echo "usage: $0 [--serial]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--serial | --baselines PROGRAMS]" >&2; exit 2 ;;
 esac
 out=${OUT:-/tmp}/runs
 mkdir -p "$out"
@@ -30,6 +36,16 @@ one() {  # times file, name, then env assignments and the bug
   echo "$name: $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$out/$times"
 }
 bugs="none count skip root isend a2a"
+if [ -n "$baselines" ]; then
+  : > "$out/times-baselines.log"
+  for bug in $baselines; do
+    one times-baselines.log "plain-$bug" python3 scripts/interpose_bugs.py $bug --timeout 25 &
+    one times-baselines.log "detail-$bug" TORCH_DISTRIBUTED_DEBUG=DETAIL python3 scripts/interpose_bugs.py $bug --timeout 25 &
+  done
+  wait
+  cat "$out/times-baselines.log"
+  exit 0
+fi
 if [ "$serial" = 1 ]; then
   : > "$out/times-serial.log"
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/times-serial.log"

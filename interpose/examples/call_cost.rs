@@ -227,7 +227,10 @@ fn run(job: &Job<'_>, mode: usize) -> (Vec<f64>, bool) {
                 .env_remove("RANKWISE_DEBUG")
                 .env_remove("LD_PRELOAD");
             if preload {
-                c.env("LD_PRELOAD", job.so);
+                // the interposer forwards to this stand-in, never to a real
+                // libnccl.so.2 the loader would find on a GPU machine
+                c.env("LD_PRELOAD", job.so)
+                    .env("RANKWISE_NCCL_LIBRARY", job.lib);
             }
             if let Some(v) = check {
                 c.env("RANKWISE_CHECK", v);
