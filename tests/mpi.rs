@@ -252,8 +252,9 @@ fn fault_process(mode: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Runs this binary as `n` MPI processes in `mode`; its exit status and output.
-fn mpirun(n: usize, mode: &str) -> (bool, String) {
+/// Runs this binary as `n` MPI processes in `mode` with `env`; its exit
+/// status and output.
+fn mpirun(n: usize, mode: &str, env: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new("mpirun");
     cmd.args(["--oversubscribe", "-n", &n.to_string()]);
     if running_as_root() {
@@ -263,6 +264,7 @@ fn mpirun(n: usize, mode: &str) -> (bool, String) {
     let out = cmd
         .arg(exe)
         .env("RANKWISE_MPI_TEST", mode)
+        .envs(env.iter().copied())
         .output()
         .expect("mpirun runs (install openmpi-bin)");
     let text = format!(
@@ -297,14 +299,41 @@ fn main() -> ExitCode {
             println!("{text}");
         }
     };
-    for n in 1..=4 {
-        let (ok, text) = mpirun(n, "suite");
+    // the agreement goes through shared memory (processes of one host),
+    // or with RANKWISE_SHM=0 through MPI messages: both, and the trace says
+    // which each rank took
+    let trace = std::env::temp_dir().join(format!("rankwise-mpi-test-{}", std::process::id()));
+    for (n, shm) in [(1, "1"), (2, "1"), (3, "1"), (4, "1"), (2, "0"), (3, "0")] {
+        let _ = std::fs::remove_dir_all(&trace);
+        std::fs::create_dir_all(&trace).expect("a trace directory");
+        let file = trace.join("t.%r.log");
+        let env = [
+            ("RANKWISE_SHM", shm),
+            ("RANKWISE_DEBUG", "INFO"),
+            ("RANKWISE_DEBUG_SUBSYS", "INIT"),
+            ("RANKWISE_DEBUG_FILE", file.to_str().expect("a UTF-8 path")),
+        ];
+        let (ok, text) = mpirun(n, "suite", &env);
+        let lane = if shm == "1" {
+            "through shared memory"
+        } else {
+            "through MPI messages"
+        };
+        let said = (0..n)
+            .filter(|r| {
+                std::fs::read_to_string(trace.join(format!("t.{r}.log")))
+                    .is_ok_and(|t| t.contains(lane))
+            })
+            .count();
         report(
-            ok,
-            format!("mpi engine, {n} process(es), every collective against local"),
+            ok && (n == 1 || said == n),
+            format!(
+                "mpi engine, {n} process(es), RANKWISE_SHM={shm}, every collective against local ({said} rank(s) traced agreeing {lane})"
+            ),
             &text,
         );
     }
+    let _ = std::fs::remove_dir_all(&trace);
     // each fault: (mode, ranks, what every rank's line must say)
     let faults: [(&str, usize, &str); 6] = [
         (
@@ -338,8 +367,8 @@ fn main() -> ExitCode {
             "RemoteError: rank 0 failed: ncclInvalidUsage: rank 0 gives up",
         ),
     ];
-    for (mode, n, want) in faults {
-        let (ok, text) = mpirun(n, mode);
+    for ((mode, n, want), shm) in faults.iter().flat_map(|f| [(*f, "1"), (*f, "0")]) {
+        let (ok, text) = mpirun(n, mode, &[("RANKWISE_SHM", shm)]);
         let ranks_reporting = match mode {
             "finishes-early" | "rank-fails" => n - 1,
             "send-never-received" => 1,
@@ -348,7 +377,9 @@ fn main() -> ExitCode {
         let lines: Vec<&str> = text.lines().filter(|l| l.contains(want)).collect();
         report(
             ok && lines.len() == ranks_reporting,
-            format!("mpi engine, {mode} on {n} processes: the error on every rank"),
+            format!(
+                "mpi engine, {mode} on {n} processes, RANKWISE_SHM={shm}: the error on every rank"
+            ),
             &text,
         );
     }

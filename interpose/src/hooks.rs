@@ -18,13 +18,13 @@
 //! collectives' exchange goes through shared memory instead (`ring`), and
 //! a launch of collectives alone asks nothing of the store.
 
-use crate::ring::{self, Part, Ring};
 use crate::side;
 use rankwise::core::group::Queued;
 use rankwise::core::{
     AddressSpace, Error, ErrorKind, Group, Launch, RawCall, agree, check_buffers, check_call,
 };
 use rankwise::engine::nccl::posts::{self, PairCounts, Side};
+use rankwise::launch::ring::{self, Part, Ring, Waited};
 use rankwise::launch::store::{Client, Item, Missing, Read, Share, SideChannel, gathered};
 use rankwise::trace::{RankTracer, Tracer};
 use std::cell::RefCell;
@@ -95,7 +95,7 @@ pub fn settings() -> &'static Settings {
             checks,
             abort: var("RANKWISE_ABORT").as_deref() == Some("1"),
             timeout,
-            shm: var("RANKWISE_SHM").as_deref() != Some("0"),
+            shm: ring::wanted(),
         }
     })
 }
@@ -764,7 +764,9 @@ fn exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share
             r.postings
                 .iter()
                 .map(|p| match (p.ring, &r.chan.ring) {
-                    (Some(seq), Some(ring)) if r.reads => read_ring(r.chan, ring, seq, deadline),
+                    (Some(seq), Some(ring)) if r.reads => {
+                        read_ring(r.chan, ring, r.rank, seq, deadline)
+                    }
                     (Some(_), _) => Vec::new(),
                     (None, _) => from_store.next().unwrap_or_default(),
                 })
@@ -793,17 +795,42 @@ fn post_on_ring(r: &Round<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Every rank's share of ring round `seq`, in rank order.
-fn read_ring(c: &Channel, ring: &Ring, seq: u64, deadline: Instant) -> Vec<Share> {
+/// Every rank's share of ring round `seq`, in rank order. A rank that has
+/// not posted is `Missing::Finished` once the store says it left (asked
+/// every 10 ms of the wait), else `Missing::Timeout` at the deadline.
+fn read_ring(c: &Channel, ring: &Ring, me: usize, seq: u64, deadline: Instant) -> Vec<Share> {
     let gone =
         |rank: usize| match c
             .chan
             .get(&format!("{}/gone", c.key), c.owner(rank), Instant::now())
         {
-            Ok(Err(m @ Missing::Finished { .. })) => Some(m),
+            Ok(Err(m @ Missing::Finished { .. })) => Some((rank, m)),
             _ => None,
         };
-    ring.gather(seq, deadline, gone)
+    let parts: Vec<Result<Part, Missing>> = match ring.wait(seq, deadline, |missing| {
+        let left: Vec<(usize, Missing)> = missing.iter().filter_map(|&r| gone(r)).collect();
+        (!left.is_empty()).then_some(left)
+    }) {
+        Waited::All(parts) => parts.into_iter().map(Ok).collect(),
+        Waited::Stopped { by, parts } => {
+            // this rank fails the launch: a rank that comes later must not
+            // find it there and go on into NCCL alone
+            ring.withdraw(me, seq);
+            let left = by.unwrap_or_default();
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(r, p)| {
+                    p.ok_or_else(|| {
+                        left.iter()
+                            .find(|(q, _)| *q == r)
+                            .map_or(Missing::Timeout, |(_, m)| m.clone())
+                    })
+                })
+                .collect()
+        }
+    };
+    parts
         .into_iter()
         .enumerate()
         .map(|(rank, part)| match part {

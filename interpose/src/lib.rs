@@ -20,13 +20,13 @@
 //!
 //! - `real`: finding NCCL's functions (`pnccl*` first) in the library the
 //!   program uses;
-//! - `exports`: the C entry points (with `real` and `ring`'s mapping, all
-//!   of the crate's `unsafe`);
+//! - `exports`: the C entry points (with `real`, all of the crate's
+//!   `unsafe`);
 //! - `hooks`: per-communicator state, the checks, the cross-rank agreement
 //!   (rankwise's `core` decides every rule and words every error);
-//! - `side`: the side channel's store, found through the unique id;
-//! - `ring`: the side channel's lane through shared memory, which a
-//!   communicator whose ranks all share one host uses for its collectives.
+//! - `side`: the side channel's store, found through the unique id (a
+//!   communicator whose ranks all share one host agrees on its collectives
+//!   through `rankwise::launch::ring` instead, set up through the store).
 //!
 //! Environment: `RANKWISE_CHECK=0` forwards every call untouched;
 //! `RANKWISE_CHECK=local` makes each call's own checks (arguments,
@@ -43,5 +43,4 @@
 mod exports;
 mod hooks;
 mod real;
-mod ring;
 mod side;

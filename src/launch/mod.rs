@@ -9,6 +9,7 @@
 
 pub mod mpirun;
 pub mod process;
+pub mod ring;
 pub mod store;
 pub mod threads;
 

@@ -9,6 +9,13 @@
 //! rank is an error, never a hang. Once a launch's collectives agree, their
 //! data moves through MPI's blocking collectives (`collectives`).
 //!
+//! When every rank of a communicator is a process of one host, the
+//! agreement's posts go through shared memory instead of MPI messages
+//! (`launch::ring`, set up over MPI when the communicator is made): a post
+//! is a few stores and the read a few loads, where an exchange of MPI
+//! messages costs a microsecond or more per round. `RANKWISE_SHM=0` keeps
+//! the agreement on MPI messages.
+//!
 //! A program started by `mpirun -n N` gets its rank's communicator from
 //! [`init`].
 
@@ -25,6 +32,7 @@ use crate::core::{Error, ErrorKind, Launch, Posted, Result, agree};
 use crate::engine::local::memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
 use crate::launch::LaunchOptions;
+use crate::launch::ring::{self, Ring, Waited};
 use notice::{Notices, Program, Waiting};
 use serde::{Serialize, de::DeserializeOwned};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -65,11 +73,9 @@ pub fn init_with(opts: LaunchOptions) -> Result<Comm> {
     ffi::bcast_u64(comm, &mut id)?;
     let mut engine = MpiEngine::new(notices, comm, rank, size, id, id, opts.timeout);
     engine.top = true;
-    Ok(Comm::new(
-        Box::new(engine),
-        opts.tracer.for_rank(rank),
-        opts.poison,
-    ))
+    let tracer = opts.tracer.for_rank(rank);
+    engine.say_lane(&tracer);
+    Ok(Comm::new(Box::new(engine), tracer, opts.poison))
 }
 
 /// Runs `program` on the first `nranks` processes of the MPI job (the
@@ -103,7 +109,9 @@ where
             let mut id = launch_id(me);
             ffi::bcast_u64(comm, &mut id)?;
             let engine = MpiEngine::new(notices, comm, me, nranks, id, id, opts.timeout);
-            let mut comm = Comm::new(Box::new(engine), opts.tracer.for_rank(me), opts.poison);
+            let tracer = opts.tracer.for_rank(me);
+            engine.say_lane(&tracer);
+            let mut comm = Comm::new(Box::new(engine), tracer, opts.poison);
             let out = catch_unwind(AssertUnwindSafe(|| program(&mut comm))).unwrap_or_else(|_| {
                 Err(Error::new(ErrorKind::Panic, format!("rank {me} panicked")).on_rank(me))
             });
@@ -208,6 +216,10 @@ pub struct MpiEngine {
     top: bool,
     /// the program this communicator belongs to (see `notice`)
     program: Program,
+    /// the agreement's lane through shared memory, when every rank is on
+    /// this host, and the rounds made on it
+    ring: Option<Ring>,
+    ring_rounds: u64,
 }
 
 impl MpiEngine {
@@ -227,6 +239,12 @@ impl MpiEngine {
         timeout: Duration,
     ) -> MpiEngine {
         notices.register(id);
+        // every rank of `comm` makes its engine at the same point (init,
+        // a launch, a dup), so this collective set-up meets on every rank
+        let deadline = deadline_after(timeout.min(Duration::from_secs(30)));
+        let ring = ring::join_with(&ring::segment_dir(), rank, size, ring::wanted(), |mine| {
+            ffi::allgather_bytes(comm, mine, deadline).ok()
+        });
         MpiEngine {
             comm,
             rank,
@@ -241,7 +259,36 @@ impl MpiEngine {
             handle: Box::new(0),
             top: false,
             program,
+            ring,
+            ring_rounds: 0,
         }
+    }
+
+    /// The trace's INIT line saying how this communicator agrees.
+    fn say_lane(&self, tracer: &crate::trace::RankTracer) {
+        if self.size > 1 {
+            let lane = match self.ring {
+                Some(_) => "shared memory (every rank is on this host)",
+                None => "MPI messages",
+            };
+            tracer.init_info(&format!(
+                "rankwise: mpi engine rank {} of {} agrees with its peers through {lane}",
+                self.rank, self.size
+            ));
+        }
+    }
+
+    fn timed_out(&self, what: &dyn Fn() -> String) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{} timed out after {:?} on rank {} (mpi engine); {}",
+                what(),
+                self.timeout,
+                self.rank,
+                self.notices.describe(self.program)
+            ),
+        )
     }
 
     /// Waits for `req`, watching the deadline and other ranks' notices.
@@ -270,16 +317,7 @@ impl MpiEngine {
                 return Err(e);
             }
             if start.elapsed() >= self.timeout {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{} timed out after {:?} on rank {} (mpi engine); {}",
-                        what(),
-                        self.timeout,
-                        self.rank,
-                        self.notices.describe(self.program)
-                    ),
-                ));
+                return Err(self.timed_out(what));
             }
             if turn > 64 * 20_000 {
                 std::thread::sleep(Duration::from_micros(200));
@@ -341,6 +379,64 @@ impl MpiEngine {
         Ok(all)
     }
 
+    /// [`Self::allgather_words`] through the communicator's ring: this
+    /// rank's words posted, every rank's read, the wait hearing other
+    /// ranks' notices every 10 ms once it has lasted 2 ms.
+    fn ring_words(
+        &mut self,
+        mine: &[u64],
+        on: &Waiting,
+        what: &dyn Fn() -> String,
+    ) -> Result<Vec<u64>> {
+        let seq = self.ring_rounds;
+        self.ring_rounds += 1;
+        let Some(ring) = &self.ring else {
+            return Err(Error::new(ErrorKind::Internal, "no ring to post on"));
+        };
+        let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_le_bytes()).collect();
+        ring.post(self.rank, seq, &bytes);
+        let deadline = deadline_after(self.timeout);
+        let heard = |_: &[usize]| match self.notices.blocking(self.program, self.id, on, what) {
+            Ok(None) => None,
+            Ok(Some(e)) | Err(e) => Some(e),
+        };
+        let waited = ring.wait(seq, deadline, heard);
+        if matches!(waited, Waited::Stopped { .. }) {
+            ring.withdraw(self.rank, seq);
+        }
+        match waited {
+            Waited::All(parts) => {
+                let mut all = Vec::with_capacity(parts.len() * mine.len());
+                for (r, p) in parts.into_iter().enumerate() {
+                    match p {
+                        ring::Part::Value(v) if v.len() == bytes.len() => all.extend(
+                            v.chunks_exact(8)
+                                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+                        ),
+                        _ => {
+                            return Err(Error::new(
+                                ErrorKind::Internal,
+                                format!("rank {r}'s post on the shared-memory lane is garbled"),
+                            ));
+                        }
+                    }
+                }
+                Ok(all)
+            }
+            Waited::Stopped { by: Some(e), .. } => Err(e),
+            Waited::Stopped { by: None, parts } => {
+                let late: Vec<String> = (0..parts.len())
+                    .filter(|r| parts[*r].is_none())
+                    .map(|r| r.to_string())
+                    .collect();
+                let mut e = self.timed_out(what);
+                e.message
+                    .push_str(&format!("; rank(s) {} had not entered it", late.join(",")));
+                Err(e)
+            }
+        }
+    }
+
     fn run(&mut self, launch: &Launch) -> Result<()> {
         if !launch.colls.is_empty() {
             let (n, me) = (self.size, self.rank);
@@ -390,7 +486,11 @@ impl MpiEngine {
         if let Some((addr, bytes)) = carried {
             ffi::copy(addr, slot[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes);
         }
-        let slots = self.allgather_words(&slot, on.clone(), &what)?;
+        let slots = if self.ring.is_some() {
+            self.ring_words(&slot, &on, &what)?
+        } else {
+            self.allgather_words(&slot, on.clone(), &what)?
+        };
         let mut all: Vec<(Posted, usize)> = slots
             .chunks(SLOT_WORDS)
             .map(|s| wire::read_head(&s[..wire::HEAD_WORDS]))

@@ -1,11 +1,13 @@
-//! The side channel's lane through shared memory, for a communicator whose
-//! ranks all share one host: a launch's collectives agree through a
-//! segment every rank maps, instead of a request to the store over TCP.
+//! The agreement's lane through shared memory, for a communicator whose
+//! ranks are processes of one host: a launch's posts go into a segment
+//! every rank maps, instead of a request to the store over TCP (the
+//! interposer) or rounds of MPI messages (the mpi engine).
 //!
-//! Why: a loopback TCP round trip costs 20 µs or more on a busy host, and
-//! every launch made one. Through shared memory a rank's post is a few
-//! stores and its read a few loads once the others have posted, so the
-//! agreement costs about what the slowest rank's arrival costs anyway.
+//! Why: a loopback TCP round trip costs 20 µs or more on a busy host, an
+//! MPI message about a microsecond, and every launch made one or more.
+//! Through shared memory a rank's post is a few stores and its read a few
+//! loads once the others have posted, so the agreement costs about what
+//! the slowest rank's arrival costs anyway.
 //!
 //! The segment holds, per rank, two slots (rounds alternate between them),
 //! the round each slot holds, and the rank's latest note (where it is).
@@ -18,21 +20,22 @@
 //! here trusts another process for memory safety: a rank that writes
 //! garbage makes a garbled post, which the decoder rejects.
 //!
-//! [`join`] sets the lane up at communicator init through the store: rank
-//! 0 makes the segment (a file in `/dev/shm`) and sends its path and a
-//! random nonce; every rank maps it and checks the nonce, which only a
-//! rank on the same host can read back; the lane is used only when every
-//! rank could (otherwise the communicator keeps the store, on every rank).
-//! The file is unlinked once every rank has mapped it, so nothing is left
-//! in `/dev/shm` after the program. `RANKWISE_SHM=0` on any rank keeps the
-//! communicator on the store.
+//! Set-up, at communicator init: rank 0 makes the segment (a file in
+//! `/dev/shm`) and sends its path and a random nonce to the others (through
+//! the store: [`join`]; through MPI: the mpi engine); every rank maps it
+//! and checks the nonce, which only a rank on the same host can read back;
+//! the lane is used only when every rank could (otherwise the communicator
+//! keeps its other channel, on every rank). The file is unlinked once
+//! every rank has mapped it, so nothing is left in `/dev/shm` after the
+//! program. `RANKWISE_SHM=0` on any rank ([`wanted`]) keeps the
+//! communicator off the lane.
 //!
 //! A value larger than a slot (a group of more than about two hundred
-//! collectives) is marked as such in the slot and set in the store under a
-//! key of its own, which the store keeps.
+//! collectives) is marked as such in the slot ([`Part::InStore`]); the
+//! interposer then sets it in the store under a key of its own.
 
+use crate::launch::store::{Item, Read, SideChannel};
 use memmap2::MmapMut;
-use rankwise::launch::store::{Item, Missing, Read, SideChannel};
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -58,6 +61,8 @@ const SLOTS: usize = NOTE + NOTE_BYTES / 8;
 const STRIDE: usize = SLOTS + 2 * SLOT_WORDS;
 /// A slot's length when its value is in the store.
 const IN_STORE: u64 = u64::MAX;
+/// How long a wait spins before it yields its core.
+pub const SPIN: Duration = Duration::from_micros(20);
 
 /// One communicator's segment, mapped.
 pub struct Ring {
@@ -71,6 +76,30 @@ pub enum Part {
     Value(Vec<u8>),
     /// too large for a slot: its value is in the store ([`overflow_key`])
     InStore,
+}
+
+/// How a [`Ring::wait`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Waited<T> {
+    /// every rank's post, in rank order
+    All(Vec<Part>),
+    /// not every rank posted: `by` is what stopped the wait (None: the
+    /// deadline), `parts` what had come, in rank order
+    Stopped {
+        by: Option<T>,
+        parts: Vec<Option<Part>>,
+    },
+}
+
+/// Whether this process may use the lane: not under `RANKWISE_SHM=0`.
+pub fn wanted() -> bool {
+    std::env::var("RANKWISE_SHM").ok().as_deref() != Some("0")
+}
+
+/// This host's cores, as the process may use them.
+fn cores() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn segment_bytes(nranks: usize) -> usize {
@@ -208,6 +237,16 @@ impl Ring {
         fits
     }
 
+    /// Takes back `rank`'s post of round `seq`: a rank that gave up on the
+    /// round (a timeout, a failure heard of) must not be counted as there
+    /// by a rank that arrives later, which then fails too instead of going
+    /// on alone.
+    pub fn withdraw(&self, rank: usize, seq: u64) {
+        let b = self.block(rank);
+        let k = (seq % 2) as usize;
+        let _ = b[ROUND + k].compare_exchange(seq + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
     /// `party`'s post of round `seq`, once it is there.
     pub fn read(&self, party: usize, seq: u64) -> Option<Part> {
         let b = self.block(party);
@@ -268,20 +307,31 @@ impl Ring {
         None
     }
 
-    /// Every rank's post of round `seq`, in rank order, waiting until all
-    /// have posted, until one that has not is gone (`gone(rank)` says
-    /// whether it finished; it is asked every few milliseconds once the
-    /// wait is that long), or until `deadline`. Ranks that did not post are
-    /// `Missing::Finished` when gone, else `Missing::Timeout`.
-    pub fn gather(
+    /// Every rank's post of round `seq`, waiting until all have posted or
+    /// `deadline`. Once the wait has lasted 2 ms, and every 10 ms after,
+    /// and at the deadline, `tick` is asked with the ranks that have not
+    /// posted; what it returns stops the wait (a rank that left, a failure
+    /// heard of elsewhere). A waiting rank spins for the first [`SPIN`]
+    /// (a rank a little behind, as the previous call's skew leaves it: a
+    /// yield is a system call, slower than the wait it would cover) unless
+    /// the ranks outnumber this host's cores, then gives its core away,
+    /// then sleeps in 50 µs steps after 1 ms.
+    pub fn wait<T>(
         &self,
         seq: u64,
         deadline: Instant,
-        mut gone: impl FnMut(usize) -> Option<Missing>,
-    ) -> Vec<Result<Part, Missing>> {
+        mut tick: impl FnMut(&[usize]) -> Option<T>,
+    ) -> Waited<T> {
         let mut parts: Vec<Option<Part>> = vec![None; self.nranks];
+        // ranks that outnumber the cores take turns on them: spinning would
+        // keep a rank that is late off its core
+        let spin = if self.nranks <= cores() {
+            SPIN
+        } else {
+            Duration::ZERO
+        };
         let start = Instant::now();
-        let mut next_ask = start + Duration::from_millis(2);
+        let mut next_tick = start + Duration::from_millis(2);
         let mut turn = 0u32;
         loop {
             let mut all = true;
@@ -292,30 +342,26 @@ impl Ring {
                 }
             }
             if all {
-                return parts.into_iter().flatten().map(Ok).collect();
+                return Waited::All(parts.into_iter().flatten().collect());
             }
             turn = turn.wrapping_add(1);
-            // spin for the first few microseconds (a rank a little behind),
-            // then give the core away: ranks may outnumber cores
-            if turn < 256 {
+            // the clock costs more than a look at the slots: every 64th turn
+            if !turn.is_multiple_of(64) {
                 std::hint::spin_loop();
                 continue;
             }
             let now = Instant::now();
+            if now - start < spin {
+                continue;
+            }
             let over = now >= deadline;
-            if over || now >= next_ask {
-                next_ask = now + Duration::from_millis(10);
-                let missing: Vec<Option<Missing>> = parts
-                    .iter()
-                    .enumerate()
-                    .map(|(r, p)| if p.is_none() { gone(r) } else { None })
-                    .collect();
-                if over || missing.iter().any(Option::is_some) {
-                    return parts
-                        .into_iter()
-                        .zip(missing)
-                        .map(|(p, m)| p.ok_or(m.unwrap_or(Missing::Timeout)))
-                        .collect();
+            if over || now >= next_tick {
+                next_tick = now + Duration::from_millis(10);
+                let missing: Vec<usize> =
+                    (0..self.nranks).filter(|r| parts[*r].is_none()).collect();
+                let by = tick(&missing);
+                if over || by.is_some() {
+                    return Waited::Stopped { by, parts };
                 }
             }
             if now - start < Duration::from_millis(1) {
@@ -337,7 +383,7 @@ pub fn overflow_key(comm_key: &str, seq: u64, rank: usize) -> String {
 /// store owners are `owners`, through `chan`: the ring when every rank
 /// mapped the same segment, None (the store then carries everything, on
 /// every rank) otherwise. Rank 0 makes the segment in `dir`; `wanted` is
-/// false under `RANKWISE_SHM=0`.
+/// this rank's [`wanted`].
 pub fn join(
     dir: &Path,
     chan: &dyn SideChannel,
@@ -347,12 +393,10 @@ pub fn join(
     wanted: bool,
     deadline: Instant,
 ) -> Option<Ring> {
-    let n = owners.len();
-    if n < 2 {
-        return None;
-    }
-    let exchange = |name: &str, value: &[u8]| -> Option<Vec<Vec<u8>>> {
-        let k = format!("{key}/{name}");
+    let mut round = 0;
+    join_with(dir, rank, owners.len(), wanted, |value| {
+        round += 1;
+        let k = format!("{key}/ring.{round}");
         let item = Item {
             key: &k,
             owners,
@@ -367,9 +411,24 @@ pub fn join(
             .into_iter()
             .collect::<Result<_, _>>()
             .ok()
-    };
-    // round a: rank 0 sends [1, nonce, path] when it made a segment, every
-    // other rank [1] when it wants the lane; [0] is a no
+    })
+}
+
+/// [`join`] over any allgather among the `n` ranks: `allgather(mine)` is
+/// every rank's value in rank order, or None when it failed (then no lane).
+/// Two rounds: rank 0 sends `[1, nonce, path]` when it made a segment and
+/// every other rank `[1]` when it wants the lane (`[0]` is a no); then
+/// every rank says whether it mapped rank 0's segment.
+pub fn join_with(
+    dir: &Path,
+    rank: usize,
+    n: usize,
+    wanted: bool,
+    mut allgather: impl FnMut(&[u8]) -> Option<Vec<Vec<u8>>>,
+) -> Option<Ring> {
+    if n < 2 {
+        return None;
+    }
     let made = (rank == 0 && wanted)
         .then(|| Ring::create(dir, n).ok())
         .flatten();
@@ -388,35 +447,38 @@ pub fn join(
         (None, 0, _) | (_, _, false) => vec![0],
         _ => vec![1],
     };
-    let Some(all) = exchange("ring.a", &mine) else {
+    let Some(all) = allgather(&mine) else {
         unlink(&made);
         return None;
     };
-    if all.iter().any(|v| v.first() != Some(&1)) || all[0].len() < 9 {
+    if all.len() != n || all.iter().any(|v| v.first() != Some(&1)) || all[0].len() < 9 {
         unlink(&made);
         return None;
     }
-    // round b: every rank says whether it mapped rank 0's segment
     let ring = match made {
         Some((ring, path)) => Some((ring, Some(path))),
+        // no early return from here on: every rank must make round two
         None => {
-            let nonce = u64::from_le_bytes(all[0][1..9].try_into().ok()?);
+            let nonce = all[0][1..9].try_into().map(u64::from_le_bytes);
             let path = PathBuf::from(std::ffi::OsStr::from_bytes(&all[0][9..]));
-            Ring::open(&path, nonce, n).ok().map(|r| (r, None))
+            nonce
+                .ok()
+                .and_then(|nonce| Ring::open(&path, nonce, n).ok())
+                .map(|r| (r, None))
         }
     };
-    let mapped = exchange("ring.b", &[u8::from(ring.is_some())]);
+    let mapped = allgather(&[u8::from(ring.is_some())]);
     if let Some((_, Some(path))) = &ring {
         let _ = std::fs::remove_file(path);
     }
-    let everyone = mapped.is_some_and(|all| all.iter().all(|v| v == &[1]));
+    let everyone = mapped.is_some_and(|all| all.len() == n && all.iter().all(|v| v == &[1]));
     ring.filter(|_| everyone).map(|(r, _)| r)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rankwise::launch::store::Store;
+    use crate::launch::store::Store;
     use std::sync::Arc;
 
     fn soon(ms: u64) -> Instant {
@@ -468,7 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn gather_waits_for_every_rank_and_reports_who_did_not_come() {
+    fn wait_ends_when_every_rank_posted_when_told_or_at_the_deadline() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, _) = Ring::create(dir.path(), 3).unwrap();
         let ring = Arc::new(ring);
@@ -481,35 +543,50 @@ mod tests {
                 ring.post(2, 0, b"two");
             })
         };
-        let got = ring.gather(0, soon(10_000), |_| None);
+        let got = ring.wait(0, soon(10_000), |_| None::<()>);
         late.join().unwrap();
-        let want: Vec<Result<Part, Missing>> = [&b"zero"[..], b"one", b"two"]
+        let want: Vec<Part> = [&b"zero"[..], b"one", b"two"]
             .iter()
-            .map(|v| Ok(Part::Value(v.to_vec())))
+            .map(|v| Part::Value(v.to_vec()))
             .collect();
-        assert_eq!(got, want);
-        // round 1: rank 2 never posts; rank 1 is gone
+        assert_eq!(got, Waited::All(want));
+        // round 1: ranks 1 and 2 never post; the tick hears rank 1 left
         ring.post(0, 1, b"a");
         let t = Instant::now();
-        let got = ring.gather(1, soon(5_000), |r| {
-            (r == 1).then(|| Missing::Finished {
-                reason: Some("it failed".into()),
-            })
+        let mut asked = Vec::new();
+        let got = ring.wait(1, soon(5_000), |missing| {
+            asked.push(missing.to_vec());
+            missing.contains(&1).then_some("rank 1 left")
         });
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
-        assert_eq!(got[0], Ok(Part::Value(b"a".to_vec())));
+        assert_eq!(asked, vec![vec![1, 2]]);
         assert_eq!(
-            got[1],
-            Err(Missing::Finished {
-                reason: Some("it failed".into())
-            })
+            got,
+            Waited::Stopped {
+                by: Some("rank 1 left"),
+                parts: vec![Some(Part::Value(b"a".to_vec())), None, None]
+            }
         );
-        assert_eq!(got[2], Err(Missing::Timeout));
-        // nobody gone: the deadline ends the wait
+        // nobody tells: the deadline ends the wait, after a last tick
         let t = Instant::now();
-        let got = ring.gather(1, soon(50), |_| None);
+        let mut ticks = 0;
+        let got = ring.wait(1, soon(50), |_| {
+            ticks += 1;
+            None::<()>
+        });
         assert!(t.elapsed() >= Duration::from_millis(50));
-        assert_eq!(got[1], Err(Missing::Timeout));
+        assert!(ticks >= 2, "{ticks}");
+        assert!(matches!(got, Waited::Stopped { by: None, .. }), "{got:?}");
+        // a withdrawn post is not there for a rank that comes later
+        ring.withdraw(0, 1);
+        assert_eq!(ring.read(0, 1), None);
+        ring.post(1, 1, b"b");
+        ring.post(2, 1, b"c");
+        let got = ring.wait(1, soon(30), |_| None::<()>);
+        assert!(
+            matches!(&got, Waited::Stopped { by: None, parts } if parts[0].is_none()),
+            "{got:?}"
+        );
     }
 
     fn join_all(dir: &Path, n: usize, wanted: impl Fn(usize) -> bool + Sync) -> Vec<Option<Ring>> {
