@@ -15,7 +15,8 @@
 //! A launch is one request to the side channel's store (its collectives'
 //! exchange and every Send/Recv pair's), plus one for the verdicts when it
 //! has Sends or Recvs; on a communicator whose ranks share a host, its
-//! collectives' exchange goes through shared memory instead (`ring`), and
+//! collectives' exchange goes through shared memory instead
+//! (`rankwise::launch::ring`), and
 //! a launch of collectives alone asks nothing of the store.
 
 use crate::side;
@@ -60,7 +61,7 @@ pub struct Settings {
     /// `RANKWISE_TIMEOUT`: the longest wait for other ranks.
     pub timeout: Duration,
     /// `RANKWISE_SHM=0` makes communicators whose ranks share a host agree
-    /// through the store too, instead of shared memory (`ring`).
+    /// through the store too, instead of shared memory (`launch::ring`).
     pub shm: bool,
 }
 
