@@ -8,6 +8,8 @@
 //! | `RANKWISE_DEBUG` | `VERSION`, `WARN`, `INFO`, `TRACE` (any case) | no trace |
 //! | `RANKWISE_DEBUG_SUBSYS` | comma list of `INIT`, `COLL`, `P2P`, `ALL`; a leading `^` excludes them | all |
 //! | `RANKWISE_DEBUG_FILE` | a path; `%h` host, `%p` pid, `%r` rank | stderr |
+//! | `RANKWISE_SHM` | `0` or `1`: whether ranks of one host agree through shared memory (`launch::ring`) | on |
+//! | `RANKWISE_SHM_DIR` | a directory for the shared-memory segments | `/dev/shm` |
 //!
 //! An empty value means unset, as NCCL reads its own variables.
 //!
@@ -26,9 +28,19 @@ pub const POISON: &str = "RANKWISE_POISON";
 pub const DEBUG: &str = "RANKWISE_DEBUG";
 pub const DEBUG_SUBSYS: &str = "RANKWISE_DEBUG_SUBSYS";
 pub const DEBUG_FILE: &str = "RANKWISE_DEBUG_FILE";
+pub const SHM: &str = "RANKWISE_SHM";
+pub const SHM_DIR: &str = "RANKWISE_SHM_DIR";
 
 /// Every variable rankwise reads.
-pub const ALL: [&str; 5] = [TIMEOUT, POISON, DEBUG, DEBUG_SUBSYS, DEBUG_FILE];
+pub const ALL: [&str; 7] = [
+    TIMEOUT,
+    POISON,
+    DEBUG,
+    DEBUG_SUBSYS,
+    DEBUG_FILE,
+    SHM,
+    SHM_DIR,
+];
 
 /// The deadline of every wait when `RANKWISE_TIMEOUT` is unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -63,6 +75,10 @@ pub struct Settings {
     pub subsystems: Subsystems,
     /// `None`: trace lines go to stderr.
     pub debug_file: Option<String>,
+    /// Ranks of one host agree through shared memory.
+    pub shm: bool,
+    /// Where the shared-memory segments go (`None`: `/dev/shm`).
+    pub shm_dir: Option<String>,
 }
 
 impl Default for Settings {
@@ -76,6 +92,8 @@ impl Default for Settings {
                 coll: true,
             },
             debug_file: None,
+            shm: true,
+            shm_dir: None,
         }
     }
 }
@@ -172,6 +190,23 @@ impl Settings {
         });
         read(DEBUG_FILE, &mut |v| {
             s.debug_file = Some(v.to_string());
+            Ok(())
+        });
+        read(SHM, &mut |v| {
+            s.shm = match v.trim() {
+                "0" => false,
+                "1" => true,
+                _ => {
+                    return Err(
+                        "expected 0 or 1 (0 makes ranks of one host agree through the store or MPI messages instead of shared memory)"
+                            .into(),
+                    );
+                }
+            };
+            Ok(())
+        });
+        read(SHM_DIR, &mut |v| {
+            s.shm_dir = Some(v.to_string());
             Ok(())
         });
         (s, errors)
@@ -285,6 +320,8 @@ mod tests {
             (DEBUG, "info"),
             (DEBUG_SUBSYS, "^COLL"),
             (DEBUG_FILE, "/tmp/t.%r"),
+            (SHM, "0"),
+            (SHM_DIR, "/run/rw"),
         ]);
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(
@@ -298,6 +335,8 @@ mod tests {
                     coll: false
                 },
                 debug_file: Some("/tmp/t.%r".into()),
+                shm: false,
+                shm_dir: Some("/run/rw".into()),
             }
         );
         assert_eq!(
@@ -314,9 +353,12 @@ mod tests {
             (POISON, "yes"),
             (DEBUG, "INFO"),
             (DEBUG_SUBSYS, "INIT,NET"),
+            (SHM, "off"),
         ]);
         let shown: Vec<String> = e.iter().map(|e| e.to_string()).collect();
-        assert_eq!(shown.len(), 3, "{shown:?}");
+        assert_eq!(shown.len(), 4, "{shown:?}");
+        assert!(shown[3].starts_with("RANKWISE_SHM=off: expected 0 or 1"));
+        assert!(s.shm, "the default stays");
         assert!(shown[0].starts_with("RANKWISE_TIMEOUT=inf: not finite; expected"));
         assert!(shown[1].starts_with("RANKWISE_POISON=yes: expected 0 or 1"));
         assert!(shown[2].starts_with("RANKWISE_DEBUG_SUBSYS=INIT,NET: NET is not a subsystem"));

@@ -253,14 +253,32 @@ fn fault_process(mode: &str) -> std::result::Result<(), String> {
 }
 
 /// Runs this binary as `n` MPI processes in `mode` with `env`; its exit
-/// status and output.
-fn mpirun(n: usize, mode: &str, env: &[(&str, &str)]) -> (bool, String) {
+/// status and output. With `apart`, rank r's `RANKWISE_SHM_DIR` is
+/// `apart/r`, so no two ranks find each other's shared-memory segment, as
+/// on separate hosts.
+fn mpirun(
+    n: usize,
+    mode: &str,
+    env: &[(&str, &str)],
+    apart: Option<&std::path::Path>,
+) -> (bool, String) {
     let mut cmd = Command::new("mpirun");
     cmd.args(["--oversubscribe", "-n", &n.to_string()]);
     if running_as_root() {
         cmd.arg("--allow-run-as-root");
     }
     let exe = std::env::current_exe().expect("the test binary's path");
+    if let Some(dir) = apart {
+        for r in 0..n {
+            std::fs::create_dir_all(dir.join(r.to_string())).expect("a segment directory");
+        }
+        cmd.args([
+            "sh",
+            "-c",
+            "RANKWISE_SHM_DIR=\"$RW_APART/$OMPI_COMM_WORLD_RANK\" exec \"$0\"",
+        ])
+        .env("RW_APART", dir);
+    }
     let out = cmd
         .arg(exe)
         .env("RANKWISE_MPI_TEST", mode)
@@ -303,17 +321,32 @@ fn main() -> ExitCode {
     // or with RANKWISE_SHM=0 through MPI messages: both, and the trace says
     // which each rank took
     let trace = std::env::temp_dir().join(format!("rankwise-mpi-test-{}", std::process::id()));
-    for (n, shm) in [(1, "1"), (2, "1"), (3, "1"), (4, "1"), (2, "0"), (3, "0")] {
+    // "apart": every rank its own segment directory, as on separate hosts
+    for (n, shm) in [
+        (1, "1"),
+        (2, "1"),
+        (3, "1"),
+        (4, "1"),
+        (2, "0"),
+        (3, "0"),
+        (3, "apart"),
+    ] {
         let _ = std::fs::remove_dir_all(&trace);
         std::fs::create_dir_all(&trace).expect("a trace directory");
         let file = trace.join("t.%r.log");
         let env = [
-            ("RANKWISE_SHM", shm),
+            ("RANKWISE_SHM", if shm == "apart" { "1" } else { shm }),
             ("RANKWISE_DEBUG", "INFO"),
             ("RANKWISE_DEBUG_SUBSYS", "INIT"),
             ("RANKWISE_DEBUG_FILE", file.to_str().expect("a UTF-8 path")),
         ];
-        let (ok, text) = mpirun(n, "suite", &env);
+        let apart = trace.join("apart");
+        let (ok, text) = mpirun(
+            n,
+            "suite",
+            &env,
+            (shm == "apart").then_some(apart.as_path()),
+        );
         let lane = if shm == "1" {
             "through shared memory"
         } else {
@@ -325,10 +358,14 @@ fn main() -> ExitCode {
                     .is_ok_and(|t| t.contains(lane))
             })
             .count();
+        let how = match shm {
+            "apart" => "every rank its own RANKWISE_SHM_DIR".to_string(),
+            v => format!("RANKWISE_SHM={v}"),
+        };
         report(
             ok && (n == 1 || said == n),
             format!(
-                "mpi engine, {n} process(es), RANKWISE_SHM={shm}, every collective against local ({said} rank(s) traced agreeing {lane})"
+                "mpi engine, {n} process(es), {how}, every collective against local ({said} rank(s) traced agreeing {lane})"
             ),
             &text,
         );
@@ -368,7 +405,7 @@ fn main() -> ExitCode {
         ),
     ];
     for ((mode, n, want), shm) in faults.iter().flat_map(|f| [(*f, "1"), (*f, "0")]) {
-        let (ok, text) = mpirun(n, mode, &[("RANKWISE_SHM", shm)]);
+        let (ok, text) = mpirun(n, mode, &[("RANKWISE_SHM", shm)], None);
         let ranks_reporting = match mode {
             "finishes-early" | "rank-fails" => n - 1,
             "send-never-received" => 1,

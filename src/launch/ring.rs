@@ -93,7 +93,7 @@ pub enum Waited<T> {
 
 /// Whether this process may use the lane: not under `RANKWISE_SHM=0`.
 pub fn wanted() -> bool {
-    std::env::var("RANKWISE_SHM").ok().as_deref() != Some("0")
+    crate::settings::Settings::from_env_or_defaults().shm
 }
 
 /// This host's cores, as the process may use them.
@@ -106,8 +106,14 @@ fn segment_bytes(nranks: usize) -> usize {
     (HEADER_WORDS + nranks * STRIDE) * 8
 }
 
-/// Where segments go: `/dev/shm` (memory), else the temporary directory.
+/// Where segments go: `RANKWISE_SHM_DIR` when set, else `/dev/shm`
+/// (memory), else the temporary directory. Ranks find rank 0's segment by
+/// its name in their own directory, so ranks whose directories differ (on
+/// other hosts, or told so) do not share one.
 pub fn segment_dir() -> PathBuf {
+    if let Some(dir) = crate::settings::Settings::from_env_or_defaults().shm_dir {
+        return dir.into();
+    }
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         shm.into()
@@ -416,9 +422,10 @@ pub fn join(
 
 /// [`join`] over any allgather among the `n` ranks: `allgather(mine)` is
 /// every rank's value in rank order, or None when it failed (then no lane).
-/// Two rounds: rank 0 sends `[1, nonce, path]` when it made a segment and
-/// every other rank `[1]` when it wants the lane (`[0]` is a no); then
-/// every rank says whether it mapped rank 0's segment.
+/// Two rounds: rank 0 sends `[1, nonce, file name]` when it made a segment
+/// in `dir` and every other rank `[1]` when it wants the lane (`[0]` is a
+/// no); then every rank says whether it mapped the segment of that name
+/// in its own `dir` with that nonce.
 pub fn join_with(
     dir: &Path,
     rank: usize,
@@ -441,7 +448,7 @@ pub fn join_with(
         (Some((ring, path)), _, _) => [
             &[1u8][..],
             &ring.nonce().to_le_bytes(),
-            path.as_os_str().as_encoded_bytes(),
+            path.file_name().unwrap_or_default().as_encoded_bytes(),
         ]
         .concat(),
         (None, 0, _) | (_, _, false) => vec![0],
@@ -460,7 +467,7 @@ pub fn join_with(
         // no early return from here on: every rank must make round two
         None => {
             let nonce = all[0][1..9].try_into().map(u64::from_le_bytes);
-            let path = PathBuf::from(std::ffi::OsStr::from_bytes(&all[0][9..]));
+            let path = dir.join(std::ffi::OsStr::from_bytes(&all[0][9..]));
             nonce
                 .ok()
                 .and_then(|nonce| Ring::open(&path, nonce, n).ok())
@@ -613,6 +620,30 @@ mod tests {
         assert!(rings.iter().all(|r| r.nonce() == rings[0].nonce()));
         let left = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(left, 0, "the segment's file is unlinked");
+    }
+
+    #[test]
+    fn ranks_whose_directories_differ_share_no_segment() {
+        // as ranks on two hosts: rank 1 looks for rank 0's segment in a
+        // directory of its own, does not find it, and nobody takes the lane
+        let (d0, d1) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let store = Store::new();
+        let owners = [7, 8];
+        let rings: Vec<Option<Ring>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = [d0.path(), d1.path()]
+                .into_iter()
+                .enumerate()
+                .map(|(r, dir)| {
+                    let (store, owners) = (&store, &owners);
+                    sc.spawn(move || join(dir, &**store, "c", r, owners, true, soon(10_000)))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(rings.iter().all(Option::is_none));
+        for d in [&d0, &d1] {
+            assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        }
     }
 
     #[test]

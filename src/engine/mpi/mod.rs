@@ -183,6 +183,9 @@ fn launch_id(rank: usize) -> u64 {
     t ^ ((std::process::id() as u64) << 32)
 }
 
+/// How long a wait whose peer failed still lets its own request finish.
+const NOTICE_GRACE: Duration = Duration::from_millis(50);
+
 /// Tags of the agreement's rounds (`allgather_words`), one per round,
 /// apart from the Send/Recv tags of `p2p`.
 const EXCHANGE_TAG: i32 = 0x4100;
@@ -314,6 +317,17 @@ impl MpiEngine {
                 continue;
             }
             if let Some(e) = self.notices.blocking(self.program, self.id, &on, what)? {
+                // a peer failed, perhaps over this very exchange (a mismatch
+                // it saw first): when this rank's own messages are in
+                // flight too, it finishes the exchange and finds the same
+                // error first-hand, as every rank does on the other engines
+                let grace = Instant::now() + NOTICE_GRACE;
+                while Instant::now() < grace {
+                    if req.test()? {
+                        return Ok(());
+                    }
+                    std::hint::spin_loop();
+                }
                 return Err(e);
             }
             if start.elapsed() >= self.timeout {
