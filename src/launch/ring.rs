@@ -68,6 +68,10 @@ pub const SPIN: Duration = Duration::from_micros(20);
 pub struct Ring {
     map: MmapMut,
     nranks: usize,
+    /// how long a wait spins before it yields: [`SPIN`], or nothing when
+    /// the ranks outnumber the cores (they take turns on them, and spinning
+    /// would keep a rank that is late off its core)
+    spin: Duration,
 }
 
 /// A party's post of one round.
@@ -94,12 +98,6 @@ pub enum Waited<T> {
 /// Whether this process may use the lane: not under `RANKWISE_SHM=0`.
 pub fn wanted() -> bool {
     crate::settings::Settings::from_env_or_defaults().shm
-}
-
-/// This host's cores, as the process may use them.
-fn cores() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn segment_bytes(nranks: usize) -> usize {
@@ -151,7 +149,12 @@ impl Ring {
                 segment_bytes(nranks)
             )));
         }
-        Ok(Ring { map, nranks })
+        let spin = if nranks <= crate::bench::machine::cores() {
+            SPIN
+        } else {
+            Duration::ZERO
+        };
+        Ok(Ring { map, nranks, spin })
     }
 
     fn words(&self) -> &[AtomicU64] {
@@ -329,13 +332,6 @@ impl Ring {
         mut tick: impl FnMut(&[usize]) -> Option<T>,
     ) -> Waited<T> {
         let mut parts: Vec<Option<Part>> = vec![None; self.nranks];
-        // ranks that outnumber the cores take turns on them: spinning would
-        // keep a rank that is late off its core
-        let spin = if self.nranks <= cores() {
-            SPIN
-        } else {
-            Duration::ZERO
-        };
         let start = Instant::now();
         let mut next_tick = start + Duration::from_millis(2);
         let mut turn = 0u32;
@@ -357,7 +353,7 @@ impl Ring {
                 continue;
             }
             let now = Instant::now();
-            if now - start < spin {
+            if now - start < self.spin {
                 continue;
             }
             let over = now >= deadline;
