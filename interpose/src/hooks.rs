@@ -116,13 +116,21 @@ struct Channel {
     /// ranks finished by number, and communicators share a store, so each
     /// communicator's ranks get numbers of their own
     owners: Vec<usize>,
+    /// this rank of the communicator
+    me: usize,
     /// the lane through shared memory, when every rank is on this host:
     /// a launch's collectives agree there instead of in the store
     ring: Option<Ring>,
 }
 
 impl Channel {
-    fn new(chan: Arc<dyn SideChannel>, addr: SocketAddr, key: String, nranks: usize) -> Channel {
+    fn new(
+        chan: Arc<dyn SideChannel>,
+        addr: SocketAddr,
+        key: String,
+        me: usize,
+        nranks: usize,
+    ) -> Channel {
         let base = side::hash(key.as_bytes()) as u32;
         let owners = (0..nranks)
             .map(|r| base.wrapping_add(r as u32) as usize)
@@ -132,6 +140,7 @@ impl Channel {
             addr,
             key,
             owners,
+            me,
             ring: None,
         }
     }
@@ -261,13 +270,13 @@ fn register(
         None => None,
         Some(addr) => match connect(addr) {
             Ok(chan) => {
-                let mut c = Channel::new(chan, addr, key, nranks);
+                let mut c = Channel::new(chan, addr, key, rank, nranks);
                 let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
                 c.ring = ring::join(
                     &ring::segment_dir(),
                     &*c.chan,
                     &c.key,
-                    rank,
+                    c.me,
                     &c.owners,
                     settings().shm,
                     deadline,
@@ -736,14 +745,12 @@ impl Posting {
 /// One communicator's exchanges of one round.
 struct Round<'a> {
     chan: &'a Channel,
-    /// this rank's rank in the communicator
-    rank: usize,
     postings: &'a [Posting],
     /// false: this rank only posts (it failed already)
     reads: bool,
-    /// where this rank is (its owner id and the note), kept by the store
-    /// for ranks that wait on it
-    note: Option<(usize, &'a [u8])>,
+    /// where this rank is, kept (by the ring or the store) for ranks that
+    /// wait on it
+    note: Option<&'a [u8]>,
 }
 
 /// Makes one round of exchanges on every communicator of a launch: every
@@ -765,9 +772,7 @@ fn exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share
             r.postings
                 .iter()
                 .map(|p| match (p.ring, &r.chan.ring) {
-                    (Some(seq), Some(ring)) if r.reads => {
-                        read_ring(r.chan, ring, r.rank, seq, deadline)
-                    }
+                    (Some(seq), Some(ring)) if r.reads => read_ring(r.chan, ring, seq, deadline),
                     (Some(_), _) => Vec::new(),
                     (None, _) => from_store.next().unwrap_or_default(),
                 })
@@ -782,16 +787,17 @@ fn post_on_ring(r: &Round<'_>) -> Result<(), Error> {
     let Some(ring) = &r.chan.ring else {
         return Ok(());
     };
-    if let Some((_, note)) = r.note {
-        ring.set_note(r.rank, note);
+    let me = r.chan.me;
+    if let Some(note) = r.note {
+        ring.set_note(me, note);
     }
     for p in r.postings {
         let Some(seq) = p.ring else { continue };
         if p.value.len() > ring::SLOT_BYTES {
-            let key = ring::overflow_key(&r.chan.key, seq, r.rank);
+            let key = ring::overflow_key(&r.chan.key, seq, me);
             r.chan.chan.set(&key, &p.value)?;
         }
-        ring.post(r.rank, seq, &p.value);
+        ring.post(me, seq, &p.value);
     }
     Ok(())
 }
@@ -799,7 +805,7 @@ fn post_on_ring(r: &Round<'_>) -> Result<(), Error> {
 /// Every rank's share of ring round `seq`, in rank order. A rank that has
 /// not posted is `Missing::Finished` once the store says it left (asked
 /// every 10 ms of the wait), else `Missing::Timeout` at the deadline.
-fn read_ring(c: &Channel, ring: &Ring, me: usize, seq: u64, deadline: Instant) -> Vec<Share> {
+fn read_ring(c: &Channel, ring: &Ring, seq: u64, deadline: Instant) -> Vec<Share> {
     let gone =
         |rank: usize| match c
             .chan
@@ -816,7 +822,7 @@ fn read_ring(c: &Channel, ring: &Ring, me: usize, seq: u64, deadline: Instant) -
         Waited::Stopped { by, parts } => {
             // this rank fails the launch: a rank that comes later must not
             // find it there and go on into NCCL alone
-            ring.withdraw(me, seq);
+            ring.withdraw(c.me, seq);
             let left = by.unwrap_or_default();
             parts
                 .into_iter()
@@ -861,17 +867,20 @@ fn store_exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec
     let busy: Vec<usize> = (0..rounds.len())
         .filter(|&i| rounds[i].postings.iter().any(|p| p.ring.is_none()))
         .collect();
+    fn note<'a>(r: &Round<'a>) -> Option<(usize, &'a [u8])> {
+        r.note.map(|n| (r.chan.owner(r.chan.me), n))
+    }
     let mut out = vec![Vec::new(); rounds.len()];
     if let [i] = busy[..] {
         let r = &rounds[i];
         let read = if r.reads { Read::Now } else { Read::Never };
-        out[i] = r.chan.chan.exchange(&items(r, read), r.note, deadline)?;
+        out[i] = r.chan.chan.exchange(&items(r, read), note(r), deadline)?;
         return Ok(out);
     }
     for &i in &busy {
         let r = &rounds[i];
         let read = if r.reads { Read::Later } else { Read::Never };
-        r.chan.chan.exchange(&items(r, read), r.note, deadline)?;
+        r.chan.chan.exchange(&items(r, read), note(r), deadline)?;
     }
     for &i in &busy {
         let r = &rounds[i];
@@ -920,10 +929,9 @@ fn agree_launches(launches: &mut [(&mut CommState, &Launch)]) -> Result<(), Fail
                 let chan = s.channel.as_ref()?;
                 (!f.postings.is_empty()).then(|| Round {
                     chan,
-                    rank: s.rank,
                     postings: &f.postings,
                     reads: true,
-                    note: Some((chan.owner(s.rank), f.note.as_bytes())),
+                    note: Some(f.note.as_bytes()),
                 })
             })
             .collect();
@@ -1130,8 +1138,6 @@ fn verdicts(
         .filter(|(_, _, postings)| !postings.is_empty())
         .map(|(c, p, postings)| Round {
             chan: c,
-            // verdicts go through the store only, and leave no note
-            rank: 0,
             postings,
             reads: p.verdict.is_ok(),
             note: None,
@@ -1206,6 +1212,7 @@ mod tests {
             store.clone() as Arc<dyn SideChannel>,
             "127.0.0.1:1".parse().unwrap(),
             key.into(),
+            rank,
             n,
         );
         CommState::new(0x100 + rank, rank, n, 7, Some(chan))
@@ -1239,6 +1246,28 @@ mod tests {
         l
     }
 
+    /// `launches` launches of a training loop on `s`: two AllReduces (of a
+    /// growing count) for every Send/Recv ring; each must agree.
+    fn train(s: &mut CommState, launches: usize) {
+        let (r, n) = (s.rank, s.nranks);
+        for i in 0..launches {
+            let l = match i % 3 {
+                0 | 1 => launch(s, vec![call(Func::AllReduce, 2 + i, 0)], vec![]),
+                _ => launch(
+                    s,
+                    vec![],
+                    vec![
+                        call(Func::Send, 3, (r + 1) % n),
+                        call(Func::Recv, 3, (r + n - 1) % n),
+                    ],
+                ),
+            };
+            if let Err((e, d)) = agree_launches(&mut [(&mut *s, &l)]) {
+                panic!("launch {i} on rank {r}: {e} {d:?}");
+            }
+        }
+    }
+
     /// AllReduces and Send/Recv rings, as a training loop makes them: every
     /// launch agrees, and the store is left holding nothing.
     #[test]
@@ -1250,22 +1279,7 @@ mod tests {
                 let store = &store;
                 sc.spawn(move || {
                     let mut s = rank(store, "c", r, n);
-                    for i in 0..1500 {
-                        let l = match i % 3 {
-                            0 | 1 => launch(&mut s, vec![call(Func::AllReduce, 2, 0)], vec![]),
-                            _ => launch(
-                                &mut s,
-                                vec![],
-                                vec![
-                                    call(Func::Send, 3, (r + 1) % n),
-                                    call(Func::Recv, 3, (r + n - 1) % n),
-                                ],
-                            ),
-                        };
-                        if let Err((e, d)) = agree_launches(&mut [(&mut s, &l)]) {
-                            panic!("launch {i} on rank {r}: {e} {d:?}");
-                        }
-                    }
+                    train(&mut s, 1500);
                 });
             }
         });
@@ -1287,24 +1301,7 @@ mod tests {
                 .enumerate()
                 .map(|(r, mut s)| {
                     sc.spawn(move || {
-                        for i in 0..900 {
-                            let l = match i % 3 {
-                                0 | 1 => {
-                                    launch(&mut s, vec![call(Func::AllReduce, 2 + i, 0)], vec![])
-                                }
-                                _ => launch(
-                                    &mut s,
-                                    vec![],
-                                    vec![
-                                        call(Func::Send, 3, (r + 1) % n),
-                                        call(Func::Recv, 3, (r + n - 1) % n),
-                                    ],
-                                ),
-                            };
-                            if let Err((e, d)) = agree_launches(&mut [(&mut s, &l)]) {
-                                panic!("launch {i} on rank {r}: {e} {d:?}");
-                            }
-                        }
+                        train(&mut s, 900);
                         assert_eq!(s.exchanges, 600, "600 launches had collectives");
                         let count = if r == 1 { 5 } else { 4 };
                         let l = launch(&mut s, vec![call(Func::AllReduce, count, 0)], vec![]);
