@@ -16,23 +16,6 @@ use rankwise::logs::{Options, analyze, collect, expand_paths};
 use std::io::Write;
 use std::time::Instant;
 
-/// CPU seconds the whole machine has been busy (all cores), from /proc/stat.
-fn machine_busy_s() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() < 5 {
-        return f64::NAN;
-    }
-    (v.iter().sum::<f64>() - v[3] - v[4]) / 100.0
-}
-
 /// CPU seconds (user + system) this process has used, from /proc/self/stat.
 fn own_cpu_s() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -138,7 +121,10 @@ fn main() {
         .iter()
         .map(|f| std::fs::metadata(f).unwrap().len())
         .sum();
-    let (busy0, own0) = (machine_busy_s(), own_cpu_s());
+    let (busy0, own0) = (
+        rankwise::bench::machine::busy_seconds().unwrap_or(f64::NAN),
+        own_cpu_s(),
+    );
     let t0 = Instant::now();
     let collected = collect(
         &files,
@@ -154,7 +140,7 @@ fn main() {
     let t_analyze = t1.elapsed().as_secs_f64();
     let total_s = t0.elapsed().as_secs_f64();
     let own = own_cpu_s() - own0;
-    let others = machine_busy_s() - busy0 - own;
+    let others = rankwise::bench::machine::busy_seconds().unwrap_or(f64::NAN) - busy0 - own;
     println!("{}", a.verdict);
     println!(
         "{} files, {:.3} GB, {} lines, {} calls, {} distinct call signatures",

@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/standin.rs"]
+mod support_standin;
 #[path = "../tests/support/sym.rs"]
 mod support_sym;
 use support_sym::sym;
@@ -66,25 +68,6 @@ fn arg(name: &str, default: usize) -> usize {
                 .unwrap_or_else(|_| panic!("{name} takes a number"))
         })
         .unwrap_or(default)
-}
-
-/// CPU-seconds the whole machine has been busy (/proc/stat).
-fn busy_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() < 5 {
-        return 0.0;
-    }
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    (v.iter().sum::<f64>() - v[3] - v[4]) / hz
 }
 
 /// CPU-seconds this process's finished children have used.
@@ -165,28 +148,6 @@ fn interposer() -> PathBuf {
         so.display()
     );
     so
-}
-
-/// The stand-in NCCL, built with the rustc that cargo uses.
-fn standin(dir: &Path) -> PathBuf {
-    let out = dir.join("libnccl.so.2");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin/nccl.rs");
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let st = Command::new(rustc)
-        .args(["--edition", "2021", "--crate-type", "cdylib", "-O"])
-        .args([
-            "-A",
-            "warnings",
-            "-C",
-            "link-arg=-Wl,-soname,libnccl.so.2",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("rustc runs");
-    assert!(st.success(), "building the stand-in NCCL failed");
-    out
 }
 
 /// What one run asks of its ranks.
@@ -289,7 +250,7 @@ fn parent() {
     let so = interposer();
     let build = tempdir();
     // a stand-in built elsewhere, for a machine without rustc
-    let lib = path_arg("--standin").unwrap_or_else(|| standin(&build));
+    let lib = path_arg("--standin").unwrap_or_else(|| support_standin::build(&build));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "{nranks} rank processes on {cores} CPUs; AllReduce of 2 int32 ({calls} calls) and of {LARGE} int32 = 256 KiB ({large} calls) through the stand-in, of 2 int32 ({calls} calls) through the no-op stand-in; {WARMUP} warm-up calls each"
@@ -301,7 +262,10 @@ fn parent() {
         tcp_round_trip()
     );
     let t = Instant::now();
-    let (busy, ours) = (busy_seconds(), children_seconds());
+    let (busy, ours) = (
+        rankwise::bench::machine::busy_seconds().unwrap_or(0.0),
+        children_seconds(),
+    );
     let data = Job {
         nranks,
         lib: &lib,
@@ -343,7 +307,7 @@ fn parent() {
     println!(
         "load average after: {}; {wall:.0} s, the ranks used {ours:.1} CPU-s, other processes {:.1} CPU-s",
         load_average(),
-        (busy_seconds() - busy - ours).max(0.0)
+        (rankwise::bench::machine::busy_seconds().unwrap_or(0.0) - busy - ours).max(0.0)
     );
     println!(
         "\nµs per call (slowest rank, median of {rounds} rounds; + is the difference from the stand-in alone)"

@@ -14,6 +14,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "support/standin.rs"]
+mod support_standin;
 #[path = "support/sym.rs"]
 mod support_sym;
 use support_sym::sym;
@@ -50,26 +52,7 @@ fn standin() -> &'static Path {
             .unwrap()
             .join(format!("standin-nccl-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("libnccl.so.2");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin/nccl.rs");
-        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-        let st = Command::new(rustc)
-            .args([
-                "--edition",
-                "2021",
-                "--crate-type",
-                "cdylib",
-                "-O",
-                "-A",
-                "warnings",
-            ])
-            .args(["-C", "link-arg=-Wl,-soname,libnccl.so.2", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("rustc runs");
-        assert!(st.success(), "building the stand-in NCCL failed");
-        out
+        support_standin::build(&dir)
     })
 }
 

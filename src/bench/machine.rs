@@ -85,6 +85,23 @@ pub fn cores() -> usize {
         .unwrap_or(1)
 }
 
+/// CPU seconds every core of the machine together has been busy since
+/// boot (`/proc/stat`: all but idle and iowait, in the kernel's USER_HZ of
+/// 100 ticks a second), None where it cannot be read: a benchmark takes
+/// the difference over its run, less its own CPU time, as what other
+/// processes took from it.
+pub fn busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (ticks.len() >= 5).then(|| (ticks.iter().sum::<f64>() - ticks[3] - ticks[4]) / 100.0)
+}
+
 /// The CPUs online (`/sys/devices/system/cpu/online`), which is what
 /// glibc's `malloc` counts when it bounds its arenas; the cores this
 /// process may use ([`cores`]) when that cannot be read.
@@ -243,6 +260,17 @@ pub fn soft_limit(text: &str, limit: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_machine_has_been_busy_and_only_more_so_later() {
+        let a = busy_seconds().expect("/proc/stat on Linux");
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(30) {
+            std::hint::spin_loop();
+        }
+        let b = busy_seconds().unwrap();
+        assert!(a > 0.0 && b >= a, "{a} then {b}");
+    }
 
     #[test]
     fn memory_figures_are_read_from_proc_text() {
