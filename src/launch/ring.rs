@@ -42,23 +42,27 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"rkwring1");
+const MAGIC: u64 = u64::from_le_bytes(*b"rkwring2");
 const HEADER_WORDS: usize = 8;
 /// The largest value a slot holds, in bytes: 227 collectives' posts.
 pub const SLOT_BYTES: usize = 16 << 10;
 const SLOT_WORDS: usize = SLOT_BYTES / 8;
 const NOTE_BYTES: usize = 256;
-// a rank's block, in words: the round each slot holds (+1, 0 = none), each
-// slot's length, the note's sequence (odd while written) and length, the
-// note, the two slots; a multiple of 8 words, so ranks' blocks do not
-// share cache lines
-const ROUND: usize = 0;
-const LEN: usize = 2;
-const NOTE_SEQ: usize = 4;
-const NOTE_LEN: usize = 5;
+// a rank's block, in words: the note's sequence (odd while written) and
+// length, the note, then the two slots. A slot is the round it holds (+1,
+// 0 = none), the value's length, then the value: the round shares its
+// cache line with the value's first 48 bytes, so a small post reaches a
+// reader as one line. Blocks and slots are whole cache lines (multiples of
+// 8 words), so ranks' posts never share one.
+const NOTE_SEQ: usize = 0;
+const NOTE_LEN: usize = 1;
 const NOTE: usize = 8;
 const SLOTS: usize = NOTE + NOTE_BYTES / 8;
-const STRIDE: usize = SLOTS + 2 * SLOT_WORDS;
+const ROUND: usize = 0;
+const LEN: usize = 1;
+const VALUE: usize = 2;
+const SLOT_STRIDE: usize = SLOT_WORDS + 8;
+const STRIDE: usize = SLOTS + 2 * SLOT_STRIDE;
 /// A slot's length when its value is in the store.
 const IN_STORE: u64 = u64::MAX;
 /// How long a wait spins before it yields its core.
@@ -93,6 +97,14 @@ pub enum Waited<T> {
         by: Option<T>,
         parts: Vec<Option<Part>>,
     },
+}
+
+/// How a [`Ring::wait_words`] ended when not every rank posted: `by` is
+/// what stopped the wait (None: the deadline), `posted` who had.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Stopped<T> {
+    pub by: Option<T>,
+    pub posted: Vec<bool>,
 }
 
 /// Whether this process may use the lane: not under `RANKWISE_SHM=0`.
@@ -224,26 +236,48 @@ impl Ring {
         &self.words()[at..at + STRIDE]
     }
 
+    /// `rank`'s slot for round `seq`.
+    fn slot(&self, rank: usize, seq: u64) -> &[AtomicU64] {
+        let at = SLOTS + (seq % 2) as usize * SLOT_STRIDE;
+        &self.block(rank)[at..at + SLOT_STRIDE]
+    }
+
     /// Posts `value` as `rank`'s part of round `seq`. False when it is too
     /// large for a slot: the slot then says so, and the caller must have
     /// set the value in the store under [`overflow_key`] first.
     pub fn post(&self, rank: usize, seq: u64, value: &[u8]) -> bool {
-        let b = self.block(rank);
-        let k = (seq % 2) as usize;
+        let slot = self.slot(rank, seq);
         let fits = value.len() <= SLOT_BYTES;
         if fits {
-            let slot = &b[SLOTS + k * SLOT_WORDS..];
-            for (w, chunk) in slot.iter().zip(value.chunks(8)) {
+            // last to first, as in `post_words`
+            for (w, chunk) in slot[VALUE..].iter().zip(value.chunks(8)).rev() {
                 let mut word = [0u8; 8];
                 word[..chunk.len()].copy_from_slice(chunk);
                 w.store(u64::from_le_bytes(word), Ordering::Relaxed);
             }
         }
         let len = if fits { value.len() as u64 } else { IN_STORE };
-        b[LEN + k].store(len, Ordering::Relaxed);
-        // the release publishes the value and length with the round
-        b[ROUND + k].store(seq + 1, Ordering::Release);
+        Self::publish(slot, seq, len);
         fits
+    }
+
+    /// [`Ring::post`] of words (at most a slot's), without a copy to bytes.
+    pub fn post_words(&self, rank: usize, seq: u64, words: &[u64]) {
+        let slot = self.slot(rank, seq);
+        let words = &words[..words.len().min(SLOT_WORDS)];
+        // last to first: the first line, which readers watch for the round,
+        // is written in one burst at the end, so a reader looking at it
+        // while the value is written takes it away once, not once a word
+        for (w, v) in slot[VALUE..].iter().zip(words).rev() {
+            w.store(*v, Ordering::Relaxed);
+        }
+        Self::publish(slot, seq, words.len() as u64 * 8);
+    }
+
+    fn publish(slot: &[AtomicU64], seq: u64, len: u64) {
+        slot[LEN].store(len, Ordering::Relaxed);
+        // the release publishes the value and length with the round
+        slot[ROUND].store(seq + 1, Ordering::Release);
     }
 
     /// Takes back `rank`'s post of round `seq`: a rank that gave up on the
@@ -251,29 +285,50 @@ impl Ring {
     /// by a rank that arrives later, which then fails too instead of going
     /// on alone.
     pub fn withdraw(&self, rank: usize, seq: u64) {
-        let b = self.block(rank);
-        let k = (seq % 2) as usize;
-        let _ = b[ROUND + k].compare_exchange(seq + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+        let _ = self.slot(rank, seq)[ROUND].compare_exchange(
+            seq + 1,
+            0,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
     }
 
     /// `party`'s post of round `seq`, once it is there.
     pub fn read(&self, party: usize, seq: u64) -> Option<Part> {
-        let b = self.block(party);
-        let k = (seq % 2) as usize;
-        if b[ROUND + k].load(Ordering::Acquire) != seq + 1 {
+        let slot = self.slot(party, seq);
+        if slot[ROUND].load(Ordering::Acquire) != seq + 1 {
             return None;
         }
-        let len = b[LEN + k].load(Ordering::Relaxed);
+        let len = slot[LEN].load(Ordering::Relaxed);
         if len == IN_STORE {
             return Some(Part::InStore);
         }
         let len = (len as usize).min(SLOT_BYTES);
         let mut v = Vec::with_capacity(len.next_multiple_of(8));
-        for w in &b[SLOTS + k * SLOT_WORDS..][..len.div_ceil(8)] {
+        for w in &slot[VALUE..][..len.div_ceil(8)] {
             v.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
         v.truncate(len);
         Some(Part::Value(v))
+    }
+
+    /// `party`'s post of round `seq` as words into `out`, the rest of `out`
+    /// zeroed, once it is there: the post's length in bytes (more than
+    /// `out` holds when it was cut; `usize::MAX` when it is in the store).
+    pub fn read_words(&self, party: usize, seq: u64, out: &mut [u64]) -> Option<usize> {
+        let slot = self.slot(party, seq);
+        if slot[ROUND].load(Ordering::Acquire) != seq + 1 {
+            return None;
+        }
+        let len = slot[LEN].load(Ordering::Relaxed);
+        let words = (len.min(SLOT_BYTES as u64) as usize)
+            .div_ceil(8)
+            .min(out.len());
+        for (o, w) in out.iter_mut().zip(&slot[VALUE..VALUE + words]) {
+            *o = w.load(Ordering::Relaxed);
+        }
+        out[words..].fill(0);
+        Some(usize::try_from(len).unwrap_or(usize::MAX))
     }
 
     /// Keeps `note` (cut to 256 bytes) as where `rank` is now.
@@ -320,11 +375,7 @@ impl Ring {
     /// `deadline`. Once the wait has lasted 2 ms, and every 10 ms after,
     /// and at the deadline, `tick` is asked with the ranks that have not
     /// posted; what it returns stops the wait (a rank that left, a failure
-    /// heard of elsewhere). A waiting rank spins for the first [`SPIN`]
-    /// (a rank a little behind, as the previous call's skew leaves it: a
-    /// yield is a system call, slower than the wait it would cover) unless
-    /// the ranks outnumber this host's cores, then gives its core away,
-    /// then sleeps in 50 µs steps after 1 ms.
+    /// heard of elsewhere).
     pub fn wait<T>(
         &self,
         seq: u64,
@@ -332,38 +383,97 @@ impl Ring {
         mut tick: impl FnMut(&[usize]) -> Option<T>,
     ) -> Waited<T> {
         let mut parts: Vec<Option<Part>> = vec![None; self.nranks];
-        let start = Instant::now();
-        let mut next_tick = start + Duration::from_millis(2);
+        let take = |r: usize| {
+            parts[r] = self.read(r, seq);
+            parts[r].is_some()
+        };
+        match self.until_posted(deadline, &mut tick, take) {
+            Ok(()) => Waited::All(parts.into_iter().flatten().collect()),
+            Err((by, _)) => Waited::Stopped { by, parts },
+        }
+    }
+
+    /// [`Ring::wait`] into words: rank r's post goes to
+    /// `out[r * stride..][..stride]` (zero-padded, cut to `stride`), and
+    /// each post's length in bytes to `lens[r]`. Nothing is allocated on
+    /// the way, which is the whole of a small launch's agreement.
+    pub fn wait_words<T>(
+        &self,
+        seq: u64,
+        deadline: Instant,
+        mut tick: impl FnMut(&[usize]) -> Option<T>,
+        out: &mut [u64],
+        lens: &mut [usize],
+    ) -> Result<(), Stopped<T>> {
+        let stride = out.len() / self.nranks.max(1);
+        let take = |r: usize| match self.read_words(r, seq, &mut out[r * stride..][..stride]) {
+            Some(len) => {
+                lens[r] = len;
+                true
+            }
+            None => false,
+        };
+        self.until_posted(deadline, &mut tick, take)
+            .map_err(|(by, posted)| Stopped { by, posted })
+    }
+
+    /// Waits until every rank's post has been taken (Ok), or until `tick`
+    /// or the deadline stops it (Err with what `tick` said and who had
+    /// posted). `take(r)` reads rank r's post where the caller keeps it and
+    /// says whether it was there; a post once taken counts as posted even
+    /// if its rank takes it back later (it gave up, and fails its launch
+    /// itself). A waiting rank spins for the first [`SPIN`] (a rank a
+    /// little behind, as the previous call's skew leaves it: a yield is a
+    /// system call, slower than the wait it would cover) unless the ranks
+    /// outnumber this host's cores, then gives its core away, then sleeps
+    /// in 50 µs steps after 1 ms.
+    fn until_posted<T>(
+        &self,
+        deadline: Instant,
+        tick: &mut impl FnMut(&[usize]) -> Option<T>,
+        mut take: impl FnMut(usize) -> bool,
+    ) -> Result<(), (Option<T>, Vec<bool>)> {
+        // ranks below `seen` have been taken, in rank order; past the
+        // first tick, `taken` also holds those taken out of order
+        let mut seen = 0;
+        let mut taken: Option<Vec<bool>> = None;
+        let mut start: Option<Instant> = None;
+        let mut next_tick = None;
         let mut turn = 0u32;
         loop {
-            let mut all = true;
-            for (r, p) in parts.iter_mut().enumerate() {
-                if p.is_none() {
-                    *p = self.read(r, seq);
-                    all &= p.is_some();
-                }
+            while seen < self.nranks && (taken.as_ref().is_some_and(|t| t[seen]) || take(seen)) {
+                seen += 1;
             }
-            if all {
-                return Waited::All(parts.into_iter().flatten().collect());
+            if seen == self.nranks {
+                return Ok(());
             }
             turn = turn.wrapping_add(1);
-            // the clock costs more than a look at the slots: every 64th turn
+            // the clock costs more than a look at a slot: every 64th turn
             if !turn.is_multiple_of(64) {
                 std::hint::spin_loop();
                 continue;
             }
             let now = Instant::now();
+            let start = *start.get_or_insert(now);
             if now - start < self.spin {
                 continue;
             }
             let over = now >= deadline;
-            if over || now >= next_tick {
-                next_tick = now + Duration::from_millis(10);
-                let missing: Vec<usize> =
-                    (0..self.nranks).filter(|r| parts[*r].is_none()).collect();
+            let next = *next_tick.get_or_insert(start + Duration::from_millis(2));
+            if over || now >= next {
+                next_tick = Some(now + Duration::from_millis(10));
+                let posted = taken.get_or_insert_with(|| vec![false; self.nranks]);
+                for (r, p) in posted.iter_mut().enumerate() {
+                    *p = *p || r < seen || take(r);
+                }
+                let missing: Vec<usize> = (0..self.nranks).filter(|r| !posted[*r]).collect();
+                if missing.is_empty() {
+                    // every rank came since the last look
+                    continue;
+                }
                 let by = tick(&missing);
                 if over || by.is_some() {
-                    return Waited::Stopped { by, parts };
+                    return Err((by, posted.clone()));
                 }
             }
             if now - start < Duration::from_millis(1) {
@@ -590,6 +700,68 @@ mod tests {
             matches!(&got, Waited::Stopped { by: None, parts } if parts[0].is_none()),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn words_are_read_into_fixed_strides_padded_and_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, _) = Ring::create(dir.path(), 3).unwrap();
+        let ring = Arc::new(ring);
+        // the stride's worth of stale words must be overwritten, not kept
+        let mut out = vec![u64::MAX; 3 * 4];
+        let mut lens = vec![0; 3];
+        ring.post_words(0, 4, &[1, 2]);
+        ring.post_words(2, 4, &[5, 6, 7, 8, 9, 10]);
+        let late = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                ring.post_words(1, 4, &[3]);
+            })
+        };
+        let got = ring.wait_words(4, soon(10_000), |_| None::<()>, &mut out, &mut lens);
+        late.join().unwrap();
+        assert_eq!(got, Ok(()));
+        assert_eq!(out, [1, 2, 0, 0, 3, 0, 0, 0, 5, 6, 7, 8]);
+        assert_eq!(lens, [16, 8, 48], "a cut post says how long it was");
+        // bytes and words are one lane: a post of bytes reads as words
+        ring.post(0, 5, &[1, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let mut one = [9u64; 3];
+        assert_eq!(ring.read_words(0, 5, &mut one), Some(9));
+        assert_eq!(one, [1, 2, 0]);
+        assert_eq!(ring.read_words(1, 5, &mut one), None);
+        // round 5: rank 1 never comes, rank 2 posted and took it back
+        ring.post_words(2, 5, &[1]);
+        ring.withdraw(2, 5);
+        let got = ring.wait_words(5, soon(30), |_| None::<()>, &mut out, &mut lens);
+        assert_eq!(
+            got,
+            Err(Stopped {
+                by: None,
+                posted: vec![true, false, false]
+            })
+        );
+        // round 7: rank 2 posts, is seen, then gives up before the
+        // deadline; it was there, so only rank 1 is missing
+        ring.post_words(0, 7, &[4]);
+        ring.post_words(2, 7, &[6]);
+        let quitter = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(40));
+                ring.withdraw(2, 7);
+            })
+        };
+        let got = ring.wait_words(7, soon(120), |_| None::<()>, &mut out, &mut lens);
+        quitter.join().unwrap();
+        assert_eq!(
+            got,
+            Err(Stopped {
+                by: None,
+                posted: vec![true, false, true]
+            })
+        );
+        assert_eq!(out[8], 6, "the post read before it was taken back");
     }
 
     fn join_all(dir: &Path, n: usize, wanted: impl Fn(usize) -> bool + Sync) -> Vec<Option<Ring>> {
