@@ -28,11 +28,11 @@ mod p2p;
 mod wire;
 
 use crate::api::Comm;
-use crate::core::{Error, ErrorKind, Launch, Posted, Result, agree};
+use crate::core::{Call, Error, ErrorKind, Launch, Posted, Result, agree};
 use crate::engine::local::memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
 use crate::launch::LaunchOptions;
-use crate::launch::ring::{self, Ring, Waited};
+use crate::launch::ring::{self, Ring};
 use notice::{Notices, Program, Waiting};
 use serde::{Serialize, de::DeserializeOwned};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -393,9 +393,10 @@ impl MpiEngine {
         Ok(all)
     }
 
-    /// [`Self::allgather_words`] through the communicator's ring: this
-    /// rank's words posted, every rank's read, the wait hearing other
-    /// ranks' notices every 10 ms once it has lasted 2 ms.
+    /// Every rank's `mine` (at most [`SLOT_WORDS`], zero-padded to it), in
+    /// rank order, through the communicator's ring: this rank's words
+    /// posted, every rank's read, the wait hearing other ranks' notices
+    /// every 10 ms once it has lasted 2 ms.
     fn ring_words(
         &mut self,
         mine: &[u64],
@@ -407,40 +408,29 @@ impl MpiEngine {
         let Some(ring) = &self.ring else {
             return Err(Error::new(ErrorKind::Internal, "no ring to post on"));
         };
-        let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_le_bytes()).collect();
-        ring.post(self.rank, seq, &bytes);
+        ring.post_words(self.rank, seq, mine);
         let deadline = deadline_after(self.timeout);
         let heard = |_: &[usize]| match self.notices.blocking(self.program, self.id, on, what) {
             Ok(None) => None,
             Ok(Some(e)) | Err(e) => Some(e),
         };
-        let waited = ring.wait(seq, deadline, heard);
-        if matches!(waited, Waited::Stopped { .. }) {
-            ring.withdraw(self.rank, seq);
-        }
-        match waited {
-            Waited::All(parts) => {
-                let mut all = Vec::with_capacity(parts.len() * mine.len());
-                for (r, p) in parts.into_iter().enumerate() {
-                    match p {
-                        ring::Part::Value(v) if v.len() == bytes.len() => all.extend(
-                            v.chunks_exact(8)
-                                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
-                        ),
-                        _ => {
-                            return Err(Error::new(
-                                ErrorKind::Internal,
-                                format!("rank {r}'s post on the shared-memory lane is garbled"),
-                            ));
-                        }
-                    }
+        let mut all = vec![0u64; self.size * SLOT_WORDS];
+        let mut lens = vec![0usize; self.size];
+        match ring.wait_words(seq, deadline, heard, &mut all, &mut lens) {
+            Ok(()) => match lens.iter().position(|l| *l > SLOT_WORDS * 8) {
+                None => Ok(all),
+                Some(r) => Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("rank {r}'s post on the shared-memory lane is garbled"),
+                )),
+            },
+            Err(stopped) => {
+                ring.withdraw(self.rank, seq);
+                if let Some(e) = stopped.by {
+                    return Err(e);
                 }
-                Ok(all)
-            }
-            Waited::Stopped { by: Some(e), .. } => Err(e),
-            Waited::Stopped { by: None, parts } => {
-                let late: Vec<String> = (0..parts.len())
-                    .filter(|r| parts[*r].is_none())
+                let late: Vec<String> = (0..self.size)
+                    .filter(|r| !stopped.posted[*r])
                     .map(|r| r.to_string())
                     .collect();
                 let mut e = self.timed_out(what);
@@ -458,12 +448,17 @@ impl MpiEngine {
                 [c] => eager::payload(c, n, me),
                 _ => None,
             };
-            let (all, inputs) = self.exchange_carrying(&launch.posted(), carried)?;
-            agree::collectives(&all)?;
+            let slots = self.exchange_slots(launch.op_count, &launch.colls, carried)?;
+            // one same collective everywhere, the common case, is seen in
+            // the words; anything else is decoded and compared in full
+            if !wire::one_same_call(&slots, SLOT_WORDS) {
+                let all = self.decode(&slots, &launch.colls)?;
+                agree::collectives(&all)?;
+            }
             match launch.colls.as_slice() {
                 // every rank agreed on this call, so every rank carried its input
                 [c] if carried.is_some() => {
-                    let at = inputs.as_ptr() as usize + wire::HEAD_WORDS * 8;
+                    let at = slots.as_ptr() as usize + wire::HEAD_WORDS * 8;
                     eager::finish(c, n, me, at, SLOT_WORDS * 8);
                 }
                 colls => {
@@ -481,30 +476,50 @@ impl MpiEngine {
         Ok(())
     }
 
-    /// Every rank's post (see [`Engine::exchange`]) and, when `carried`
-    /// names one, every rank's input to a small collective: the exchange's
-    /// words, a slot of [`SLOT_WORDS`] per rank in rank order, each the
-    /// post's head and then the input.
-    fn exchange_carrying(
+    /// What [`Self::exchange_slots`] and [`Self::decode`] say about this
+    /// launch's wait, for its errors.
+    fn describe(calls: &[Call], op_count: u64) -> impl Fn() -> String + '_ {
+        move || {
+            let first = calls.first().map_or("a group", |c| c.func.name());
+            format!("{first} (opCount {op_count:x}) on the mpi engine")
+        }
+    }
+
+    /// Every rank's head (launch number, call count, first call) and, when
+    /// `carried` names one, its input to a small collective: a slot of
+    /// [`SLOT_WORDS`] per rank in rank order, each the head and then the
+    /// input.
+    fn exchange_slots(
         &mut self,
-        mine: &Posted,
+        op_count: u64,
+        calls: &[Call],
         carried: Option<(usize, usize)>,
-    ) -> Result<(Vec<Posted>, Vec<u64>)> {
-        let first = mine.calls.first().map_or("a group", |c| c.func.name());
-        let what = || format!("{first} (opCount {:x}) on the mpi engine", mine.op_count);
+    ) -> Result<Vec<u64>> {
+        let what = Self::describe(calls, op_count);
         let on = Waiting::Collective {
             done: self.colls_done,
         };
         let mut slot = [0u64; SLOT_WORDS];
-        slot[..wire::HEAD_WORDS].copy_from_slice(&wire::head(mine));
+        slot[..wire::HEAD_WORDS].copy_from_slice(&wire::head(op_count, calls));
+        let mut used = wire::HEAD_WORDS;
         if let Some((addr, bytes)) = carried {
             ffi::copy(addr, slot[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes);
+            used += bytes.div_ceil(8);
         }
-        let slots = if self.ring.is_some() {
-            self.ring_words(&slot, &on, &what)?
+        if self.ring.is_some() {
+            // only what this rank filled travels: a reader's cache lines
+            // are most of a small launch's agreement
+            self.ring_words(&slot[..used], &on, &what)
         } else {
-            self.allgather_words(&slot, on.clone(), &what)?
-        };
+            self.allgather_words(&slot, on, &what)
+        }
+    }
+
+    /// Every rank's post from the exchanged `slots`: the heads' calls, and
+    /// for groups of several collectives the rest of every rank's calls,
+    /// which follow in an allgatherv (every rank sees the same heads, so
+    /// every rank makes it or none does).
+    fn decode(&mut self, slots: &[u64], calls: &[Call]) -> Result<Vec<Posted>> {
         let mut all: Vec<(Posted, usize)> = slots
             .chunks(SLOT_WORDS)
             .map(|s| wire::read_head(&s[..wire::HEAD_WORDS]))
@@ -514,7 +529,12 @@ impl MpiEngine {
             .map(|(_, total)| wire::rest_calls(*total))
             .collect();
         if extra.iter().any(|&k| k > 0) {
-            let rest = wire::rest(mine);
+            let op_count = all[self.rank].0.op_count;
+            let what = Self::describe(calls, op_count);
+            let on = Waiting::Collective {
+                done: self.colls_done,
+            };
+            let rest = wire::rest(calls);
             let counts: Vec<i32> = extra
                 .iter()
                 .map(|k| ffi::int(k * wire::CALL_WORDS * 8, "exchange"))
@@ -550,7 +570,7 @@ impl MpiEngine {
                 wire::read_rest(p, &words[from..from + extra[r] * wire::CALL_WORDS])?;
             }
         }
-        Ok((all.into_iter().map(|(p, _)| p).collect(), slots))
+        Ok(all.into_iter().map(|(p, _)| p).collect())
     }
 }
 
@@ -591,7 +611,8 @@ impl Engine for MpiEngine {
     /// records (`allgather_words`), then, for a group of several calls, the
     /// rest of every rank's calls in an allgatherv.
     fn exchange(&mut self, mine: &Posted) -> Result<Vec<Posted>> {
-        Ok(self.exchange_carrying(mine, None)?.0)
+        let slots = self.exchange_slots(mine.op_count, &mine.calls, None)?;
+        self.decode(&slots, &mine.calls)
     }
 
     fn execute(&mut self, launch: &Launch) -> Result<()> {
