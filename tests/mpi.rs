@@ -203,6 +203,96 @@ fn rank_process() -> std::result::Result<(), String> {
             return Err(format!("rank {r}: Broadcast from {} gave {b:?}", n - 1));
         }
     }
+    rooted_around_the_carry_limits(&mut comm).map_err(|e| format!("rank {r} of {n}: {e}"))?;
+    Ok(())
+}
+
+/// Root r's j-th input to the rooted calls below, as a byte.
+fn rooted_value(r: usize, j: usize) -> u8 {
+    ((r * 31 + j * 7) % 251) as u8
+}
+
+/// Broadcast (in place and out of place) and Scatter (out of place and in
+/// place) from the first and the last rank, at inputs of just under and
+/// just over the sizes where the engine stops carrying a call's input in
+/// the agreement (256 bytes from every rank, 8 KiB from a root over shared
+/// memory), in bytes and in 8-byte floats, against closed forms.
+fn rooted_around_the_carry_limits(c: &mut Comm) -> Result<()> {
+    let (n, me) = (c.size(), c.rank());
+    let check = |what: &str, got: Vec<f64>, want: Vec<f64>| -> Result<()> {
+        match got.iter().zip(&want).position(|(a, b)| a != b) {
+            None if got.len() == want.len() => Ok(()),
+            at => Err(rankwise::Error::new(
+                rankwise::ErrorKind::InvalidUsage,
+                format!("{what}: element {at:?} is wrong: got {got:?}, expected {want:?}"),
+            )),
+        }
+    };
+    for (size, dt) in [(1, DataType::Uint8), (8, DataType::Float64)] {
+        for total in [256, 264, 8192, 8200] {
+            for root in [0, n - 1] {
+                let input = |count: usize| -> Vec<f64> {
+                    (0..count).map(|j| f64::from(rooted_value(me, j))).collect()
+                };
+                let from_root = |lo: usize, hi: usize| -> Vec<f64> {
+                    (lo..hi).map(|j| f64::from(rooted_value(root, j))).collect()
+                };
+                let as_dt = |v: &[f64]| -> Vec<u8> {
+                    if size == 1 {
+                        v.iter().map(|x| *x as u8).collect()
+                    } else {
+                        bytes::of(v).to_vec()
+                    }
+                };
+                let of_dt = |b: &[u8]| -> Vec<f64> {
+                    if size == 1 {
+                        b.iter().map(|x| f64::from(*x)).collect()
+                    } else {
+                        b.chunks(8)
+                            .map(|w| f64::from_le_bytes(w.try_into().unwrap()))
+                            .collect()
+                    }
+                };
+                let tag = format!("{dt} root {root}, {total} bytes");
+                // Broadcast of `total` bytes
+                let q = total / size;
+                let (s, d) = (c.alloc(total)?, c.alloc(total)?);
+                c.write(s, &as_dt(&input(q)))?;
+                for (to, what) in [(d, "Broadcast"), (s, "in-place Broadcast")] {
+                    c.nccl_broadcast(s, to, q, dt, root as i32)?;
+                    let got = of_dt(&c.read::<u8>(to, total)?);
+                    check(&format!("{what} {tag}"), got, from_root(0, q))?;
+                }
+                // Scatter: the root's whole input at or just over `total`
+                let q = if total.is_power_of_two() {
+                    total / (size * n)
+                } else {
+                    total.div_ceil(size * n)
+                }
+                .max(1);
+                let block = q * size;
+                let (s, d) = (c.alloc(n * block)?, c.alloc(block)?);
+                c.write(s, &as_dt(&input(n * q)))?;
+                c.nccl_scatter(s, d, q, dt, root as i32)?;
+                let want = from_root(me * q, (me + 1) * q);
+                check(
+                    &format!("Scatter {tag}"),
+                    of_dt(&c.read::<u8>(d, block)?),
+                    want.clone(),
+                )?;
+                let mine = if me == root { s + me * block } else { d };
+                if me != root {
+                    c.fill(d, block, 0)?;
+                }
+                c.nccl_scatter(s, mine, q, dt, root as i32)?;
+                check(
+                    &format!("in-place Scatter {tag}"),
+                    of_dt(&c.read::<u8>(mine, block)?),
+                    want,
+                )?;
+            }
+        }
+    }
     Ok(())
 }
 

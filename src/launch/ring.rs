@@ -316,6 +316,18 @@ impl Ring {
     /// zeroed, once it is there: the post's length in bytes (more than
     /// `out` holds when it was cut; `usize::MAX` when it is in the store).
     pub fn read_words(&self, party: usize, seq: u64, out: &mut [u64]) -> Option<usize> {
+        self.read_words_from(party, seq, 0, out)
+    }
+
+    /// [`Ring::read_words`] from the post's word `skip` on: a reader that
+    /// needs only part of a long post loads only that part.
+    pub fn read_words_from(
+        &self,
+        party: usize,
+        seq: u64,
+        skip: usize,
+        out: &mut [u64],
+    ) -> Option<usize> {
         let slot = self.slot(party, seq);
         if slot[ROUND].load(Ordering::Acquire) != seq + 1 {
             return None;
@@ -323,8 +335,10 @@ impl Ring {
         let len = slot[LEN].load(Ordering::Relaxed);
         let words = (len.min(SLOT_BYTES as u64) as usize)
             .div_ceil(8)
+            .saturating_sub(skip)
             .min(out.len());
-        for (o, w) in out.iter_mut().zip(&slot[VALUE..VALUE + words]) {
+        let value = &slot[VALUE + skip.min(SLOT_WORDS)..];
+        for (o, w) in out.iter_mut().zip(&value[..words]) {
             *o = w.load(Ordering::Relaxed);
         }
         out[words..].fill(0);
@@ -730,6 +744,13 @@ mod tests {
         assert_eq!(ring.read_words(0, 5, &mut one), Some(9));
         assert_eq!(one, [1, 2, 0]);
         assert_eq!(ring.read_words(1, 5, &mut one), None);
+        // a part of a post: from its second word, and past its end
+        assert_eq!(ring.read_words_from(2, 4, 1, &mut one), Some(48));
+        assert_eq!(one, [6, 7, 8]);
+        assert_eq!(ring.read_words_from(2, 4, 4, &mut one), Some(48));
+        assert_eq!(one, [9, 10, 0]);
+        assert_eq!(ring.read_words_from(2, 4, 9, &mut one), Some(48));
+        assert_eq!(one, [0, 0, 0]);
         // round 5: rank 1 never comes, rank 2 posted and took it back
         ring.post_words(2, 5, &[1]);
         ring.withdraw(2, 5);

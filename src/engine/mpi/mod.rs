@@ -7,7 +7,8 @@
 //! Isend/Irecv in `p2p`) is non-blocking, with a deadline, and hears when
 //! another rank's program ended or failed (`notice`): a missing or failed
 //! rank is an error, never a hang. Once a launch's collectives agree, their
-//! data moves through MPI's blocking collectives (`collectives`).
+//! data moves through MPI's blocking collectives (`collectives`), or, for
+//! a single small call, rode in the posts already (`eager`).
 //!
 //! When every rank of a communicator is a process of one host, the
 //! agreement's posts go through shared memory instead of MPI messages
@@ -194,6 +195,10 @@ const EXCHANGE_TAG: i32 = 0x4100;
 /// for a small collective's input (`eager`).
 const SLOT_WORDS: usize = wire::HEAD_WORDS + eager::WORDS;
 
+/// The longest post on the shared-memory lane: a head and the input of a
+/// root-sent call (`eager::ROOT_BYTES`).
+const POST_BYTES: usize = wire::HEAD_WORDS * 8 + eager::ROOT_BYTES;
+
 extern "C" fn finalize_at_exit() {
     ffi::finalize();
 }
@@ -223,6 +228,10 @@ pub struct MpiEngine {
     /// this host, and the rounds made on it
     ring: Option<Ring>,
     ring_rounds: u64,
+    /// this rank's post on the ring, and what it reads of a root's: kept
+    /// between launches, so a launch allocates neither
+    post: Vec<u64>,
+    got: Vec<u64>,
 }
 
 impl MpiEngine {
@@ -264,6 +273,8 @@ impl MpiEngine {
             program,
             ring,
             ring_rounds: 0,
+            post: Vec::new(),
+            got: Vec::new(),
         }
     }
 
@@ -417,7 +428,9 @@ impl MpiEngine {
         let mut all = vec![0u64; self.size * SLOT_WORDS];
         let mut lens = vec![0usize; self.size];
         match ring.wait_words(seq, deadline, heard, &mut all, &mut lens) {
-            Ok(()) => match lens.iter().position(|l| *l > SLOT_WORDS * 8) {
+            // a root's post may be longer than the slot read here (its
+            // input to a root-sent call, read later where it lies)
+            Ok(()) => match lens.iter().position(|l| *l > POST_BYTES) {
                 None => Ok(all),
                 Some(r) => Err(Error::new(
                     ErrorKind::Internal,
@@ -445,7 +458,7 @@ impl MpiEngine {
         if !launch.colls.is_empty() {
             let (n, me) = (self.size, self.rank);
             let carried = match launch.colls.as_slice() {
-                [c] => eager::payload(c, n, me),
+                [c] => eager::payload(c, n, me, self.ring.is_some()),
                 _ => None,
             };
             let slots = self.exchange_slots(launch.op_count, &launch.colls, carried)?;
@@ -457,6 +470,7 @@ impl MpiEngine {
             }
             match launch.colls.as_slice() {
                 // every rank agreed on this call, so every rank carried its input
+                [c] if carried.is_some() && eager::from_root(c, n) => self.receive_from_root(c)?,
                 [c] if carried.is_some() => {
                     let at = slots.as_ptr() as usize + wire::HEAD_WORDS * 8;
                     eager::finish(c, n, me, at, SLOT_WORDS * 8);
@@ -473,6 +487,40 @@ impl MpiEngine {
         if !launch.p2p.is_empty() {
             p2p::run(self, launch)?;
         }
+        Ok(())
+    }
+
+    /// This rank's output of a root-sent call whose input rode in the root's
+    /// post of the launch's ring round (`eager::from_root`): the root
+    /// copies its own, every other rank loads its part of the post. The
+    /// root cannot reuse that slot before every rank has posted its next
+    /// launch, so the post is still there.
+    fn receive_from_root(&mut self, c: &Call) -> Result<()> {
+        let (from, bytes) = eager::received(c, self.rank);
+        if self.rank == c.root {
+            ffi::copy(c.sendbuff + from, c.recvbuff, bytes);
+            return Ok(());
+        }
+        let ring = self
+            .ring
+            .as_ref()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "a root-sent input without a ring"))?;
+        let seq = self.ring_rounds - 1;
+        let (first, end) = (from / 8, (from + bytes).div_ceil(8));
+        self.got.resize(end - first, 0);
+        let len = ring.read_words_from(c.root, seq, wire::HEAD_WORDS + first, &mut self.got);
+        if len.is_none_or(|l| l < wire::HEAD_WORDS * 8 + from + bytes) {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "rank {}'s post on the shared-memory lane is {} where {} bytes of its input were agreed",
+                    c.root,
+                    len.map_or("gone".to_string(), |l| format!("{l} bytes long")),
+                    from + bytes
+                ),
+            ));
+        }
+        ffi::copy(self.got.as_ptr() as usize + from % 8, c.recvbuff, bytes);
         Ok(())
     }
 
@@ -499,18 +547,27 @@ impl MpiEngine {
         let on = Waiting::Collective {
             done: self.colls_done,
         };
-        let mut slot = [0u64; SLOT_WORDS];
-        slot[..wire::HEAD_WORDS].copy_from_slice(&wire::head(op_count, calls));
-        let mut used = wire::HEAD_WORDS;
-        if let Some((addr, bytes)) = carried {
-            ffi::copy(addr, slot[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes);
-            used += bytes.div_ceil(8);
-        }
+        let head = wire::head(op_count, calls);
         if self.ring.is_some() {
             // only what this rank filled travels: a reader's cache lines
             // are most of a small launch's agreement
-            self.ring_words(&slot[..used], &on, &what)
+            let mut post = std::mem::take(&mut self.post);
+            post.clear();
+            post.extend_from_slice(&head);
+            if let Some((addr, bytes)) = carried {
+                post.resize(wire::HEAD_WORDS + bytes.div_ceil(8), 0);
+                ffi::copy(addr, post[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes);
+            }
+            let all = self.ring_words(&post, &on, &what);
+            self.post = post;
+            all
         } else {
+            // (without shared memory every carried input fits a slot)
+            let mut slot = [0u64; SLOT_WORDS];
+            slot[..wire::HEAD_WORDS].copy_from_slice(&head);
+            if let Some((addr, bytes)) = carried {
+                ffi::copy(addr, slot[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes);
+            }
             self.allgather_words(&slot, on, &what)
         }
     }
