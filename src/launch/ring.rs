@@ -293,13 +293,19 @@ impl Ring {
         );
     }
 
+    /// `party`'s slot for round `seq` and the length of the post in it,
+    /// once the post is there.
+    fn posted(&self, party: usize, seq: u64) -> Option<(&[AtomicU64], u64)> {
+        let slot = self.slot(party, seq);
+        // the acquire pairs with `publish`'s release: value and length
+        // are complete once the round shows
+        (slot[ROUND].load(Ordering::Acquire) == seq + 1)
+            .then(|| (slot, slot[LEN].load(Ordering::Relaxed)))
+    }
+
     /// `party`'s post of round `seq`, once it is there.
     pub fn read(&self, party: usize, seq: u64) -> Option<Part> {
-        let slot = self.slot(party, seq);
-        if slot[ROUND].load(Ordering::Acquire) != seq + 1 {
-            return None;
-        }
-        let len = slot[LEN].load(Ordering::Relaxed);
+        let (slot, len) = self.posted(party, seq)?;
         if len == IN_STORE {
             return Some(Part::InStore);
         }
@@ -328,11 +334,7 @@ impl Ring {
         skip: usize,
         out: &mut [u64],
     ) -> Option<usize> {
-        let slot = self.slot(party, seq);
-        if slot[ROUND].load(Ordering::Acquire) != seq + 1 {
-            return None;
-        }
-        let len = slot[LEN].load(Ordering::Relaxed);
+        let (slot, len) = self.posted(party, seq)?;
         let words = (len.min(SLOT_BYTES as u64) as usize)
             .div_ceil(8)
             .saturating_sub(skip)
