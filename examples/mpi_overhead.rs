@@ -40,8 +40,8 @@
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use rankwise::bench::run::median;
-use rankwise::launch::ring::{self, Ring};
 use rankwise::launch::{EngineKind, LaunchOptions, launch_each};
+use rankwise::transport::lane::{self, Lane};
 use rankwise::{Comm, DataType, RedOp, Result};
 use serde_json::{Value, json};
 use std::process::{Command, ExitCode};
@@ -128,7 +128,7 @@ fn rankwise_call(c: &mut Comm, op: &str, s: usize, r: usize, q: usize) -> Result
 /// after it shows what making every call wait for every rank costs,
 /// apart from what the engine does around it.
 struct Fence {
-    ring: Option<Ring>,
+    ring: Option<Lane>,
     me: usize,
     seq: u64,
     words: Vec<u64>,
@@ -137,7 +137,7 @@ struct Fence {
 
 impl Fence {
     fn new(me: usize, n: usize) -> Fence {
-        let ring = ring::join_with(&ring::segment_dir(), me, n, true, |mine| {
+        let ring = lane::join_with(&lane::segment_dir(), me, n, true, |mine| {
             rankwise::mpi::share(mine, Duration::from_secs(30)).ok()
         });
         Fence {

@@ -28,7 +28,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 fn jobs() -> Vec<(&'static str, Handler)> {
-    let mut j = process::builtin_jobs();
+    let mut j = rankwise::verify::runner::JOBS.to_vec();
     j.push(("diff", diff_job as Handler));
     j.push(("argcheck", argcheck_job as Handler));
     j.push(("fault", fault_job as Handler));

@@ -22,15 +22,18 @@ pub mod bench;
 pub mod cli;
 pub mod core;
 pub mod engine;
+pub mod exit;
 pub mod launch;
 pub mod logs;
+pub mod machine;
 pub mod misuse;
 pub mod settings;
 pub mod trace;
+pub mod transport;
 pub mod verify;
 
 pub use api::{Comm, NULL, P2POp};
 pub use core::{DataType, Element, Error, ErrorKind, Func, RedOp, Result, ResultCode};
-pub use engine::local;
+pub use launch::local;
 #[cfg(feature = "mpi")]
-pub use engine::mpi;
+pub use launch::mpi;

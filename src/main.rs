@@ -36,8 +36,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // a rank process started by `launch::process` runs its rank and ends
-    if let Some(code) =
-        rankwise::launch::process::serve_if_worker(&rankwise::launch::process::builtin_jobs())
+    if let Some(code) = rankwise::launch::process::serve_if_worker(&rankwise::verify::runner::JOBS)
     {
         return code;
     }

@@ -8,7 +8,7 @@
 //! | `RANKWISE_DEBUG` | `VERSION`, `WARN`, `INFO`, `TRACE` (any case) | no trace |
 //! | `RANKWISE_DEBUG_SUBSYS` | comma list of `INIT`, `COLL`, `P2P`, `ALL`; a leading `^` excludes them | all |
 //! | `RANKWISE_DEBUG_FILE` | a path; `%h` host, `%p` pid, `%r` rank | stderr |
-//! | `RANKWISE_SHM` | `0` or `1`: whether ranks of one host agree through shared memory (`launch::ring`) | on |
+//! | `RANKWISE_SHM` | `0` or `1`: whether ranks of one host agree through shared memory (`transport::lane`) | on |
 //! | `RANKWISE_SHM_DIR` | a directory for the shared-memory segments | `/dev/shm` |
 //!
 //! An empty value means unset, as NCCL reads its own variables.

@@ -16,7 +16,7 @@
 //! exchange and every Send/Recv pair's), plus one for the verdicts when it
 //! has Sends or Recvs; on a communicator whose ranks share a host, its
 //! collectives' exchange goes through shared memory instead
-//! (`rankwise::launch::ring`), and
+//! (`rankwise::transport::lane`), and
 //! a launch of collectives alone asks nothing of the store.
 
 use crate::side;
@@ -25,9 +25,9 @@ use rankwise::core::{
     AddressSpace, Error, ErrorKind, Group, Launch, RawCall, agree, check_buffers, check_call,
 };
 use rankwise::engine::nccl::posts::{self, PairCounts, Side};
-use rankwise::launch::ring::{self, Part, Ring, Waited};
-use rankwise::launch::store::{Client, Item, Missing, Read, Share, SideChannel, gathered};
 use rankwise::trace::{RankTracer, Tracer};
+use rankwise::transport::lane::{self, Lane, Part, Waited};
+use rankwise::transport::store::{Client, Item, Missing, Read, Share, SideChannel, gathered};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -61,7 +61,7 @@ pub struct Settings {
     /// `RANKWISE_TIMEOUT`: the longest wait for other ranks.
     pub timeout: Duration,
     /// `RANKWISE_SHM=0` makes communicators whose ranks share a host agree
-    /// through the store too, instead of shared memory (`launch::ring`).
+    /// through the store too, instead of shared memory (`transport::lane`).
     pub shm: bool,
 }
 
@@ -96,7 +96,7 @@ pub fn settings() -> &'static Settings {
             checks,
             abort: var("RANKWISE_ABORT").as_deref() == Some("1"),
             timeout,
-            shm: ring::wanted(),
+            shm: lane::wanted(),
         }
     })
 }
@@ -120,7 +120,7 @@ struct Channel {
     me: usize,
     /// the lane through shared memory, when every rank is on this host:
     /// a launch's collectives agree there instead of in the store
-    ring: Option<Ring>,
+    ring: Option<Lane>,
 }
 
 impl Channel {
@@ -272,8 +272,8 @@ fn register(
             Ok(chan) => {
                 let mut c = Channel::new(chan, addr, key, rank, nranks);
                 let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
-                c.ring = ring::join(
-                    &ring::segment_dir(),
+                c.ring = lane::join(
+                    &lane::segment_dir(),
                     &*c.chan,
                     &c.key,
                     c.me,
@@ -793,8 +793,8 @@ fn post_on_ring(r: &Round<'_>) -> Result<(), Error> {
     }
     for p in r.postings {
         let Some(seq) = p.ring else { continue };
-        if p.value.len() > ring::SLOT_BYTES {
-            let key = ring::overflow_key(&r.chan.key, seq, me);
+        if p.value.len() > lane::SLOT_BYTES {
+            let key = lane::overflow_key(&r.chan.key, seq, me);
             r.chan.chan.set(&key, &p.value)?;
         }
         ring.post(me, seq, &p.value);
@@ -805,7 +805,7 @@ fn post_on_ring(r: &Round<'_>) -> Result<(), Error> {
 /// Every rank's share of ring round `seq`, in rank order. A rank that has
 /// not posted is `Missing::Finished` once the store says it left (asked
 /// every 10 ms of the wait), else `Missing::Timeout` at the deadline.
-fn read_ring(c: &Channel, ring: &Ring, seq: u64, deadline: Instant) -> Vec<Share> {
+fn read_ring(c: &Channel, ring: &Lane, seq: u64, deadline: Instant) -> Vec<Share> {
     let gone =
         |rank: usize| match c
             .chan
@@ -843,7 +843,7 @@ fn read_ring(c: &Channel, ring: &Ring, seq: u64, deadline: Instant) -> Vec<Share
         .map(|(rank, part)| match part {
             Ok(Part::Value(v)) => Ok(v),
             Ok(Part::InStore) => {
-                let key = ring::overflow_key(&c.key, seq, rank);
+                let key = lane::overflow_key(&c.key, seq, rank);
                 c.chan
                     .get(&key, c.owner(rank), deadline)
                     .unwrap_or(Err(Missing::Timeout))
@@ -1191,7 +1191,7 @@ fn verdicts(
 mod tests {
     use super::*;
     use rankwise::core::{Call, DataType, Func, RedOp};
-    use rankwise::launch::store::Store;
+    use rankwise::transport::store::Store;
 
     fn call(func: Func, count: usize, root: usize) -> Call {
         Call {
@@ -1221,7 +1221,7 @@ mod tests {
     /// The `n` ranks of a communicator whose collectives agree on a ring
     /// (its segment in `dir`), the rest on `store`.
     fn ranks_on_ring(store: &Arc<Store>, dir: &std::path::Path, n: usize) -> Vec<CommState> {
-        let (first, path) = Ring::create(dir, n).unwrap();
+        let (first, path) = Lane::create(dir, n).unwrap();
         let nonce = first.nonce();
         let mut first = Some(first);
         (0..n)
@@ -1229,7 +1229,7 @@ mod tests {
                 let mut s = rank(store, "c", r, n);
                 let ring = first
                     .take()
-                    .unwrap_or_else(|| Ring::open(&path, nonce, n).unwrap());
+                    .unwrap_or_else(|| Lane::open(&path, nonce, n).unwrap());
                 s.channel.as_mut().unwrap().ring = Some(ring);
                 s
             })

@@ -26,7 +26,7 @@
 //!   (rankwise's `core` decides every rule and words every error);
 //! - `side`: the side channel's store, found through the unique id (a
 //!   communicator whose ranks all share one host agrees on its collectives
-//!   through `rankwise::launch::ring` instead, set up through the store).
+//!   through `rankwise::transport::lane` instead, set up through the store).
 //!
 //! Environment: `RANKWISE_CHECK=0` forwards every call untouched;
 //! `RANKWISE_CHECK=local` makes each call's own checks (arguments,

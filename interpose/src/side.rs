@@ -1,5 +1,5 @@
 //! The side channel across a communicator's ranks: rankwise's key-value
-//! store ([`rankwise::launch::store`]), served over TCP by the process that
+//! store ([`rankwise::transport::store`]), served over TCP by the process that
 //! made the communicator's `ncclUniqueId`, and found by every rank from the
 //! id itself.
 //!
@@ -18,7 +18,7 @@
 //! without the interposer, carries no address: that communicator gets the
 //! local checks only, and a line on stderr says so.
 
-use rankwise::launch::store::{Hub, Store};
+use rankwise::transport::store::{Hub, Store};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};

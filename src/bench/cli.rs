@@ -51,7 +51,7 @@ pub struct BenchArgs {
     pub check: usize,
     /// Engine to run on: local (threads), or mpi (a process per rank of an
     /// MPI job; outside mpirun, rankwise starts `mpirun -n RANKS` itself)
-    #[arg(long, value_enum, default_value = "local")]
+    #[arg(long, value_parser = crate::cli::engine_parser(), default_value = "local")]
     pub engine: EngineKind,
     /// Print one JSON document instead of the table
     #[arg(long)]

@@ -77,13 +77,8 @@ fn stream(d: &mut [u8], s: &[u8]) {
     copy_streaming(d, s)
 }
 
-/// The cores this process may run on (`std::thread::available_parallelism`):
-/// the probe copies with one thread per core.
-pub fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
+/// The cores this process may run on: the probe copies with one thread per core.
+pub use crate::machine::cores;
 
 /// CPU seconds every core of the machine together has been busy since
 /// boot (`/proc/stat`: all but idle and iowait, in the kernel's USER_HZ of

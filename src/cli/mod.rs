@@ -1,9 +1,7 @@
 //! The `rankwise` commands. Each submodule exposes its clap `Args` and a
 //! `run(args) -> ExitCode`; `main.rs` only dispatches.
 //!
-//! Exit codes: 0 success; 1 a failed verification or bad input (with a
-//! message saying what was expected); 2 a call the engine rejected (with its
-//! `ncclResult_t` name), and clap's usage errors.
+//! Exit codes: `crate::exit`.
 
 /// `println!` that ignores a closed stdout: `rankwise verify | head` must
 /// end quietly, not with a panic.
@@ -28,22 +26,13 @@ pub mod summarize;
 pub mod verify;
 
 use crate::core::{DataType, Func, RedOp};
+pub use crate::exit::{FAILED, REJECTED, fail};
+use crate::launch::EngineKind;
 use std::process::ExitCode;
-
-/// Exit code of a failed verification or bad input.
-pub const FAILED: u8 = 1;
-/// Exit code of a call the engine rejected.
-pub const REJECTED: u8 = 2;
 
 /// The most ranks the commands that start threads accept: the local engine
 /// runs one thread per rank.
 pub const MAX_LOCAL_RANKS: usize = 256;
-
-/// Prints `rankwise <cmd>: <msg>` to stderr and returns exit code 1.
-pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("rankwise {cmd}: {msg}");
-    ExitCode::from(FAILED)
-}
 
 /// Runs a command that launches ranks, unless a `RANKWISE_*` variable has a
 /// value it does not accept: then each bad variable is said (name, value,
@@ -58,6 +47,20 @@ pub fn with_settings(cmd: &str, command: impl FnOnce() -> ExitCode) -> ExitCode 
             ExitCode::from(FAILED)
         }
     }
+}
+
+/// clap's parser for `--engine`: every engine rankwise knows, each with its
+/// summary in `--help`; a build without the one asked for says so when the
+/// command starts.
+pub fn engine_parser() -> impl clap::builder::TypedValueParser<Value = EngineKind> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let values = EngineKind::KNOWN.map(|e| PossibleValue::new(e.name()).help(e.summary()));
+    PossibleValuesParser::new(values).map(|name| {
+        EngineKind::KNOWN
+            .into_iter()
+            .find(|e| e.name() == name)
+            .expect("clap accepts only the known names")
+    })
 }
 
 /// clap value parser for a collective name (`all_reduce`, `AllReduce`, `ncclAllReduce`, …).

@@ -42,7 +42,7 @@ pub struct Args {
     /// Engine to run on: local (threads), nccl (a process per rank, real
     /// NCCL), mpi (a process per rank of an MPI job; outside mpirun,
     /// rankwise starts `mpirun -n RANKS` itself)
-    #[arg(long, value_enum, default_value = "local")]
+    #[arg(long, value_parser = crate::cli::engine_parser(), default_value = "local")]
     pub engine: EngineKind,
 }
 

@@ -32,7 +32,7 @@ pub struct Args {
     pub suite: String,
     /// Engine to run on: local (threads), nccl (a process per rank, real
     /// NCCL), mpi (a process per rank of an MPI job; feature `mpi`)
-    #[arg(long, value_enum, default_value = "local")]
+    #[arg(long, value_parser = crate::cli::engine_parser(), default_value = "local")]
     pub engine: EngineKind,
     /// Run directory to write: a new or empty directory (default: a new
     /// runs/<UTC timestamp>, with -2, -3, … when runs share a second)

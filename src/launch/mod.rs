@@ -7,10 +7,13 @@
 //! ranks of any of them, which is how the CLI's `--engine` and the
 //! integration tests' engine list reach every engine through one door.
 
+pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod mpirun;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod process;
-pub mod ring;
-pub mod store;
 pub mod threads;
 
 use crate::api::Comm;
@@ -25,7 +28,7 @@ const NO_MPI: &str = "this build has no mpi engine (build with `--features mpi`;
 const NO_NCCL: &str = "this build has no NCCL engine (built without the `nccl` feature)";
 
 /// An engine rankwise can run ranks on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum EngineKind {
@@ -48,6 +51,25 @@ impl EngineKind {
         #[cfg(feature = "mpi")]
         EngineKind::Mpi,
     ];
+
+    /// Every engine rankwise knows, whether or not this build has it (a
+    /// build without one says so when it is asked for).
+    pub const KNOWN: [EngineKind; 3] = [EngineKind::Local, EngineKind::Nccl, EngineKind::Mpi];
+
+    /// What the engine is, in one line (the help of `--engine`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            EngineKind::Local => {
+                "Ranks are threads of this process sharing its memory (no GPU, no setup)"
+            }
+            EngineKind::Nccl => {
+                "Every call on real NCCL, one GPU process per rank (several may share one GPU); NCCL and the CUDA driver are found at run time"
+            }
+            EngineKind::Mpi => {
+                "Ranks are the processes of an MPI job (`mpirun`), one rank each (feature `mpi`)"
+            }
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -257,7 +279,7 @@ where
         ));
     }
     match engine {
-        EngineKind::Local => crate::engine::local::launch_each(opts, nranks, program),
+        EngineKind::Local => local::launch_each(opts, nranks, program),
         // results must cross processes: rankwise::mpi::launch_each
         // serialises them; this entry point takes any result type
         #[cfg(feature = "mpi")]
@@ -268,7 +290,7 @@ where
         #[cfg(not(feature = "mpi"))]
         EngineKind::Mpi => Err(Error::new(ErrorKind::InvalidUsage, NO_MPI)),
         #[cfg(feature = "nccl")]
-        EngineKind::Nccl => crate::engine::nccl::launch_each(opts, nranks, program),
+        EngineKind::Nccl => nccl::launch_each(opts, nranks, program),
         #[cfg(not(feature = "nccl"))]
         EngineKind::Nccl => Err(Error::new(ErrorKind::InvalidUsage, NO_NCCL)),
     }

@@ -81,7 +81,7 @@ fn status_file() -> PathBuf {
 }
 
 fn start(cmd: &str, nranks: usize, args: Vec<OsString>) -> ExitCode {
-    let fail = |msg: String| crate::cli::fail(cmd, msg);
+    let fail = |msg: String| crate::exit::fail(cmd, msg);
     if nranks == 0 {
         return fail("--ranks must be at least 1: a communicator has at least one rank".into());
     }
@@ -180,7 +180,7 @@ pub fn end_with_rank0(rank: usize, code: u8) -> ExitCode {
         Ok(all) => all.first().and_then(|b| b.first()).copied().unwrap_or(code),
         Err(e) => {
             eprintln!("rankwise rank {rank}: {e}");
-            code.max(crate::cli::FAILED)
+            code.max(crate::exit::FAILED)
         }
     };
     finish(rank, code)

@@ -1,6 +1,6 @@
 //! One process per rank: rankwise starts itself N times, as mpirun would,
 //! each child running one rank of a named job, and serves the children a
-//! side channel ([`super::store::Hub`] on 127.0.0.1) for the NCCL unique id,
+//! side channel ([`crate::transport::store::Hub`] on 127.0.0.1) for the NCCL unique id,
 //! every launch's posts and the Send/Recv pairing.
 //!
 //! A job is a name and JSON arguments; the child looks the name up in the
@@ -16,10 +16,10 @@
 //! so NCCL treats the ranks as separate hosts and connects them over
 //! sockets: correct, and slow. Every child runs with `NCCL_NVLS_ENABLE=0`.
 
-use super::store::{Client, Hub, SideChannel};
 use super::{EngineKind, LaunchOptions};
 use crate::api::Comm;
 use crate::core::{Error, ErrorKind, Result};
+use crate::transport::store::{Client, Hub, SideChannel};
 use serde::{Deserialize, Serialize};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -36,11 +36,6 @@ pub const ENV_CHECKS: &str = "RANKWISE_WORKER_CHECKS";
 
 /// A rank's part of a job: its communicator and the job's arguments.
 pub type Handler = fn(&mut Comm, &serde_json::Value) -> Result<serde_json::Value>;
-
-/// The jobs rankwise's own binary runs.
-pub fn builtin_jobs() -> Vec<(&'static str, Handler)> {
-    vec![("verify-layer", crate::verify::runner::layer_job as Handler)]
-}
 
 /// What to run on every rank.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -309,7 +304,7 @@ pub fn serve_if_worker(jobs: &[(&str, Handler)]) -> Option<ExitCode> {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rankwise rank {rank}: {e}");
-            ExitCode::from(crate::cli::FAILED)
+            ExitCode::from(crate::exit::FAILED)
         }
     })
 }
@@ -391,7 +386,7 @@ fn make_comm(
     chan: Arc<dyn SideChannel>,
     opts: &LaunchOptions,
 ) -> Result<Comm> {
-    crate::engine::nccl::comm(rank, n, device, chan, opts)
+    super::nccl::comm(rank, n, device, chan, opts)
 }
 
 #[cfg(not(feature = "nccl"))]
@@ -485,7 +480,7 @@ mod tests {
     #[test]
     fn a_process_that_is_no_worker_is_left_alone() {
         if std::env::var_os(ENV_RANK).is_none() {
-            assert!(serve_if_worker(&builtin_jobs()).is_none());
+            assert!(serve_if_worker(&[]).is_none());
         }
     }
 }

@@ -212,6 +212,10 @@ struct LayerJob {
     out: PathBuf,
 }
 
+/// The jobs a rank process of the `rankwise` binary can run
+/// (`launch::process`), by name.
+pub const JOBS: [(&str, crate::launch::process::Handler); 1] = [("verify-layer", layer_job)];
+
 /// The `verify-layer` job of a rank process: the same rank body as a
 /// thread of the local engine runs; returns the opCounts.
 pub fn layer_job(

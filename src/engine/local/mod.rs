@@ -20,68 +20,63 @@ pub mod reduce;
 mod sync;
 pub(crate) mod world;
 
-pub use crate::launch::LaunchOptions;
 pub use engine::LocalEngine;
+/// Where the engine changes path (tests place calls on both sides): a call
+/// of at most [`PAYLOAD_BYTES`] rides in the mailbox; below
+/// [`ALONE_BYTES`] (or [`ALONE_BYTES_OVERSUBSCRIBED`] with more ranks than
+/// cores) one rank computes a launch alone.
+pub use exec::{ALONE_BYTES, ALONE_BYTES_OVERSUBSCRIBED};
+pub use post::PAYLOAD_BYTES;
 
-use crate::api::Comm;
 use crate::core::{Error, ErrorKind, Result};
+use std::sync::Arc;
+use std::time::Duration;
 use world::World;
 
-/// Runs `program` on `nranks` ranks (threads) of one communicator and returns
-/// every rank's value, or the first rank's error that is not merely a
-/// consequence of another rank's failure.
-pub fn launch<T, F>(nranks: usize, program: F) -> Result<Vec<T>>
-where
-    T: Send,
-    F: Fn(&mut Comm) -> Result<T> + Sync,
-{
-    launch_with(LaunchOptions::default(), nranks, program)
+/// The ranks of one new communicator in this process: each rank's thread
+/// takes its end with [`Ranks::engine`] (the launcher, `launch::local`,
+/// makes the threads).
+pub struct Ranks {
+    world: Arc<World>,
 }
 
-pub fn launch_with<T, F>(opts: LaunchOptions, nranks: usize, program: F) -> Result<Vec<T>>
-where
-    T: Send,
-    F: Fn(&mut Comm) -> Result<T> + Sync,
-{
-    crate::launch::all_ok(launch_each(opts, nranks, program)?)
-}
+impl Ranks {
+    /// `nranks` ranks whose waits last at most `timeout`. Without
+    /// `check_agreement` the ranks skip the cross-rank comparison (see
+    /// `LaunchOptions::without_agreement_checks`); `pinned` says the
+    /// launcher pins rank r's thread to core r, so waits may spin longer.
+    pub fn new(
+        nranks: usize,
+        timeout: Duration,
+        check_agreement: bool,
+        pinned: bool,
+    ) -> Result<Ranks> {
+        if nranks == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidUsage,
+                "a communicator needs at least 1 rank, 0 given",
+            ));
+        }
+        if nranks > u32::MAX as usize / 2 {
+            return Err(Error::new(
+                ErrorKind::InvalidUsage,
+                format!("{nranks} ranks is more than the local engine supports"),
+            ));
+        }
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ^ ((std::process::id() as u64) << 32);
+        let world = World::new(
+            nranks,
+            timeout,
+            id,
+            world::Threads::new(nranks, check_agreement, pinned),
+        );
+        Ok(Ranks { world })
+    }
 
-/// Like [`launch`], but returns each rank's own result, errors included.
-pub fn launch_each<T, F>(opts: LaunchOptions, nranks: usize, program: F) -> Result<Vec<Result<T>>>
-where
-    T: Send,
-    F: Fn(&mut Comm) -> Result<T> + Sync,
-{
-    if nranks == 0 {
-        return Err(Error::new(
-            ErrorKind::InvalidUsage,
-            "a communicator needs at least 1 rank, 0 given",
-        ));
+    /// Rank `rank`'s end of the communicator.
+    pub fn engine(&self, rank: usize) -> LocalEngine {
+        LocalEngine::new(self.world.clone(), rank)
     }
-    if nranks > u32::MAX as usize / 2 {
-        return Err(Error::new(
-            ErrorKind::InvalidUsage,
-            format!("{nranks} ranks is more than the local engine supports"),
-        ));
-    }
-    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ^ ((std::process::id() as u64) << 32);
-    let pinned = opts.pin_threads
-        && core_affinity::get_core_ids().is_some_and(|cores| nranks <= cores.len());
-    let world = World::new(
-        nranks,
-        opts.timeout,
-        id,
-        world::Threads::new(nranks, opts.check_agreement, pinned),
-    );
-    let make = |rank: usize| {
-        let engine = LocalEngine::new(world.clone(), rank);
-        Ok(Comm::new(
-            Box::new(engine),
-            opts.tracer.for_rank(rank),
-            opts.poison,
-        ))
-    };
-    crate::launch::threads::run(nranks, opts.pin_threads, make, &program)
 }

@@ -12,13 +12,14 @@
 //!
 //! When every rank of a communicator is a process of one host, the
 //! agreement's posts go through shared memory instead of MPI messages
-//! (`launch::ring`, set up over MPI when the communicator is made): a post
+//! (`transport::lane`, set up over MPI when the communicator is made): a post
 //! is a few stores and the read a few loads, where an exchange of MPI
 //! messages costs a microsecond or more per round. `RANKWISE_SHM=0` keeps
 //! the agreement on MPI messages.
 //!
 //! A program started by `mpirun -n N` gets its rank's communicator from
-//! [`init`].
+//! the launcher, `rankwise::mpi::init` (`launch::mpi`), which builds on
+//! [`connect_world`] and [`connect_first`].
 
 mod collectives;
 mod eager;
@@ -28,15 +29,11 @@ mod ops;
 mod p2p;
 mod wire;
 
-use crate::api::Comm;
 use crate::core::{Call, Error, ErrorKind, Launch, Posted, Result, agree};
 use crate::engine::local::memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
-use crate::launch::LaunchOptions;
-use crate::launch::ring::{self, Ring};
+use crate::transport::lane::{self, Lane};
 use notice::{Notices, Program, Waiting};
-use serde::{Serialize, de::DeserializeOwned};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -51,48 +48,40 @@ pub fn under_mpirun() -> bool {
 /// How many processes the MPI job has (the most ranks a launch can have),
 /// or an error saying why it cannot be known.
 pub fn job_size() -> Result<usize> {
-    ffi::init()?;
+    init_once()?;
     Ok(ffi::rank_and_size(ffi::world())?.1)
 }
 
-/// This process's communicator over every rank of the MPI job
-/// (`MPI_COMM_WORLD`), with the options the `RANKWISE_*` variables ask for.
-/// MPI is initialised on the first call and finalised when the process exits.
-pub fn init() -> Result<Comm> {
-    init_with(LaunchOptions::default())
-}
-
-/// [`init`] with explicit options (timeout, trace, poison).
-pub fn init_with(opts: LaunchOptions) -> Result<Comm> {
+/// Initialises MPI once per process and finalises it when the process exits.
+fn init_once() -> Result<()> {
     ffi::init()?;
     static FINALIZE: std::sync::Once = std::sync::Once::new();
     FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
+    Ok(())
+}
+
+/// This process's end of a communicator over every rank of the MPI job
+/// (a duplicate of `MPI_COMM_WORLD`), whose waits last at most `timeout`.
+/// Dropping it ends this rank's program. MPI is initialised on the first
+/// call and finalised when the process exits.
+pub fn connect_world(timeout: Duration) -> Result<MpiEngine> {
+    init_once()?;
     let notices = Notices::for_process()?;
     let comm = ffi::dup(ffi::world())?;
     let (rank, size) = ffi::rank_and_size(comm)?;
     let mut id = launch_id(rank);
     ffi::bcast_u64(comm, &mut id)?;
-    let mut engine = MpiEngine::new(notices, comm, rank, size, id, id, opts.timeout);
+    let mut engine = MpiEngine::new(notices, comm, rank, size, id, id, timeout);
     engine.top = true;
-    let tracer = opts.tracer.for_rank(rank);
-    engine.say_lane(&tracer);
-    Ok(Comm::new(Box::new(engine), tracer, opts.poison))
+    Ok(engine)
 }
 
-/// Runs `program` on the first `nranks` processes of the MPI job (the
-/// others take no part) and returns every rank's result on every process:
-/// each result crosses processes serialised, so every process can check
-/// all of them, as a test on the local engine does. Every process of the
-/// job must call it, in the same order; the job needs at least `nranks`
+/// This process's end of a communicator over the first `nranks` processes
+/// of the MPI job, or None on the others (which take no part). Every
+/// process of the job must call it; the job needs at least `nranks`
 /// processes.
-pub fn launch_each<T, F>(opts: LaunchOptions, nranks: usize, program: F) -> Result<Vec<Result<T>>>
-where
-    T: Serialize + DeserializeOwned,
-    F: Fn(&mut Comm) -> Result<T>,
-{
-    ffi::init()?;
-    static FINALIZE: std::sync::Once = std::sync::Once::new();
-    FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
+pub fn connect_first(nranks: usize, timeout: Duration) -> Result<Option<MpiEngine>> {
+    init_once()?;
     let notices = Notices::for_process()?;
     let world = ffi::world();
     let (me, jobs) = ffi::rank_and_size(world)?;
@@ -104,54 +93,20 @@ where
             ),
         ));
     }
-    let mine: Option<Result<T>> = match ffi::split_below(world, nranks)? {
-        None => None,
-        Some(comm) => {
-            let mut id = launch_id(me);
-            ffi::bcast_u64(comm, &mut id)?;
-            let engine = MpiEngine::new(notices, comm, me, nranks, id, id, opts.timeout);
-            let tracer = opts.tracer.for_rank(me);
-            engine.say_lane(&tracer);
-            let mut comm = Comm::new(Box::new(engine), tracer, opts.poison);
-            let out = catch_unwind(AssertUnwindSafe(|| program(&mut comm))).unwrap_or_else(|_| {
-                Err(Error::new(ErrorKind::Panic, format!("rank {me} panicked")).on_rank(me))
-            });
-            comm.finish(out.as_ref().err());
-            Some(out)
-        }
+    let Some(comm) = ffi::split_below(world, nranks)? else {
+        return Ok(None);
     };
-    let bytes = serde_json::to_vec(&mine).map_err(|e| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("rank {me}'s result cannot be serialised: {e}"),
-        )
-    })?;
-    // the program's own waits may be short (a test of a timeout), but a
-    // rank may still be busy in its program: the results wait as long as
-    // any wait of this process may
-    let patience = opts.timeout.max(LaunchOptions::default().timeout);
-    let all = ffi::allgather_bytes(world, &bytes, deadline_after(patience))?;
-    all.into_iter()
-        .take(nranks)
-        .enumerate()
-        .map(|(r, b)| {
-            let got: Option<Result<T>> = serde_json::from_slice(&b).map_err(|e| {
-                Error::new(
-                    ErrorKind::Internal,
-                    format!("rank {r}'s result cannot be read back: {e}"),
-                )
-            })?;
-            got.ok_or_else(|| Error::new(ErrorKind::Internal, format!("rank {r} sent no result")))
-        })
-        .collect()
+    let mut id = launch_id(me);
+    ffi::bcast_u64(comm, &mut id)?;
+    Ok(Some(MpiEngine::new(
+        notices, comm, me, nranks, id, id, timeout,
+    )))
 }
 
 /// This process's rank in the MPI job and the job's size (MPI is
 /// initialised on the first call and finalised when the process exits).
 pub fn world() -> Result<(usize, usize)> {
-    ffi::init()?;
-    static FINALIZE: std::sync::Once = std::sync::Once::new();
-    FINALIZE.call_once(|| ffi::at_exit(finalize_at_exit));
+    init_once()?;
     ffi::rank_and_size(ffi::world())
 }
 
@@ -220,13 +175,13 @@ pub struct MpiEngine {
     timeout: Duration,
     /// a distinct address per rank and communicator, for the trace's `comm`
     handle: Box<u8>,
-    /// the communicator [`init`] made: dropping it ends the rank's program
+    /// the communicator [`connect_world`] made: dropping it ends the rank's program
     top: bool,
     /// the program this communicator belongs to (see `notice`)
     program: Program,
     /// the agreement's lane through shared memory, when every rank is on
     /// this host, and the rounds made on it
-    ring: Option<Ring>,
+    ring: Option<Lane>,
     ring_rounds: u64,
     /// this rank's post on the ring, and what it reads of a root's: kept
     /// between launches, so a launch allocates neither
@@ -254,7 +209,7 @@ impl MpiEngine {
         // every rank of `comm` makes its engine at the same point (init,
         // a launch, a dup), so this collective set-up meets on every rank
         let deadline = deadline_after(timeout.min(Duration::from_secs(30)));
-        let ring = ring::join_with(&ring::segment_dir(), rank, size, ring::wanted(), |mine| {
+        let ring = lane::join_with(&lane::segment_dir(), rank, size, lane::wanted(), |mine| {
             ffi::allgather_bytes(comm, mine, deadline).ok()
         });
         MpiEngine {
@@ -279,7 +234,7 @@ impl MpiEngine {
     }
 
     /// The trace's INIT line saying how this communicator agrees.
-    fn say_lane(&self, tracer: &crate::trace::RankTracer) {
+    pub fn say_lane(&self, tracer: &crate::trace::RankTracer) {
         if self.size > 1 {
             let lane = match self.ring {
                 Some(_) => "shared memory (every rank is on this host)",

@@ -14,7 +14,7 @@ use super::memory::{Gpu, Table};
 use super::posts;
 use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp, Result, agree};
 use crate::engine::{Capabilities, Engine, Memory};
-use crate::launch::store::{Item, Missing, Read, SideChannel, gathered};
+use crate::transport::store::{Item, Missing, Read, SideChannel, gathered};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;

@@ -14,9 +14,9 @@
 //!   Send/Recv pairing;
 //! - `engine`: one rank's communicator ([`NcclEngine`]).
 //!
-//! Ranks are one process each (`launch::process`, the usual way, and the
-//! only way to put several ranks on one GPU) or threads of one process with
-//! one GPU each ([`launch_each`]).
+//! The launchers make the ranks: one process each (`launch::process`, the
+//! usual way, and the only way to put several ranks on one GPU) or threads
+//! of one process with one GPU each (`launch::nccl`).
 
 pub mod cuda;
 pub mod engine;
@@ -27,12 +27,6 @@ pub mod posts;
 pub mod raw;
 
 pub use engine::{NcclEngine, Options};
-
-use crate::api::Comm;
-use crate::core::{Error, ErrorKind, Result};
-use crate::launch::LaunchOptions;
-use crate::launch::store::{SideChannel, Store};
-use std::sync::Arc;
 
 /// Ok when NCCL and a GPU are here; otherwise everything looked for.
 pub fn available() -> std::result::Result<(), String> {
@@ -58,56 +52,4 @@ pub fn describe() -> String {
 /// GPUs the driver reports (0 without a driver).
 pub fn device_count() -> usize {
     cuda::device_count().unwrap_or(0)
-}
-
-/// The engine options a launch's options ask for.
-pub fn options(opts: &LaunchOptions) -> Options {
-    Options {
-        timeout: opts.timeout,
-        check_agreement: opts.check_agreement,
-    }
-}
-
-/// Rank `rank`'s communicator on GPU `device`, over `chan`.
-pub fn comm(
-    rank: usize,
-    size: usize,
-    device: usize,
-    chan: Arc<dyn SideChannel>,
-    opts: &LaunchOptions,
-) -> Result<Comm> {
-    let engine = NcclEngine::connect(rank, size, device, chan, options(opts))?;
-    Ok(Comm::new(
-        Box::new(engine),
-        opts.tracer.for_rank(rank),
-        opts.poison,
-    ))
-}
-
-/// Runs `program` on `nranks` ranks as threads of this process, rank r on
-/// GPU r. NCCL refuses two ranks of one communicator on one GPU in one
-/// process, so this needs a GPU per rank; several ranks on one GPU run as
-/// processes (`rankwise <command> --engine nccl`, `launch::process`).
-pub fn launch_each<T, F>(opts: LaunchOptions, nranks: usize, program: F) -> Result<Vec<Result<T>>>
-where
-    T: Send,
-    F: Fn(&mut Comm) -> Result<T> + Sync,
-{
-    available().map_err(|e| Error::new(ErrorKind::System, e))?;
-    let gpus = device_count();
-    if nranks > gpus {
-        return Err(Error::new(
-            ErrorKind::InvalidUsage,
-            format!(
-                "{nranks} NCCL ranks as threads of one process need {nranks} GPUs, this machine has {gpus}: NCCL refuses two ranks of one communicator on one GPU in one process; run the ranks as processes instead (rankwise verify --engine nccl --ranks {nranks})"
-            ),
-        ));
-    }
-    let store: Arc<dyn SideChannel> = Store::new();
-    crate::launch::threads::run(
-        nranks,
-        opts.pin_threads,
-        |rank| comm(rank, nranks, rank, store.clone(), &opts),
-        &program,
-    )
 }

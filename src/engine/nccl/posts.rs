@@ -5,13 +5,13 @@
 //! disagree, or whose other side never comes, is an error on both ranks
 //! instead of an NCCL hang or a truncated message.
 //!
-//! In the side channel ([`crate::launch::store`]) a launch's collectives are
+//! In the side channel ([`crate::transport::store`]) a launch's collectives are
 //! one exchange among all ranks, and each pair one exchange between its
 //! sender (party 0) and receiver (party 1) under [`pair_key`]; the engine
 //! and the interposer post all of a launch's in one request.
 
 use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp};
-use crate::launch::store::{Missing, Share};
+use crate::transport::store::{Missing, Share};
 use std::time::Duration;
 
 /// Words of one encoded call.

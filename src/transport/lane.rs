@@ -34,7 +34,7 @@
 //! collectives) is marked as such in the slot ([`Part::InStore`]); the
 //! interposer then sets it in the store under a key of its own.
 
-use crate::launch::store::{Item, Read, SideChannel};
+use crate::transport::store::{Item, Read, SideChannel};
 use memmap2::MmapMut;
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
@@ -69,7 +69,7 @@ const IN_STORE: u64 = u64::MAX;
 pub const SPIN: Duration = Duration::from_micros(20);
 
 /// One communicator's segment, mapped.
-pub struct Ring {
+pub struct Lane {
     map: MmapMut,
     nranks: usize,
     /// how long a wait spins before it yields: [`SPIN`], or nothing when
@@ -86,7 +86,7 @@ pub enum Part {
     InStore,
 }
 
-/// How a [`Ring::wait`] ended.
+/// How a [`Lane::wait`] ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Waited<T> {
     /// every rank's post, in rank order
@@ -99,7 +99,7 @@ pub enum Waited<T> {
     },
 }
 
-/// How a [`Ring::wait_words`] ended when not every rank posted: `by` is
+/// How a [`Lane::wait_words`] ended when not every rank posted: `by` is
 /// what stopped the wait (None: the deadline), `posted` who had.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Stopped<T> {
@@ -148,8 +148,8 @@ fn invalid(why: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why)
 }
 
-impl Ring {
-    fn map(file: &std::fs::File, nranks: usize) -> std::io::Result<Ring> {
+impl Lane {
+    fn map(file: &std::fs::File, nranks: usize) -> std::io::Result<Lane> {
         // SAFETY: the file is the segment, which this library alone writes,
         // and only through `words` (atomics): another process changing it
         // concurrently is the point, and atomics make that sound.
@@ -161,12 +161,12 @@ impl Ring {
                 segment_bytes(nranks)
             )));
         }
-        let spin = if nranks <= crate::bench::machine::cores() {
+        let spin = if nranks <= crate::machine::cores() {
             SPIN
         } else {
             Duration::ZERO
         };
-        Ok(Ring { map, nranks, spin })
+        Ok(Lane { map, nranks, spin })
     }
 
     fn words(&self) -> &[AtomicU64] {
@@ -179,7 +179,7 @@ impl Ring {
     }
 
     /// Makes a segment for `nranks` in `dir`: the ring and its file's path.
-    pub fn create(dir: &Path, nranks: usize) -> std::io::Result<(Ring, PathBuf)> {
+    pub fn create(dir: &Path, nranks: usize) -> std::io::Result<(Lane, PathBuf)> {
         let nonce = random_u64();
         let path = dir.join(format!("rankwise-{}-{nonce:016x}", std::process::id()));
         let file = OpenOptions::new()
@@ -189,7 +189,7 @@ impl Ring {
             .open(&path)?;
         let made = file
             .set_len(segment_bytes(nranks) as u64)
-            .and_then(|()| Ring::map(&file, nranks));
+            .and_then(|()| Lane::map(&file, nranks));
         let ring = match made {
             Ok(r) => r,
             Err(e) => {
@@ -207,9 +207,9 @@ impl Ring {
 
     /// Maps the segment at `path`, which must be the one with `nonce` made
     /// for `nranks`.
-    pub fn open(path: &Path, nonce: u64, nranks: usize) -> std::io::Result<Ring> {
+    pub fn open(path: &Path, nonce: u64, nranks: usize) -> std::io::Result<Lane> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
-        let ring = Ring::map(&file, nranks)?;
+        let ring = Lane::map(&file, nranks)?;
         let w = ring.words();
         let head = [
             w[0].load(Ordering::Acquire),
@@ -261,7 +261,7 @@ impl Ring {
         fits
     }
 
-    /// [`Ring::post`] of words (at most a slot's), without a copy to bytes.
+    /// [`Lane::post`] of words (at most a slot's), without a copy to bytes.
     pub fn post_words(&self, rank: usize, seq: u64, words: &[u64]) {
         let slot = self.slot(rank, seq);
         let words = &words[..words.len().min(SLOT_WORDS)];
@@ -325,7 +325,7 @@ impl Ring {
         self.read_words_from(party, seq, 0, out)
     }
 
-    /// [`Ring::read_words`] from the post's word `skip` on: a reader that
+    /// [`Lane::read_words`] from the post's word `skip` on: a reader that
     /// needs only part of a long post loads only that part.
     pub fn read_words_from(
         &self,
@@ -409,7 +409,7 @@ impl Ring {
         }
     }
 
-    /// [`Ring::wait`] into words: rank r's post goes to
+    /// [`Lane::wait`] into words: rank r's post goes to
     /// `out[r * stride..][..stride]` (zero-padded, cut to `stride`), and
     /// each post's length in bytes to `lens[r]`. Nothing is allocated on
     /// the way, which is the whole of a small launch's agreement.
@@ -520,7 +520,7 @@ pub fn join(
     owners: &[usize],
     wanted: bool,
     deadline: Instant,
-) -> Option<Ring> {
+) -> Option<Lane> {
     let mut round = 0;
     join_with(dir, rank, owners.len(), wanted, |value| {
         round += 1;
@@ -554,14 +554,14 @@ pub fn join_with(
     n: usize,
     wanted: bool,
     mut allgather: impl FnMut(&[u8]) -> Option<Vec<Vec<u8>>>,
-) -> Option<Ring> {
+) -> Option<Lane> {
     if n < 2 {
         return None;
     }
     let made = (rank == 0 && wanted)
-        .then(|| Ring::create(dir, n).ok())
+        .then(|| Lane::create(dir, n).ok())
         .flatten();
-    let unlink = |made: &Option<(Ring, PathBuf)>| {
+    let unlink = |made: &Option<(Lane, PathBuf)>| {
         if let Some((_, path)) = made {
             let _ = std::fs::remove_file(path);
         }
@@ -592,7 +592,7 @@ pub fn join_with(
             let path = dir.join(std::ffi::OsStr::from_bytes(&all[0][9..]));
             nonce
                 .ok()
-                .and_then(|nonce| Ring::open(&path, nonce, n).ok())
+                .and_then(|nonce| Lane::open(&path, nonce, n).ok())
                 .map(|r| (r, None))
         }
     };
@@ -607,7 +607,7 @@ pub fn join_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::store::Store;
+    use crate::transport::store::Store;
     use std::sync::Arc;
 
     fn soon(ms: u64) -> Instant {
@@ -617,8 +617,8 @@ mod tests {
     #[test]
     fn posts_of_any_length_read_back_and_rounds_alternate_slots() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, path) = Ring::create(dir.path(), 3).unwrap();
-        let b = Ring::open(&path, a.nonce(), 3).unwrap();
+        let (a, path) = Lane::create(dir.path(), 3).unwrap();
+        let b = Lane::open(&path, a.nonce(), 3).unwrap();
         for seq in 0..6u64 {
             let v: Vec<u8> = (0..(seq as usize * 5 + 1))
                 .map(|i| (i as u8) ^ 0x5a)
@@ -640,16 +640,16 @@ mod tests {
     #[test]
     fn a_segment_with_another_nonce_or_size_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, path) = Ring::create(dir.path(), 2).unwrap();
-        assert!(Ring::open(&path, a.nonce() ^ 2, 2).is_err());
-        assert!(Ring::open(&path, a.nonce(), 3).is_err());
-        assert!(Ring::open(&dir.path().join("none"), a.nonce(), 2).is_err());
+        let (a, path) = Lane::create(dir.path(), 2).unwrap();
+        assert!(Lane::open(&path, a.nonce() ^ 2, 2).is_err());
+        assert!(Lane::open(&path, a.nonce(), 3).is_err());
+        assert!(Lane::open(&dir.path().join("none"), a.nonce(), 2).is_err());
     }
 
     #[test]
     fn notes_keep_the_latest_cut_to_their_room() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, _) = Ring::create(dir.path(), 2).unwrap();
+        let (a, _) = Lane::create(dir.path(), 2).unwrap();
         assert_eq!(a.note(0), None);
         a.set_note(0, b"AllReduce (opCount 0)");
         a.set_note(0, b"Broadcast (opCount 1)");
@@ -661,7 +661,7 @@ mod tests {
     #[test]
     fn wait_ends_when_every_rank_posted_when_told_or_at_the_deadline() {
         let dir = tempfile::tempdir().unwrap();
-        let (ring, _) = Ring::create(dir.path(), 3).unwrap();
+        let (ring, _) = Lane::create(dir.path(), 3).unwrap();
         let ring = Arc::new(ring);
         ring.post(0, 0, b"zero");
         let late = {
@@ -721,7 +721,7 @@ mod tests {
     #[test]
     fn words_are_read_into_fixed_strides_padded_and_cut() {
         let dir = tempfile::tempdir().unwrap();
-        let (ring, _) = Ring::create(dir.path(), 3).unwrap();
+        let (ring, _) = Lane::create(dir.path(), 3).unwrap();
         let ring = Arc::new(ring);
         // the stride's worth of stale words must be overwritten, not kept
         let mut out = vec![u64::MAX; 3 * 4];
@@ -787,7 +787,7 @@ mod tests {
         assert_eq!(out[8], 6, "the post read before it was taken back");
     }
 
-    fn join_all(dir: &Path, n: usize, wanted: impl Fn(usize) -> bool + Sync) -> Vec<Option<Ring>> {
+    fn join_all(dir: &Path, n: usize, wanted: impl Fn(usize) -> bool + Sync) -> Vec<Option<Lane>> {
         let store = Store::new();
         let owners: Vec<usize> = (100..100 + n).collect();
         std::thread::scope(|sc| {
@@ -805,7 +805,7 @@ mod tests {
     fn ranks_of_one_host_join_one_segment_and_leave_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let rings = join_all(dir.path(), 4, |_| true);
-        let rings: Vec<Ring> = rings.into_iter().map(Option::unwrap).collect();
+        let rings: Vec<Lane> = rings.into_iter().map(Option::unwrap).collect();
         rings[3].post(3, 0, b"from 3");
         assert_eq!(rings[0].read(3, 0), Some(Part::Value(b"from 3".to_vec())));
         assert!(rings.iter().all(|r| r.nonce() == rings[0].nonce()));
@@ -820,7 +820,7 @@ mod tests {
         let (d0, d1) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let store = Store::new();
         let owners = [7, 8];
-        let rings: Vec<Option<Ring>> = std::thread::scope(|sc| {
+        let rings: Vec<Option<Lane>> = std::thread::scope(|sc| {
             let hs: Vec<_> = [d0.path(), d1.path()]
                 .into_iter()
                 .enumerate()
