@@ -122,7 +122,7 @@ fn main() {
         .map(|f| std::fs::metadata(f).unwrap().len())
         .sum();
     let (busy0, own0) = (
-        rankwise::bench::machine::busy_seconds().unwrap_or(f64::NAN),
+        rankwise::machine::busy_seconds().unwrap_or(f64::NAN),
         own_cpu_s(),
     );
     let t0 = Instant::now();
@@ -140,7 +140,7 @@ fn main() {
     let t_analyze = t1.elapsed().as_secs_f64();
     let total_s = t0.elapsed().as_secs_f64();
     let own = own_cpu_s() - own0;
-    let others = rankwise::bench::machine::busy_seconds().unwrap_or(f64::NAN) - busy0 - own;
+    let others = rankwise::machine::busy_seconds().unwrap_or(f64::NAN) - busy0 - own;
     println!("{}", a.verdict);
     println!(
         "{} files, {:.3} GB, {} lines, {} calls, {} distinct call signatures",

@@ -5,11 +5,9 @@
 //! from the launch that runs it; every output is compared element by element
 //! with a closed-form formula of rank, block and offset (CONTRACTS.md §7).
 
-mod common;
-
-use common::engines::{engines, launch, launch_with};
 use rankwise::launch::LaunchOptions;
 use rankwise::{Comm, DataType, ErrorKind, NULL, RedOp, Result};
+use rankwise_testkit::engines::{engines, launch, launch_with};
 
 const N: usize = 4;
 

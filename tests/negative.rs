@@ -3,11 +3,9 @@
 //! verify --suite misuse` (its "to error" column), not asserted here: a
 //! loaded machine may take any time, and every wait is bounded anyway.
 
-mod common;
-
-use common::engines::{engines, launch, launch_each};
 use rankwise::launch::{EngineKind, LaunchOptions};
 use rankwise::{Comm, DataType, Error, ErrorKind, NULL, RedOp, Result};
+use rankwise_testkit::engines::{engines, launch, launch_each};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -194,7 +192,7 @@ fn all_gather_with_send_equal_to_recv_on_rank_1() {
 fn unmatched_send() {
     for engine in engines() {
         if !engine.capabilities().diagnoses_deadlock {
-            common::engines::skipped(format!(
+            rankwise_testkit::engines::skipped(format!(
                 "unmatched_send on {engine}: it needs deadlock diagnosis"
             ));
             continue;
@@ -320,7 +318,7 @@ fn send_to_self_needs_a_recv_from_self_in_the_group() {
 fn a_rank_that_panics_mid_collective() {
     for engine in engines() {
         if !engine.capabilities().diagnoses_deadlock {
-            common::engines::skipped(format!(
+            rankwise_testkit::engines::skipped(format!(
                 "a_rank_that_panics_mid_collective on {engine}: its message is the local launcher's"
             ));
             continue;
@@ -374,7 +372,7 @@ fn errors_inside_a_group_are_returned_at_its_end() {
 fn timeout_names_the_rank_that_never_arrives() {
     for engine in engines() {
         if !engine.capabilities().diagnoses_deadlock {
-            common::engines::skipped(format!(
+            rankwise_testkit::engines::skipped(format!(
                 "timeout_names_the_rank_that_never_arrives on {engine}: its ranks share a counter in memory"
             ));
             continue;

@@ -1,11 +1,9 @@
 //! Poison mode: buffers the contract leaves undefined are filled with a
 //! recognisable pattern after each call; defined outputs are untouched by it.
 
-mod common;
-
-use common::engines::{engines, launch_with};
 use rankwise::launch::{EngineKind, LaunchOptions};
 use rankwise::{DataType, RedOp};
+use rankwise_testkit::engines::{engines, launch_with};
 
 fn run(engine: EngineKind, poison: bool) -> Vec<(Vec<u32>, Vec<u32>, Vec<i32>)> {
     launch_with(

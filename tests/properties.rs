@@ -16,12 +16,11 @@
 
 use proptest::prelude::*;
 use rankwise::core::{DataType, Element, Func, RedOp};
-mod common;
 
-use common::engines::{engines, launch};
 use rankwise::core::bytes;
 use rankwise::launch::EngineKind;
 use rankwise::{NULL, with_element_type};
+use rankwise_testkit::engines::{engines, launch};
 
 #[derive(Debug, Clone, Copy)]
 struct Case {
@@ -375,7 +374,7 @@ fn run_case<T: Element>(c: Case) -> Result<(), String> {
         if engine.name() == "mpi" && std::env::var_os("PROPTEST_RNG_SEED").is_none() {
             return Err("on the mpi engine set PROPTEST_RNG_SEED (any number) so every process draws the same cases".into());
         }
-        if common::engines::fits(engine, c.n, "property cases") {
+        if rankwise_testkit::engines::fits(engine, c.n, "property cases") {
             run_case_on::<T>(engine, &c)?;
         }
     }

@@ -2,12 +2,10 @@
 //! on 4 ranks, with the chapter's exact expected vectors, and the four facts
 //! its NCCL log showed, checked on rankwise's own trace.
 
-mod common;
-
-use common::engines::{engines, launch, launch_with};
 use rankwise::launch::LaunchOptions;
 use rankwise::trace::Tracer;
 use rankwise::{ErrorKind, P2POp, RedOp, ResultCode};
+use rankwise_testkit::engines::{engines, launch, launch_with};
 
 const N: usize = 4;
 

@@ -1,10 +1,8 @@
 //! The seed chapter's native cases (raw face, explicit pointers) on 4 ranks,
 //! with the chapter's exact expected vectors.
 
-mod common;
-
-use common::engines::{engines, launch};
 use rankwise::{DataType, NULL, RedOp};
+use rankwise_testkit::engines::{engines, launch};
 
 const N: usize = 4;
 

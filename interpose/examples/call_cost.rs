@@ -263,7 +263,7 @@ fn parent() {
     );
     let t = Instant::now();
     let (busy, ours) = (
-        rankwise::bench::machine::busy_seconds().unwrap_or(0.0),
+        rankwise::machine::busy_seconds().unwrap_or(0.0),
         children_seconds(),
     );
     let data = Job {
@@ -307,7 +307,7 @@ fn parent() {
     println!(
         "load average after: {}; {wall:.0} s, the ranks used {ours:.1} CPU-s, other processes {:.1} CPU-s",
         load_average(),
-        (rankwise::bench::machine::busy_seconds().unwrap_or(0.0) - busy - ours).max(0.0)
+        (rankwise::machine::busy_seconds().unwrap_or(0.0) - busy - ours).max(0.0)
     );
     println!(
         "\nµs per call (slowest rank, median of {rounds} rounds; + is the difference from the stand-in alone)"

@@ -11,6 +11,7 @@
 //! run time); `mpi` runs ranks as the processes of an MPI job (feature
 //! `mpi`).
 
+pub mod host_memory;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;

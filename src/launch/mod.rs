@@ -249,7 +249,7 @@ impl LaunchOptions {
 
 /// Runs one rank's `program`, turning a panic in it into this rank's
 /// `Panic` error (with the panic's message), as every launcher reports it.
-pub(crate) fn run_catching<T>(rank: usize, program: impl FnOnce() -> Result<T>) -> Result<T> {
+pub fn run_catching<T>(rank: usize, program: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(program)).unwrap_or_else(|panic| {
         let msg = panic
             .downcast_ref::<&str>()

@@ -19,13 +19,11 @@
 //!   [`findings`];
 //! - [`summary`]: calls and bytes per communicator, rank and op;
 //! - [`report`]: text and JSON;
-//! - [`cli`]: the `rankwise logs` subcommands;
 //! - `synth` (with the `synth` feature only): multi-rank logs generated
 //!   with one injected fault, for the tests and the speed measurement.
 
 pub mod align;
 pub mod analyze;
-pub mod cli;
 pub mod collectives;
 pub mod findings;
 pub mod ingest;

@@ -4,9 +4,9 @@
 //! agreement costs no extra exchange.
 
 use super::exec::{Scratch, execute};
-use super::memory::Registry;
 use super::world::{World, lock};
 use crate::core::{Error, ErrorKind, Launch, Posted, Result};
+use crate::engine::host_memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
 use std::sync::Arc;
 

@@ -30,7 +30,7 @@ mod p2p;
 mod wire;
 
 use crate::core::{Call, Error, ErrorKind, Launch, Posted, Result, agree};
-use crate::engine::local::memory::Registry;
+use crate::engine::host_memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
 use crate::transport::lane::{self, Lane};
 use notice::{Notices, Program, Waiting};

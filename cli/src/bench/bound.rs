@@ -1,0 +1,77 @@
+//! The copy bound: the least time a collective can take in one address space
+//! on this machine, from the bytes it must move.
+//!
+//! With `s = count · size` (the per-rank count of CONTRACTS.md §1, in bytes)
+//! and N ranks, every implementation must at least read each input byte once
+//! and write each output byte once, all ranks together:
+//!
+//! | op | read | written | in place (written) |
+//! |---|---|---|---|
+//! | AllReduce | N·s | N·s | N·s |
+//! | Reduce | N·s | s (root) | s |
+//! | Broadcast | s (root's input, once) | N·s | (N−1)·s |
+//! | AllGather | N·s (each input once) | N·N·s | (N−1)·N·s |
+//! | ReduceScatter | N·N·s | N·s | N·s |
+//! | AlltoAll | N·N·s | N·N·s | no in-place form |
+//! | Gather | N·s | N·s (root) | (N−1)·s, and reads (N−1)·s |
+//! | Scatter | N·s (root) | N·s | (N−1)·s, and reads (N−1)·s |
+//!
+//! A memory copy of B bytes reads B and writes B bytes, so at the machine's
+//! copy bandwidth `C` (bytes copied per second, all threads) moving
+//! `read + written` bytes takes at least `(read + written) / (2·C)`. For
+//! AllReduce that is `N·s / C`: the time to copy every rank's buffer once.
+//! This assumes the data does not fit in cache (the bound is for large
+//! messages; small ones are bounded by synchronisation instead).
+
+use rankwise::core::Func;
+
+/// Bytes read and written, all ranks together (see the module doc).
+pub fn traffic(
+    func: Func,
+    nranks: usize,
+    count: usize,
+    elem_size: usize,
+    in_place: bool,
+) -> (u64, u64) {
+    let n = nranks as u64;
+    let s = (count * elem_size) as u64;
+    let ip = u64::from(in_place);
+    match func {
+        Func::AllReduce => (n * s, n * s),
+        Func::Reduce => (n * s, s),
+        Func::Broadcast => (s, (n - ip) * s),
+        Func::AllGather => (n * s, (n - ip) * n * s),
+        Func::ReduceScatter => (n * n * s, n * s),
+        Func::AlltoAll => (n * n * s, n * n * s),
+        Func::Gather | Func::Scatter => ((n - ip) * s, (n - ip) * s),
+        Func::Send | Func::Recv => (s, s),
+    }
+}
+
+/// Least time in seconds at copy bandwidth `copy_bw` (bytes copied per second).
+pub fn copy_bound_secs(
+    func: Func,
+    nranks: usize,
+    count: usize,
+    elem_size: usize,
+    in_place: bool,
+    copy_bw: f64,
+) -> f64 {
+    let (r, w) = traffic(func, nranks, count, elem_size, in_place);
+    (r + w) as f64 / (2.0 * copy_bw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_reduce_bound_is_copying_every_buffer_once() {
+        // 4 ranks × 1 MiB at 1 GB/s copied: 4 MiB to copy
+        let t = copy_bound_secs(Func::AllReduce, 4, 1 << 18, 4, false, 1e9);
+        assert!((t - 4.0 * (1 << 20) as f64 / 1e9).abs() < 1e-12);
+        assert_eq!(traffic(Func::AllGather, 4, 10, 1, false), (40, 160));
+        assert_eq!(traffic(Func::AllGather, 4, 10, 1, true), (40, 120));
+        assert_eq!(traffic(Func::Broadcast, 2, 10, 1, true), (10, 10));
+    }
+}

@@ -1,0 +1,181 @@
+//! nccl-tests' text table: `#` header lines, one line per row, the two
+//! closing lines (`Out of bounds values`, `Avg bus bandwidth`).
+
+use super::{Machine, Measure, Options, Report, Row};
+use rankwise::core::Func;
+
+const GB: f64 = 1e9;
+
+/// The lines before the table: what runs, the machine, what the columns mean.
+pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
+    let names: Vec<&str> = opts.funcs.iter().map(|f| f.name()).collect();
+    let mut s = String::new();
+    s += &format!(
+        "# rankwise bench {} | engine {} | {} ranks ({})\n",
+        names.join(","),
+        opts.engine.describe(),
+        opts.nranks,
+        if opts.engine == rankwise::launch::EngineKind::Mpi {
+            "processes of an MPI job"
+        } else {
+            "threads of one process"
+        }
+    );
+    s += &format!(
+        "# machine: {} cores | copy bandwidth 1 thread {:.2} GB/s, {} threads {:.2} GB/s (memcpy {:.2} / {:.2}, streaming {:.2} / {:.2})\n",
+        m.cores,
+        m.copy_1() / GB,
+        m.cores,
+        m.copy_all() / GB,
+        m.memcpy_1 / GB,
+        m.memcpy_all / GB,
+        m.stream_1 / GB,
+        m.stream_all / GB
+    );
+    let pinned = if opts.engine == rankwise::launch::EngineKind::Mpi {
+        "processes placed by mpirun"
+    } else if opts.pin && opts.nranks <= m.cores {
+        "rank r pinned to core r"
+    } else {
+        "threads not pinned"
+    };
+    s += &format!(
+        "# sweep: {} to {} bytes x{} | -n {} timed, -w {} warmup, -c {} checked calls per row and placement | {pinned}\n",
+        opts.min_bytes, opts.max_bytes, opts.factor, opts.iters, opts.warmup, opts.check
+    );
+    s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";
+    if roofline {
+        s += "# %bound: the copy bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
+        if opts.engine == rankwise::launch::EngineKind::Mpi {
+            s += "#         (the bandwidth measured before the sweep, for every row)\n";
+        } else {
+            s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
+        }
+    }
+    if opts.check == 0 {
+        s += "# WARNING: checking is disabled (-c 0): #wrong shows N/A and nothing was verified\n";
+    }
+    s
+}
+
+/// The column headings of one collective's block.
+pub fn columns(func: Func, roofline: bool) -> String {
+    let b = if roofline { "  %bound" } else { "" };
+    let e = if roofline { "        " } else { "" };
+    let ip = if func == Func::AlltoAll {
+        "in-place (none for AlltoAll)"
+    } else {
+        "in-place"
+    };
+    // a row is 52 characters of description, then two groups of 37 (45 with %bound)
+    let gw = if roofline { 45 } else { 37 };
+    format!(
+        "#\n# {}\n#{:51}{:^gw$}{:^gw$}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{b}  {:>9}  {:>7}  {:>7}  {:>6}{b}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{e}  {:>9}  {:>7}  {:>7}  {:>6}{e}\n",
+        func.name(),
+        "",
+        "out-of-place",
+        ip,
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
+    )
+}
+
+fn placement(m: Option<&Measure>, roofline: bool) -> String {
+    let Some(m) = m else {
+        let b = if roofline {
+            format!("  {:>6}", "N/A")
+        } else {
+            String::new()
+        };
+        return format!(
+            "  {:>9}  {:>7}  {:>7}  {:>6}{b}",
+            "N/A", "N/A", "N/A", "N/A"
+        );
+    };
+    let wrong = m
+        .wrong
+        .map(|w| w.to_string())
+        .unwrap_or_else(|| "N/A".into());
+    let time = if m.time_us >= 1e5 {
+        format!("{:.0}", m.time_us)
+    } else {
+        format!("{:.2}", m.time_us)
+    };
+    let b = if roofline {
+        format!("  {:>5.1}%", 100.0 * m.of_bound())
+    } else {
+        String::new()
+    };
+    format!(
+        "  {time:>9}  {:>7.2}  {:>7.2}  {wrong:>6}{b}",
+        m.algbw, m.busbw
+    )
+}
+
+/// One table line.
+pub fn row(r: &Row, roofline: bool) -> String {
+    let redop = r.op.map(|o| o.name()).unwrap_or("none");
+    let root = r.root.map(|x| x as i64).unwrap_or(-1);
+    format!(
+        " {:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
+        r.size,
+        r.count,
+        r.dtype.name(),
+        redop,
+        root,
+        placement(Some(&r.oop), roofline),
+        placement(r.ip.as_ref(), roofline)
+    )
+}
+
+/// The closing lines.
+pub fn footer(rep: &Report) -> String {
+    let oob = match rep.out_of_bounds {
+        Some(0) => "0 OK".to_string(),
+        Some(n) => format!("{n} FAILED"),
+        None => "N/A (not checked: -c 0)".to_string(),
+    };
+    format!(
+        "# Out of bounds values : {oob}\n# Avg bus bandwidth    : {:.4}\n#\n",
+        rep.avg_busbw
+    )
+}
+
+/// The whole table as one string (what the command prints without a terminal).
+pub fn render(rep: &Report, roofline: bool) -> String {
+    let mut s = header(&rep.options, &rep.machine, roofline);
+    let mut last = None;
+    for r in &rep.rows {
+        if last != Some(r.func) {
+            s += &columns(r.func, roofline);
+            last = Some(r.func);
+        }
+        s += &row(r, roofline);
+        s.push('\n');
+    }
+    s + &footer(rep)
+}
