@@ -4,11 +4,11 @@
 //! inputs alone and identical on every rank that receives it.
 //!
 //! Float Avg and PreMulSum follow NCCL 2.28's lowering (measured on an H200,
-//! README "Reduction rules"): `acc = rnd(x_0·s)`, then for each next input
-//! `acc = rnd(acc + x·s)`. For half, float, double and bfloat16 that step is
-//! fused, one rounding of the exact `acc + x·s` (NCCL's kernels compile the
-//! multiply and the add into an FMA); for fp8 it is not (`x·s` rounded to
-//! the type, then the sum rounded).
+//! docs/findings/real-nccl.md "Reduction rules"): `acc = rnd(x_0·s)`, then
+//! for each next input `acc = rnd(acc + x·s)`. For half, float, double and
+//! bfloat16 that step is fused, one rounding of the exact `acc + x·s`
+//! (NCCL's kernels compile the multiply and the add into an FMA); for fp8 it
+//! is not (`x·s` rounded to the type, then the sum rounded).
 
 use crate::core::{Element, F8E4M3, F8E5M2, RedOp};
 use half::{bf16, f16};
