@@ -21,8 +21,15 @@ const SKIP_DIRS: [&str; 3] = ["target", "runs", ".git"];
 /// Files whose text is searched for cited paths: code, scripts, docs.
 const CITING_EXTENSIONS: [&str; 7] = ["rs", "md", "sh", "py", "c", "toml", "txt"];
 
+/// The repository: the workspace root (where `Cargo.lock` is) above this
+/// test's package, wherever in the workspace the package lives.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let package = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    package
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(&package)
+        .to_path_buf()
 }
 
 /// Every file under `dir`, skipping [`SKIP_DIRS`] and other checkouts
