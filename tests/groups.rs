@@ -3,7 +3,7 @@
 //! duplicated communicator, a user-created PreMulSum op over its life, and
 //! pinned rank threads. Each rank's program is a named function, apart
 //! from the launch that runs it; every output is compared element by element
-//! with a closed-form formula of rank, block and offset (CONTRACTS.md §7).
+//! with a closed-form formula of rank, block and offset (docs/reference/contracts.md §7).
 
 use rankwise::launch::LaunchOptions;
 use rankwise::{Comm, DataType, ErrorKind, NULL, RedOp, Result};

@@ -2,7 +2,7 @@
 //! and pointer forms; every rank's output must equal a closed-form reference
 //! element by element.
 //!
-//! Inputs encode where each element came from (CONTRACTS.md §7): its source
+//! Inputs encode where each element came from (docs/reference/contracts.md §7): its source
 //! rank, its block (the destination block of a buffer of N blocks, else 0)
 //! and its offset in the block. A data-moving op is checked bit for bit on
 //! elements whose bits are that encoding, so a swapped block, a wrong source
@@ -294,7 +294,7 @@ enum Out<T> {
 }
 
 /// The output the contract defines on `rank`, from the closed forms of
-/// CONTRACTS.md §1 evaluated on the inputs above (never from the engine).
+/// docs/reference/contracts.md §1 evaluated on the inputs above (never from the engine).
 fn expected<T: Element>(c: &Case, rank: usize) -> Out<T> {
     let (n, q) = (c.n, c.count);
     let red = |b: usize, o: usize| {

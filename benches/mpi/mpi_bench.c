@@ -4,7 +4,7 @@
  *   mpicc -O2 -o mpi_bench mpi_bench.c
  *   mpirun --allow-run-as-root --oversubscribe -np 4 ./mpi_bench allreduce 8 67108864 20 5
  *
- * Sizes follow nccl-tests (CONTRACTS.md §6): Allreduce and Bcast move
+ * Sizes follow nccl-tests (docs/reference/contracts.md §6): Allreduce and Bcast move
  * `size` bytes per rank; Allgather, Reduce_scatter_block and Alltoall have
  * `size` = N x the per-rank block. float32 data, MPI_SUM. Prints one line
  * per size: `op size time_us`. */

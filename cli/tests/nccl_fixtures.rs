@@ -1,7 +1,7 @@
 //! What real NCCL 2.28.9 logged on an H200 (tests/fixtures/nccl-2.28.9-h200,
 //! captured by `rankwise verify --engine nccl` and `nccl_fidelity fault` with
-//! NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL; README "Observed on real
-//! NCCL" says how), held against what rankwise does on the local engine.
+//! NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL; docs/findings/real-nccl.md
+//! says how), held against what rankwise does on the local engine.
 //! These run anywhere: the logs are files.
 
 use rankwise::launch::EngineKind;

@@ -1,4 +1,4 @@
-//! Argument checks, in NCCL's ArgsCheck order (CONTRACTS.md §3): root, then
+//! Argument checks, in NCCL's ArgsCheck order (docs/reference/contracts.md §3): root, then
 //! datatype, then op, then buffers. NCCL checks buffers only when asked and
 //! never checks overlap; rankwise always checks both.
 

@@ -1,4 +1,4 @@
-//! The operation kinds of CONTRACTS.md §1 (`ncclFunc_t`), their names as NCCL
+//! The operation kinds of docs/reference/contracts.md §1 (`ncclFunc_t`), their names as NCCL
 //! logs them, and nccl-tests' bandwidth accounting (§6).
 
 use std::fmt;

@@ -1,5 +1,5 @@
 //! Buffer sizes per rank and the in-place pointer equation of every op
-//! (CONTRACTS.md §1–§2). The one answer to "how big is recvbuff" that the
+//! (docs/reference/contracts.md §1–§2). The one answer to "how big is recvbuff" that the
 //! engines, the checks, `explain` and `verify` all use.
 
 use super::{DataType, Func};

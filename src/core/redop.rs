@@ -128,7 +128,7 @@ impl RedOp {
 }
 
 /// How a float pre-multiplied sum (Avg, PreMulSum) rounds, as NCCL 2.28
-/// computes it (README "Reduction rules"), for `explain`.
+/// computes it (docs/findings/real-nccl.md "Reduction rules"), for `explain`.
 fn premul_steps(dt: DataType) -> String {
     let t = dt.name();
     match dt {

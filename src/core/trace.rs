@@ -1,4 +1,4 @@
-//! NCCL's trace line formats (CONTRACTS.md §5), as pure functions. Writing
+//! NCCL's trace line formats (docs/reference/contracts.md §5), as pure functions. Writing
 //! them somewhere is the tracer's job (`crate::trace`).
 
 use super::Func;

@@ -1,4 +1,4 @@
-//! The collective order of one communicator (CONTRACTS.md §4): every rank
+//! The collective order of one communicator (docs/reference/contracts.md §4): every rank
 //! must issue the same collectives in the same order with the same op,
 //! count, datatype, reduction op and root.
 //!

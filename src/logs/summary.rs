@@ -1,5 +1,5 @@
 //! `logs summary`: calls and bytes per communicator, rank and op, bytes by
-//! the nccl-tests convention (CONTRACTS.md §6). A call whose count would
+//! the nccl-tests convention (docs/reference/contracts.md §6). A call whose count would
 //! make it move more than [`MAX_CALL_BYTES`] is named as implausible and
 //! left out of the bytes.
 
@@ -63,7 +63,7 @@ pub struct ImplausibleCall {
 pub struct OpSummary {
     pub op: Func,
     pub calls: u64,
-    /// Bytes by the nccl-tests convention (CONTRACTS.md §6).
+    /// Bytes by the nccl-tests convention (docs/reference/contracts.md §6).
     pub bytes: u128,
 }
 

@@ -1,7 +1,7 @@
 //! The copy bound: the least time a collective can take in one address space
 //! on this machine, from the bytes it must move.
 //!
-//! With `s = count · size` (the per-rank count of CONTRACTS.md §1, in bytes)
+//! With `s = count · size` (the per-rank count of docs/reference/contracts.md §1, in bytes)
 //! and N ranks, every implementation must at least read each input byte once
 //! and write each output byte once, all ranks together:
 //!

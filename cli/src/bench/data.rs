@@ -201,7 +201,7 @@ impl Pattern {
     }
 
     /// Expected value of element `j` of rank `rank`'s output (per-rank count
-    /// `q`), from CONTRACTS.md §1's formulas.
+    /// `q`), from docs/reference/contracts.md §1's formulas.
     pub fn expected(&self, rank: usize, q: usize, j: usize) -> Expect {
         let n = self.nranks;
         match self.func {
@@ -247,7 +247,7 @@ const TABLE: usize = 4096;
 impl<T: Element> Converter<T> {
     pub fn new(nranks: usize) -> Converter<T> {
         let ints = (0..TABLE).map(|v| T::from_f64(v as f64)).collect();
-        // float Avg multiplies by 1/N rounded to the type (CONTRACTS.md §3)
+        // float Avg multiplies by 1/N rounded to the type (docs/reference/contracts.md §3)
         let scale = T::from_f64(1.0 / nranks as f64).to_f64();
         Converter {
             ints,

@@ -10,7 +10,7 @@
 //! and the outputs: the nccl-tests table ([`table`]), JSON, and an SVG plot
 //! ([`plot`]).
 //!
-//! Bandwidth follows CONTRACTS.md §6 through [`Func::alg_bytes`] and
+//! Bandwidth follows docs/reference/contracts.md §6 through [`Func::alg_bytes`] and
 //! [`Func::bus_factor`]; a row's time is the median over the timed calls of
 //! the slowest rank's time.
 
@@ -99,7 +99,7 @@ pub struct Measure {
     pub time_us: f64,
     pub mean_us: f64,
     pub min_us: f64,
-    /// GB/s: `size / time` (CONTRACTS.md §6)
+    /// GB/s: `size / time` (docs/reference/contracts.md §6)
     pub algbw: f64,
     /// GB/s: `algbw × bus factor`
     pub busbw: f64,

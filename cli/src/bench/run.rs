@@ -38,7 +38,7 @@ pub struct Plan {
     pub dtype: DataType,
     pub op: Option<RedOp>,
     pub root: Option<usize>,
-    /// the per-rank count of CONTRACTS.md §1
+    /// the per-rank count of docs/reference/contracts.md §1
     pub q: usize,
 }
 
@@ -182,7 +182,7 @@ impl Reprobe {
 /// one datatype): the first holds the send buffer out of place and the
 /// whole region in place, the second the receive buffer out of place, each
 /// followed by a guard zone. Every rank uses the same buffers for every
-/// root, so they are the root's layout (CONTRACTS.md §1), the largest of
+/// root, so they are the root's layout (docs/reference/contracts.md §1), the largest of
 /// any rank's; an in-place region is the larger of its two buffers. `None`
 /// when a count does not fit in the address space.
 pub fn buffer_elems<'a>(
@@ -390,7 +390,7 @@ fn bufs(p: &Plan, pat: &Pattern, rank: usize, a: usize, b: usize, in_place: bool
             guard_at: pat.recv_len(q),
         };
     }
-    // nccl-tests' in-place forms, on every rank (CONTRACTS.md §2)
+    // nccl-tests' in-place forms, on every rank (docs/reference/contracts.md §2)
     let (send_off, recv_off, region) = match p.func {
         Func::AllGather | Func::Gather => (rank * q, 0, n * q),
         Func::ReduceScatter | Func::Scatter => (0, rank * q, n * q),
@@ -655,7 +655,7 @@ mod tests {
     #[test]
     fn buffers_are_the_roots_layout_and_a_guard() {
         // (send, receive) of the root for q = 10 on 4 ranks, from
-        // CONTRACTS.md §1; the first buffer also holds the in-place region
+        // docs/reference/contracts.md §1; the first buffer also holds the in-place region
         let g = GUARD_ELEMS;
         let cases = [
             (Func::AllReduce, 10 + g, 10 + g),

@@ -1,10 +1,10 @@
 //! Expected values, computed on the CPU from closed-form formulas that never
-//! call the engine (CONTRACTS.md §7).
+//! call the engine (docs/reference/contracts.md §7).
 //!
 //! Three kinds of formula live here:
 //! - the seed chapter's own closed forms (`seed_*`), e.g. ReduceScatter's
 //!   `rank_slice * N + 100 * N(N-1)/2`, written for any N;
-//! - the contract definitions of CONTRACTS.md §1 ([`contract_output`]):
+//! - the contract definitions of docs/reference/contracts.md §1 ([`contract_output`]):
 //!   `y[s·q + j] = x_s[j]` and friends, evaluated on inputs given by formula;
 //! - the input schemes of the full suite ([`matrix_input`]), chosen so that
 //!   every reduction is exact in every datatype, at every N: sums stay below
@@ -133,7 +133,7 @@ pub fn round_to(dt: DataType, v: f64) -> f64 {
 }
 
 /// One output element of a reduction: `xs[s]` is rank s's input element,
-/// an element of `dt` (CONTRACTS.md §3).
+/// an element of `dt` (docs/reference/contracts.md §3).
 ///
 /// Integers compute as two's complement at the type's width: Sum, Prod and
 /// PreMulSum wrap (the scalar converted to the type first); Avg is the
@@ -341,7 +341,7 @@ pub fn fused_step(dt: DataType, acc: f64, x: f64, s: f64) -> f64 {
     dt_round(if neg { -mag } else { mag })
 }
 
-/// The output the contract defines on `rank` (CONTRACTS.md §1), from every
+/// The output the contract defines on `rank` (docs/reference/contracts.md §1), from every
 /// rank's send buffer `inputs[s]`; None where the rank has no defined output
 /// (Reduce and Gather off the root).
 pub fn contract_output(
