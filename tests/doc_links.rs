@@ -5,8 +5,11 @@
 //!   and a `#fragment` into a Markdown file names one of its headings (as
 //!   GitHub makes their anchors).
 //! - Every repository path cited in source, scripts and docs that starts
-//!   with `docs/` and ends in `.md`, or starts with `tests/fixtures/`,
-//!   names a file or directory the repository has.
+//!   with `docs/` and ends in `.md`, or starts with `tests/fixtures/`, or
+//!   names a source file or script of a crate (`src/…`, `cli/…`,
+//!   `interpose/…`, `testkit/…`, `examples/…`, `benches/…`, `scripts/…`
+//!   ending in `.rs`, `.sh`, `.py` or `.c`), names a file or directory the
+//!   repository has.
 //!
 //! A failure lists every broken reference with its file and line. Nothing
 //! here uses the network: links with a scheme (`https:`, `mailto:`) are
@@ -330,15 +333,26 @@ fn broken_link(root: &Path, from: &Path, target: &str) -> Option<String> {
 /// cites no path.)
 const DOCS: &str = "docs/";
 const FIXTURES: &str = "tests/fixtures/";
+/// Where a crate's sources and scripts are, cited only as whole file names.
+const SOURCES: [&str; 7] = [
+    "src/",
+    "cli/",
+    "interpose/",
+    "testkit/",
+    "examples/",
+    "benches/",
+    "scripts/",
+];
+const SOURCE_EXTENSIONS: [&str; 4] = [".rs", ".sh", ".py", ".c"];
 
 /// Characters a cited path is made of.
 fn path_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "_./+-".contains(c)
 }
 
-/// The repository paths `text` cites: `docs/` paths to Markdown files and
-/// `tests/fixtures/` paths, each where a path begins (not inside a longer
-/// one such as `interpose/tests/…`).
+/// The repository paths `text` cites: `docs/` paths to Markdown files,
+/// `tests/fixtures/` paths and source files, each where a path begins (not
+/// inside a longer one such as `interpose/tests/…`).
 fn cited_paths(text: &str) -> Vec<Reference> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -347,7 +361,7 @@ fn cited_paths(text: &str) -> Vec<Reference> {
         if trimmed.starts_with('[') && trimmed.contains("]:") {
             continue;
         }
-        for prefix in [DOCS, FIXTURES] {
+        for prefix in [DOCS, FIXTURES].into_iter().chain(SOURCES) {
             for (at, _) in line.match_indices(prefix) {
                 let before = &line[..at];
                 // inside a longer path, or a Markdown link's target
@@ -359,6 +373,11 @@ fn cited_paths(text: &str) -> Vec<Reference> {
                 if prefix == DOCS && !token.ends_with(".md") {
                     continue;
                 }
+                if SOURCES.contains(&prefix)
+                    && !SOURCE_EXTENSIONS.iter().any(|e| token.ends_with(e))
+                {
+                    continue;
+                }
                 out.push(Reference {
                     line: i + 1,
                     target: token.to_string(),
@@ -367,6 +386,20 @@ fn cited_paths(text: &str) -> Vec<Reference> {
         }
     }
     out
+}
+
+/// Crates of the workspace other than the root package: a file inside one
+/// may cite paths relative to its crate (the `main.rs` of `cli/src` in `cli/Cargo.toml`).
+const CRATES: [&str; 3] = ["cli", "interpose", "testkit"];
+
+/// Whether `target`, cited by the file `rel`, exists: from the repository's
+/// root, or from the crate `rel` belongs to.
+fn cited_file_exists(root: &Path, rel: &Path, target: &str) -> bool {
+    if root.join(target).exists() {
+        return true;
+    }
+    let krate = rel.iter().next().and_then(|c| c.to_str());
+    krate.is_some_and(|k| CRATES.contains(&k) && root.join(k).join(target).exists())
 }
 
 /// Every broken reference in the repository at `root`, as
@@ -398,7 +431,7 @@ fn broken_references(root: &Path) -> Vec<String> {
         }
         if cites(rel) {
             for r in cited_paths(&text) {
-                if !root.join(&r.target).exists() {
+                if !cited_file_exists(root, rel, &r.target) {
                     broken.push(format!(
                         "{}:{}: cites {}, which the repository lacks",
                         rel.display(),
@@ -455,11 +488,14 @@ fn scratch(files: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
-/// `text` with `D/` and `F/` spelt out as [`DOCS`] and [`FIXTURES`], so the
-/// tests below can write paths that this file, itself checked, does not
-/// cite.
+/// `text` with `D/`, `F/`, `S/` and `C/` spelt out as [`DOCS`],
+/// [`FIXTURES`], `src/` and `cli/`, so the tests below can write paths that
+/// this file, itself checked, does not cite.
 fn spelt(text: &str) -> String {
-    text.replace("D/", DOCS).replace("F/", FIXTURES)
+    text.replace("D/", DOCS)
+        .replace("F/", FIXTURES)
+        .replace("S/", SOURCES[0])
+        .replace("C/", SOURCES[1])
 }
 
 #[test]
@@ -471,7 +507,7 @@ fn broken_links_are_named_with_file_and_line() {
                 "# Top\n\nSee [the guide](D/guide.md) and [gone](D/nothing.md).\n\
                  [anchor](#top) [bad anchor](#nowhere) [site](https://example.com)\n\
                  ```\n[in code](nowhere.md)\n```\n`[span](nowhere.md)`\n\
-                 [a dir](D/) [up](../outside.md)\n[ref]: D/missing.md\n",
+                 [a dir](D/) [up](../outside.md)\n[ref]: D/missing.md\nsee S/gone.rs and S/lib.rs\n",
             ),
         ),
         (
@@ -480,10 +516,19 @@ fn broken_links_are_named_with_file_and_line() {
              [y](#the-first-part-again)\n",
         ),
         (
-            "src/lib.rs",
+            &spelt("S/lib.rs"),
             &spelt("//! cites D/guide.md and F/gone.log.\n"),
         ),
-        ("src/main.rs", &spelt("// cites F/ and D/nothing.md\n")),
+        (
+            &spelt("S/main.rs"),
+            &spelt("// cites F/ and D/nothing.md\n"),
+        ),
+        // a crate's manifest cites its own sources from the crate
+        (
+            &spelt("C/Cargo.toml"),
+            &spelt("path = \"S/main.rs\" # and S/gone.rs\n"),
+        ),
+        (&spelt("C/S/main.rs"), ""),
     ]);
     let broken = broken_references(repo.path());
     let expected = [
@@ -491,10 +536,12 @@ fn broken_links_are_named_with_file_and_line() {
         "README.md:4: link (#nowhere): ",
         "README.md:9: link (../outside.md): points outside the repository",
         "README.md:10: link (D/missing.md): no such file",
+        "README.md:11: cites S/gone.rs, which the repository lacks",
+        "C/Cargo.toml:1: cites S/gone.rs, which the repository lacks",
         "D/guide.md:3: link (../README.md#Top-2): ",
-        "src/lib.rs:1: cites F/gone.log, which the repository lacks",
-        "src/main.rs:1: cites D/nothing.md, which the repository lacks",
-        "src/main.rs:1: cites F/, which the repository lacks",
+        "S/lib.rs:1: cites F/gone.log, which the repository lacks",
+        "S/main.rs:1: cites D/nothing.md, which the repository lacks",
+        "S/main.rs:1: cites F/, which the repository lacks",
     ]
     .map(spelt);
     assert_eq!(broken.len(), expected.len(), "{broken:#?}");
