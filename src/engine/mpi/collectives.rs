@@ -35,9 +35,15 @@ use crate::kernels::Arith;
 struct Scratch(Vec<u128>);
 
 impl Scratch {
-    fn copy_of(addr: usize, bytes: usize) -> Scratch {
+    /// A copy of the `bytes` bytes at `addr`.
+    ///
+    /// # Safety
+    /// `addr` is valid for reading `bytes` bytes (the buffer rule of `ffi`).
+    unsafe fn copy_of(addr: usize, bytes: usize) -> Scratch {
         let s = Scratch(vec![0; bytes.div_ceil(16)]);
-        ffi::copy(addr, s.addr(), bytes);
+        // SAFETY: the caller's contract for `addr`; the scratch was just made
+        // `bytes` bytes long (rounded up) and is this function's own.
+        unsafe { ffi::copy(addr, s.addr(), bytes) };
         s
     }
     fn zeroed(bytes: usize) -> Scratch {
@@ -53,7 +59,10 @@ fn overlaps(a: usize, a_len: usize, b: usize, b_len: usize) -> bool {
 }
 
 /// The input MPI reduces: `send` itself, or a scaled or unaliased copy.
-fn reduce_input(
+///
+/// # Safety
+/// `send` holds `elems` elements of the call's datatype (the buffer rule).
+unsafe fn reduce_input(
     c: &Call,
     n: usize,
     send: usize,
@@ -69,11 +78,14 @@ fn reduce_input(
     if scale.is_none() && !aliased {
         return (None, send);
     }
-    let s = Scratch::copy_of(send, bytes);
+    // SAFETY: the caller's contract: `send` holds `bytes` bytes.
+    let s = unsafe { Scratch::copy_of(send, bytes) };
     if let Some(scalar) = scale {
         crate::with_element_type!(c.datatype, T => {
             let k = T::from_f64(scalar);
-            ffi::map_elems::<T>(s.addr(), elems, |x| T::mul(x, k));
+            // SAFETY: the scratch is this function's own, 16-byte aligned,
+            // holding the `elems` elements just copied into it.
+            unsafe { ffi::map_elems::<T>(s.addr(), elems, |x| T::mul(x, k)) };
         });
     }
     let at = s.addr();
@@ -81,9 +93,16 @@ fn reduce_input(
 }
 
 /// Integer Avg: the sums at `addr` divided by N toward zero.
-fn finish_avg(c: &Call, n: usize, addr: usize, elems: usize) {
+///
+/// # Safety
+/// `addr` is 0 or holds `elems` elements of the call's datatype, aligned,
+/// touched by nothing else meanwhile (the buffer rule).
+unsafe fn finish_avg(c: &Call, n: usize, addr: usize, elems: usize) {
     if c.op == RedOp::Avg && !c.datatype.is_float() && addr != 0 {
-        crate::with_element_type!(c.datatype, T => ffi::map_elems::<T>(addr, elems, |x| T::div_n(x, n)));
+        // SAFETY: the caller's contract.
+        crate::with_element_type!(c.datatype, T => unsafe {
+            ffi::map_elems::<T>(addr, elems, |x| T::div_n(x, n))
+        });
     }
 }
 
@@ -95,11 +114,24 @@ fn ordered(c: &Call) -> bool {
 
 /// Folds the `n` gathered blocks of `q` elements at `from` (`stride` bytes
 /// apart) into `to`.
-pub fn fold(c: &Call, n: usize, from: usize, stride: usize, q: usize, to: usize) {
-    crate::with_element_type!(c.datatype, T => ffi::fold_ranks::<T>(c.op, n, from, stride, q, to));
+///
+/// # Safety
+/// As `ffi::fold_ranks` for the call's datatype.
+pub unsafe fn fold(c: &Call, n: usize, from: usize, stride: usize, q: usize, to: usize) {
+    // SAFETY: the caller's contract.
+    crate::with_element_type!(c.datatype, T => unsafe {
+        ffi::fold_ranks::<T>(c.op, n, from, stride, q, to)
+    });
 }
 
-pub fn run(e: &MpiEngine, c: &Call) -> Result<()> {
+/// Runs collective `c` on this rank.
+///
+/// # Safety
+/// `c`'s buffers passed `core::check_buffers` on this rank (each holds what
+/// the call's layout says, in this rank's memory), every rank of the
+/// communicator agreed on `c`, and nothing else touches the buffers until
+/// this returns: the buffer rule of `ffi` for every call made here.
+pub unsafe fn run(e: &MpiEngine, c: &Call) -> Result<()> {
     let (n, me) = (e.size, e.rank);
     let size = c.datatype.size();
     let q = c.count;
@@ -108,87 +140,94 @@ pub fn run(e: &MpiEngine, c: &Call) -> Result<()> {
     let qbytes = ffi::int(qb, c.func.name())?;
     let root = ffi::int(c.root, c.func.name())?;
     let comm = e.comm;
-    match c.func {
-        Func::AllReduce if ordered(c) => {
-            let all = Scratch::zeroed(n * qb);
-            ffi::allgather(comm, c.sendbuff, all.addr(), qbytes)?;
-            fold(c, n, all.addr(), qb, q, c.recvbuff);
-        }
-        Func::Reduce if ordered(c) => {
-            let at_root = me == c.root;
-            let all = at_root.then(|| Scratch::zeroed(n * qb));
-            let recv = all.as_ref().map_or(0, |s| s.addr());
-            ffi::gather(comm, c.sendbuff, recv, qbytes, root)?;
-            if let Some(all) = all {
+    // SAFETY: the caller's contract covers the call's own buffers; every
+    // other buffer is a scratch made here of the size its use needs (n
+    // blocks of `qb` bytes where MPI gathers one per rank, `qb` bytes for a
+    // copy), alive until the MPI call that uses it has returned, and a
+    // non-root's ignored receive buffer is 0.
+    unsafe {
+        match c.func {
+            Func::AllReduce if ordered(c) => {
+                let all = Scratch::zeroed(n * qb);
+                ffi::allgather(comm, c.sendbuff, all.addr(), qbytes)?;
                 fold(c, n, all.addr(), qb, q, c.recvbuff);
             }
-        }
-        Func::ReduceScatter if ordered(c) => {
-            let mine = Scratch::zeroed(n * qb);
-            ffi::alltoall(comm, c.sendbuff, mine.addr(), qbytes)?;
-            fold(c, n, mine.addr(), qb, q, c.recvbuff);
-        }
-        Func::AllReduce => {
-            let (_keep, input) = reduce_input(c, n, c.sendbuff, q, c.sendbuff == c.recvbuff);
-            let (dt, op) = ops::get(c.datatype, c.op)?;
-            ffi::allreduce(comm, input, c.recvbuff, cnt, dt, op)?;
-            finish_avg(c, n, c.recvbuff, q);
-        }
-        Func::Reduce => {
-            let aliased = me == c.root && overlaps(c.sendbuff, qb, c.recvbuff, qb);
-            let (_keep, input) = reduce_input(c, n, c.sendbuff, q, aliased);
-            let recv = if me == c.root { c.recvbuff } else { 0 };
-            let (dt, op) = ops::get(c.datatype, c.op)?;
-            ffi::reduce(comm, input, recv, cnt, dt, op, root)?;
-            finish_avg(c, n, recv, q);
-        }
-        Func::ReduceScatter => {
-            let aliased = overlaps(c.sendbuff, n * qb, c.recvbuff, qb);
-            let (_keep, input) = reduce_input(c, n, c.sendbuff, n * q, false);
-            let out = aliased.then(|| Scratch::zeroed(qb));
-            let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
-            let (dt, op) = ops::get(c.datatype, c.op)?;
-            ffi::reduce_scatter_block(comm, input, recv, cnt, dt, op)?;
-            finish_avg(c, n, recv, q);
-            if let Some(s) = out {
-                ffi::copy(s.addr(), c.recvbuff, qb);
+            Func::Reduce if ordered(c) => {
+                let at_root = me == c.root;
+                let all = at_root.then(|| Scratch::zeroed(n * qb));
+                let recv = all.as_ref().map_or(0, |s| s.addr());
+                ffi::gather(comm, c.sendbuff, recv, qbytes, root)?;
+                if let Some(all) = all {
+                    fold(c, n, all.addr(), qb, q, c.recvbuff);
+                }
             }
-        }
-        Func::Broadcast => {
-            if me == c.root {
-                ffi::copy(c.sendbuff, c.recvbuff, qb);
+            Func::ReduceScatter if ordered(c) => {
+                let mine = Scratch::zeroed(n * qb);
+                ffi::alltoall(comm, c.sendbuff, mine.addr(), qbytes)?;
+                fold(c, n, mine.addr(), qb, q, c.recvbuff);
             }
-            ffi::bcast(comm, c.recvbuff, qbytes, root)?;
-        }
-        Func::AllGather => {
-            let copy = overlaps(c.sendbuff, qb, c.recvbuff, n * qb)
-                .then(|| Scratch::copy_of(c.sendbuff, qb));
-            let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
-            ffi::allgather(comm, send, c.recvbuff, qbytes)?;
-        }
-        Func::AlltoAll => {
-            ffi::alltoall(comm, c.sendbuff, c.recvbuff, qbytes)?;
-        }
-        Func::Gather => {
-            let at_root = me == c.root;
-            let copy = (at_root && overlaps(c.sendbuff, qb, c.recvbuff, n * qb))
-                .then(|| Scratch::copy_of(c.sendbuff, qb));
-            let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
-            let recv = if at_root { c.recvbuff } else { 0 };
-            ffi::gather(comm, send, recv, qbytes, root)?;
-        }
-        Func::Scatter => {
-            let at_root = me == c.root;
-            let out = (at_root && overlaps(c.sendbuff, n * qb, c.recvbuff, qb))
-                .then(|| Scratch::zeroed(qb));
-            let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
-            let send = if at_root { c.sendbuff } else { 0 };
-            ffi::scatter(comm, send, recv, qbytes, root)?;
-            if let Some(s) = out {
-                ffi::copy(s.addr(), c.recvbuff, qb);
+            Func::AllReduce => {
+                let (_keep, input) = reduce_input(c, n, c.sendbuff, q, c.sendbuff == c.recvbuff);
+                let (dt, op) = ops::get(c.datatype, c.op)?;
+                ffi::allreduce(comm, input, c.recvbuff, cnt, dt, op)?;
+                finish_avg(c, n, c.recvbuff, q);
             }
+            Func::Reduce => {
+                let aliased = me == c.root && overlaps(c.sendbuff, qb, c.recvbuff, qb);
+                let (_keep, input) = reduce_input(c, n, c.sendbuff, q, aliased);
+                let recv = if me == c.root { c.recvbuff } else { 0 };
+                let (dt, op) = ops::get(c.datatype, c.op)?;
+                ffi::reduce(comm, input, recv, cnt, dt, op, root)?;
+                finish_avg(c, n, recv, q);
+            }
+            Func::ReduceScatter => {
+                let aliased = overlaps(c.sendbuff, n * qb, c.recvbuff, qb);
+                let (_keep, input) = reduce_input(c, n, c.sendbuff, n * q, false);
+                let out = aliased.then(|| Scratch::zeroed(qb));
+                let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
+                let (dt, op) = ops::get(c.datatype, c.op)?;
+                ffi::reduce_scatter_block(comm, input, recv, cnt, dt, op)?;
+                finish_avg(c, n, recv, q);
+                if let Some(s) = out {
+                    ffi::copy(s.addr(), c.recvbuff, qb);
+                }
+            }
+            Func::Broadcast => {
+                if me == c.root {
+                    ffi::copy(c.sendbuff, c.recvbuff, qb);
+                }
+                ffi::bcast(comm, c.recvbuff, qbytes, root)?;
+            }
+            Func::AllGather => {
+                let copy = overlaps(c.sendbuff, qb, c.recvbuff, n * qb)
+                    .then(|| Scratch::copy_of(c.sendbuff, qb));
+                let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
+                ffi::allgather(comm, send, c.recvbuff, qbytes)?;
+            }
+            Func::AlltoAll => {
+                ffi::alltoall(comm, c.sendbuff, c.recvbuff, qbytes)?;
+            }
+            Func::Gather => {
+                let at_root = me == c.root;
+                let copy = (at_root && overlaps(c.sendbuff, qb, c.recvbuff, n * qb))
+                    .then(|| Scratch::copy_of(c.sendbuff, qb));
+                let send = copy.as_ref().map_or(c.sendbuff, |s| s.addr());
+                let recv = if at_root { c.recvbuff } else { 0 };
+                ffi::gather(comm, send, recv, qbytes, root)?;
+            }
+            Func::Scatter => {
+                let at_root = me == c.root;
+                let out = (at_root && overlaps(c.sendbuff, n * qb, c.recvbuff, qb))
+                    .then(|| Scratch::zeroed(qb));
+                let recv = out.as_ref().map_or(c.recvbuff, |s| s.addr());
+                let send = if at_root { c.sendbuff } else { 0 };
+                ffi::scatter(comm, send, recv, qbytes, root)?;
+                if let Some(s) = out {
+                    ffi::copy(s.addr(), c.recvbuff, qb);
+                }
+            }
+            Func::Send | Func::Recv => unreachable!("point-to-point calls run in p2p"),
         }
-        Func::Send | Func::Recv => unreachable!("point-to-point calls run in p2p"),
     }
     Ok(())
 }

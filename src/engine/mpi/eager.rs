@@ -83,20 +83,33 @@ pub fn received(c: &Call, me: usize) -> (usize, usize) {
 /// Writes this rank's output of `c` from every rank's carried input: rank
 /// r's at `inputs + r * stride`. A non-root Reduce's or Gather's recvbuff
 /// is not touched.
-pub fn finish(c: &Call, n: usize, me: usize, inputs: usize, stride: usize) {
+///
+/// # Safety
+/// `c`'s receive buffer keeps the buffer rule of `ffi` (checked on this
+/// rank, agreed by every rank); `inputs` holds `n` aligned inputs of `c`
+/// (each the block of every rank a rank sends), `stride` bytes apart, that
+/// nothing writes while this runs, outside the receive buffer.
+pub unsafe fn finish(c: &Call, n: usize, me: usize, inputs: usize, stride: usize) {
     let qb = c.count * c.datatype.size();
     let of = |r: usize| inputs + r * stride;
-    match c.func {
-        Func::AllReduce => fold(c, n, inputs, stride, c.count, c.recvbuff),
-        Func::Reduce if me == c.root => fold(c, n, inputs, stride, c.count, c.recvbuff),
-        Func::ReduceScatter => fold(c, n, inputs + me * qb, stride, c.count, c.recvbuff),
-        Func::Broadcast => ffi::copy(of(c.root), c.recvbuff, qb),
-        Func::Scatter => ffi::copy(of(c.root) + me * qb, c.recvbuff, qb),
-        Func::AllGather => (0..n).for_each(|r| ffi::copy(of(r), c.recvbuff + r * qb, qb)),
-        Func::Gather if me == c.root => {
-            (0..n).for_each(|r| ffi::copy(of(r), c.recvbuff + r * qb, qb))
+    // SAFETY: the caller's contract: every source lies inside rank r's
+    // carried input and every destination inside `c`'s receive buffer, at
+    // the block the contract's layout gives it.
+    unsafe {
+        match c.func {
+            Func::AllReduce => fold(c, n, inputs, stride, c.count, c.recvbuff),
+            Func::Reduce if me == c.root => fold(c, n, inputs, stride, c.count, c.recvbuff),
+            Func::ReduceScatter => fold(c, n, inputs + me * qb, stride, c.count, c.recvbuff),
+            Func::Broadcast => ffi::copy(of(c.root), c.recvbuff, qb),
+            Func::Scatter => ffi::copy(of(c.root) + me * qb, c.recvbuff, qb),
+            Func::AllGather => (0..n).for_each(|r| ffi::copy(of(r), c.recvbuff + r * qb, qb)),
+            Func::Gather if me == c.root => {
+                (0..n).for_each(|r| ffi::copy(of(r), c.recvbuff + r * qb, qb))
+            }
+            Func::AlltoAll => {
+                (0..n).for_each(|r| ffi::copy(of(r) + me * qb, c.recvbuff + r * qb, qb))
+            }
+            Func::Reduce | Func::Gather | Func::Send | Func::Recv => {}
         }
-        Func::AlltoAll => (0..n).for_each(|r| ffi::copy(of(r) + me * qb, c.recvbuff + r * qb, qb)),
-        Func::Reduce | Func::Gather | Func::Send | Func::Recv => {}
     }
 }

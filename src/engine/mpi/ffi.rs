@@ -1,9 +1,24 @@
 //! Every call the mpi engine makes into MPI, each wrapped to return a
-//! `Result`; all of the engine's `unsafe` is here. The agreement exchange
-//! and point-to-point calls are non-blocking, so a wait can watch its
-//! deadline and other ranks' notices instead of blocking in MPI forever;
-//! a collective's data moves through MPI's blocking call once every rank
-//! is known to be in it (see `collectives`).
+//! `Result`. The agreement exchange and point-to-point calls are
+//! non-blocking, so a wait can watch its deadline and other ranks' notices
+//! instead of blocking in MPI forever; a collective's data moves through
+//! MPI's blocking call once every rank is known to be in it (see
+//! `collectives`).
+//!
+//! # Buffers
+//!
+//! The functions that take a buffer take it as a host address, as the
+//! engine's calls carry them, so they are `unsafe fn`: their caller
+//! promises **the buffer rule**. Every address is either 0 where MPI does
+//! not touch it (a non-root's receive buffer of a rooted call), or the
+//! start of host memory valid for the reads and writes the call makes
+//! there: the byte count it is given, times the ranks for a buffer that
+//! holds one block per rank (Allgather's, Alltoall's and a root's Gather
+//! receive or Scatter send buffer). Nothing else reads or writes that
+//! memory until the call returns (for a started operation: until its
+//! request completes). The engine keeps it by passing only buffers that
+//! `core::check_buffers` accepted on this rank for a call every rank
+//! agreed on, or scratch of its own of the size the call needs.
 
 use crate::core::{Error, ErrorKind, Result};
 use mpi::ffi as sys;
@@ -134,7 +149,10 @@ pub fn allgather_bytes(comm: Comm, mine: &[u8], deadline: Instant) -> Result<Vec
     let (_, n) = rank_and_size(comm)?;
     let len = Box::new([mine.len() as u64]);
     let mut lens = vec![0u64; n];
-    let req = iallgather(comm, len.as_ptr() as usize, lens.as_mut_ptr() as usize, 8)?;
+    // SAFETY: 8 bytes of `len` and 8 per rank of `lens`, both owned here and
+    // kept alive until the request completes (forgotten below if it never
+    // does).
+    let req = unsafe { iallgather(comm, len.as_ptr() as usize, lens.as_mut_ptr() as usize, 8)? };
     if let Err(e) = wait_until(req, deadline) {
         // the request may still complete into these buffers: keep them
         std::mem::forget(len);
@@ -153,14 +171,20 @@ pub fn allgather_bytes(comm: Comm, mine: &[u8], deadline: Instant) -> Result<Vec
     }
     let mut all = vec![0u8; at.max(1)];
     let sent = mine.to_vec();
-    let req = iallgatherv(
-        comm,
-        sent.as_ptr() as usize,
-        int(sent.len(), "result exchange")?,
-        all.as_mut_ptr() as usize,
-        &counts,
-        &displs,
-    )?;
+    let sent_len = int(sent.len(), "result exchange")?;
+    // SAFETY: `sent` and `all` are owned here, sized by the lengths every
+    // rank announced (`all` holds their sum), and kept alive until the
+    // request completes (forgotten below if it never does).
+    let req = unsafe {
+        iallgatherv(
+            comm,
+            sent.as_ptr() as usize,
+            sent_len,
+            all.as_mut_ptr() as usize,
+            &counts,
+            &displs,
+        )?
+    };
     if let Err(e) = wait_until(req, deadline) {
         std::mem::forget(sent);
         std::mem::forget(all);
@@ -283,17 +307,14 @@ pub unsafe fn op_args<'a, T>(
     }
 }
 
-/// What a started operation reads and writes: host addresses checked by
-/// the communicator against this rank's memory before the call, with
-/// extents agreed across ranks.
+/// Starts a non-blocking operation on buffers that keep the module's buffer
+/// rule until its request completes.
 macro_rules! start {
     ($what:literal, $f:ident($($arg:expr),*)) => {{
         let mut req = std::mem::MaybeUninit::<sys::MPI_Request>::uninit();
-        // SAFETY: every buffer argument is an address inside an extent
-        // that `core::check_buffers` accepted on this rank, with the counts
-        // every rank agreed on (or a buffer of the engine's own of that
-        // size); it stays untouched by this rank until the request
-        // completes, since the caller waits for it before returning.
+        // SAFETY: the calling function's caller keeps the buffer rule (its
+        // `# Safety`): every buffer is valid for what MPI does with it and
+        // untouched by anything else until the request completes.
         let rc = unsafe { sys::$f($($arg,)* req.as_mut_ptr()) };
         check(rc, $what)?;
         // SAFETY: the call succeeded, so it wrote the request.
@@ -308,22 +329,19 @@ fn mp(addr: usize) -> *mut c_void {
     addr as *mut c_void
 }
 
-/// What a blocking collective reads and writes: host addresses checked by
-/// the communicator against this rank's memory before the call, with
-/// extents every rank agreed on (or a buffer of the engine's own of that
-/// size), which nothing else touches until the call returns.
+/// Runs a blocking collective on buffers that keep the module's buffer rule.
 macro_rules! run {
     ($what:literal, $f:ident($($arg:expr),*)) => {{
-        // SAFETY: every buffer argument is an address inside an extent
-        // that `core::check_buffers` accepted on this rank, with the counts
-        // every rank agreed on, or the engine's own scratch of that size;
-        // the call returns only when MPI is done with them.
+        // SAFETY: the calling function's caller keeps the buffer rule (its
+        // `# Safety`); the call returns only when MPI is done with them.
         let rc = unsafe { sys::$f($($arg),*) };
         check(rc, $what)
     }};
 }
 
-pub fn allreduce(
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn allreduce(
     comm: Comm,
     send: usize,
     recv: usize,
@@ -336,8 +354,10 @@ pub fn allreduce(
         MPI_Allreduce(cp(send), mp(recv), n, dt, op, comm)
     )
 }
+/// # Safety
+/// The buffers keep the module's buffer rule.
 #[allow(clippy::too_many_arguments)]
-pub fn reduce(
+pub unsafe fn reduce(
     comm: Comm,
     send: usize,
     recv: usize,
@@ -351,7 +371,9 @@ pub fn reduce(
         MPI_Reduce(cp(send), mp(recv), n, dt, op, root, comm)
     )
 }
-pub fn reduce_scatter_block(
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn reduce_scatter_block(
     comm: Comm,
     send: usize,
     recv: usize,
@@ -364,34 +386,56 @@ pub fn reduce_scatter_block(
         MPI_Reduce_scatter_block(cp(send), mp(recv), n, dt, op, comm)
     )
 }
-pub fn bcast(comm: Comm, buf: usize, bytes: c_int, root: c_int) -> Result<()> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn bcast(comm: Comm, buf: usize, bytes: c_int, root: c_int) -> Result<()> {
     run!(
         "MPI_Bcast",
         MPI_Bcast(mp(buf), bytes, self::bytes(), root, comm)
     )
 }
-pub fn allgather(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<()> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn allgather(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<()> {
     let b = self::bytes();
     run!(
         "MPI_Allgather",
         MPI_Allgather(cp(send), bytes, b, mp(recv), bytes, b, comm)
     )
 }
-pub fn alltoall(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<()> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn alltoall(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<()> {
     let b = self::bytes();
     run!(
         "MPI_Alltoall",
         MPI_Alltoall(cp(send), bytes, b, mp(recv), bytes, b, comm)
     )
 }
-pub fn gather(comm: Comm, send: usize, recv: usize, bytes: c_int, root: c_int) -> Result<()> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn gather(
+    comm: Comm,
+    send: usize,
+    recv: usize,
+    bytes: c_int,
+    root: c_int,
+) -> Result<()> {
     let b = self::bytes();
     run!(
         "MPI_Gather",
         MPI_Gather(cp(send), bytes, b, mp(recv), bytes, b, root, comm)
     )
 }
-pub fn scatter(comm: Comm, send: usize, recv: usize, bytes: c_int, root: c_int) -> Result<()> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn scatter(
+    comm: Comm,
+    send: usize,
+    recv: usize,
+    bytes: c_int,
+    root: c_int,
+) -> Result<()> {
     let b = self::bytes();
     run!(
         "MPI_Scatter",
@@ -399,7 +443,9 @@ pub fn scatter(comm: Comm, send: usize, recv: usize, bytes: c_int, root: c_int) 
     )
 }
 
-pub fn iallgather(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<Request> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn iallgather(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<Request> {
     start!(
         "MPI_Iallgather",
         MPI_Iallgather(
@@ -413,7 +459,9 @@ pub fn iallgather(comm: Comm, send: usize, recv: usize, bytes: c_int) -> Result<
         )
     )
 }
-pub fn iallgatherv(
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn iallgatherv(
     comm: Comm,
     send: usize,
     bytes: c_int,
@@ -435,13 +483,29 @@ pub fn iallgatherv(
         )
     )
 }
-pub fn isend(comm: Comm, buf: usize, bytes: c_int, peer: c_int, tag: c_int) -> Result<Request> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn isend(
+    comm: Comm,
+    buf: usize,
+    bytes: c_int,
+    peer: c_int,
+    tag: c_int,
+) -> Result<Request> {
     start!(
         "MPI_Isend",
         MPI_Isend(cp(buf), bytes, self::bytes(), peer, tag, comm)
     )
 }
-pub fn irecv(comm: Comm, buf: usize, bytes: c_int, peer: c_int, tag: c_int) -> Result<Request> {
+/// # Safety
+/// The buffers keep the module's buffer rule.
+pub unsafe fn irecv(
+    comm: Comm,
+    buf: usize,
+    bytes: c_int,
+    peer: c_int,
+    tag: c_int,
+) -> Result<Request> {
     start!(
         "MPI_Irecv",
         MPI_Irecv(mp(buf), bytes, self::bytes(), peer, tag, comm)
@@ -521,26 +585,30 @@ pub fn at_exit(f: extern "C" fn()) {
     unsafe { libc::atexit(f) };
 }
 
-/// Copies `bytes` bytes from `src` to `dst` (regions of a checked call, or
-/// the engine's own scratch; they may overlap).
-pub fn copy(src: usize, dst: usize, bytes: usize) {
+/// Copies `bytes` bytes from `src` to `dst` (they may overlap).
+///
+/// # Safety
+/// `src` is valid for reading and `dst` for writing `bytes` bytes, and
+/// nothing else touches either while the copy runs (the module's buffer
+/// rule).
+pub unsafe fn copy(src: usize, dst: usize, bytes: usize) {
     if bytes > 0 && src != dst {
-        // SAFETY: both regions lie inside extents that `core::check_buffers`
-        // accepted for the call being run (or the engine's own scratch of
-        // at least `bytes` bytes); `copy` allows overlap.
+        // SAFETY: the caller's contract; `ptr::copy` allows overlap.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
     }
 }
 
 /// Applies `f` to each of the `n` elements of `T` at `addr`, in place.
-pub fn map_elems<T: crate::core::Element>(addr: usize, n: usize, f: impl Fn(T) -> T) {
+///
+/// # Safety
+/// `addr` holds `n` initialised elements of `T`, aligned for `T`, valid for
+/// reads and writes, and nothing else touches them while this runs.
+pub unsafe fn map_elems<T: crate::core::Element>(addr: usize, n: usize, f: impl Fn(T) -> T) {
     if n == 0 {
         return;
     }
     debug_assert!(addr.is_multiple_of(std::mem::align_of::<T>()));
-    // SAFETY: `addr` holds `n` elements of T inside an extent checked for
-    // the call being run (or the engine's own scratch), aligned for T, and
-    // nothing else touches it while the call runs on this rank.
+    // SAFETY: the caller's contract.
     let xs = unsafe { std::slice::from_raw_parts_mut(addr as *mut T, n) };
     for x in xs {
         *x = f(*x);
@@ -550,7 +618,13 @@ pub fn map_elems<T: crate::core::Element>(addr: usize, n: usize, f: impl Fn(T) -
 /// Folds `n` blocks of `q` elements of `T` (block s from rank s, at
 /// `from + s * stride` bytes) in rank order with `op`, exactly as the local
 /// engine reduces, into the `q` elements at `to`.
-pub fn fold_ranks<T: crate::kernels::Arith>(
+///
+/// # Safety
+/// `from` holds `n` blocks of `q` initialised elements of `T`, `stride`
+/// bytes apart, aligned for `T`, that nothing writes while this runs; `to`
+/// holds `q` elements of `T`, aligned for `T`, valid for writes, outside
+/// those blocks, that nothing else touches while this runs.
+pub unsafe fn fold_ranks<T: crate::kernels::Arith>(
     op: crate::core::RedOp,
     n: usize,
     from: usize,
@@ -566,14 +640,12 @@ pub fn fold_ranks<T: crate::kernels::Arith>(
     debug_assert!(stride >= q * std::mem::size_of::<T>());
     debug_assert!(to.is_multiple_of(std::mem::align_of::<T>()));
     let block = |s: usize| -> &[T] {
-        // SAFETY: `from` is the engine's own scratch holding n blocks of q
-        // elements of T, `stride` bytes apart, aligned for T, that MPI has
-        // finished writing; nothing writes it now.
+        // SAFETY: the caller's contract: block s lies inside `from`'s n
+        // blocks, which nothing writes while this runs.
         unsafe { std::slice::from_raw_parts((from + s * stride) as *const T, q) }
     };
-    // SAFETY: `to` holds q elements of T inside an extent checked for the
-    // call being run, aligned for T; it does not overlap the scratch, and
-    // nothing else touches it while the call runs on this rank.
+    // SAFETY: the caller's contract: `to` is q writable elements outside the
+    // blocks, touched by nothing else while this runs.
     let acc = unsafe { std::slice::from_raw_parts_mut(to as *mut T, q) };
     crate::kernels::reduce_into(acc, op, n, block);
 }

@@ -335,8 +335,14 @@ impl MpiEngine {
             let bytes = ffi::int(m * w * 8, "exchange")?;
             let tag = EXCHANGE_TAG + round;
             let at = buf.as_mut_ptr() as usize;
-            let recv = ffi::irecv(self.comm, at + held * w * 8, bytes, from as i32, tag)?;
-            let send = ffi::isend(self.comm, at, bytes, to as i32, tag)?;
+            // SAFETY: `buf` holds n blocks of w words; the receive fills the
+            // m blocks after the `held` ones, the send reads the first m;
+            // both lie in `buf`, which outlives the requests (forgotten
+            // below when a wait gives up on them).
+            let recv =
+                unsafe { ffi::irecv(self.comm, at + held * w * 8, bytes, from as i32, tag)? };
+            // SAFETY: as above.
+            let send = unsafe { ffi::isend(self.comm, at, bytes, to as i32, tag)? };
             let done = self
                 .wait(recv, on.clone(), what)
                 .and_then(|()| self.wait(send, on.clone(), what));
@@ -428,11 +434,19 @@ impl MpiEngine {
                 [c] if carried.is_some() && eager::from_root(c, n) => self.receive_from_root(c)?,
                 [c] if carried.is_some() => {
                     let at = slots.as_ptr() as usize + wire::HEAD_WORDS * 8;
-                    eager::finish(c, n, me, at, SLOT_WORDS * 8);
+                    // SAFETY: `c` passed `core::check_buffers` on this rank
+                    // and every rank agreed on it; `slots` holds every
+                    // rank's slot, each carrying that rank's whole input
+                    // (`carried`), and is this function's own.
+                    unsafe { eager::finish(c, n, me, at, SLOT_WORDS * 8) };
                 }
                 colls => {
                     for c in colls {
-                        collectives::run(self, c)?;
+                        // SAFETY: every call of a launch passed
+                        // `core::check_buffers` on this rank before it was
+                        // posted, and every rank agreed on it just above;
+                        // the program is blocked in this launch meanwhile.
+                        unsafe { collectives::run(self, c)? };
                     }
                 }
             }
@@ -453,7 +467,10 @@ impl MpiEngine {
     fn receive_from_root(&mut self, c: &Call) -> Result<()> {
         let (from, bytes) = eager::received(c, self.rank);
         if self.rank == c.root {
-            ffi::copy(c.sendbuff + from, c.recvbuff, bytes);
+            // SAFETY: `c` passed `core::check_buffers` here: its sendbuff
+            // holds the root's input, of which [from, from + bytes) is this
+            // rank's output, and its recvbuff holds `bytes` bytes.
+            unsafe { ffi::copy(c.sendbuff + from, c.recvbuff, bytes) };
             return Ok(());
         }
         let ring = self
@@ -475,7 +492,10 @@ impl MpiEngine {
                 ),
             ));
         }
-        ffi::copy(self.got.as_ptr() as usize + from % 8, c.recvbuff, bytes);
+        // SAFETY: `got` holds the words covering [from, from + bytes) of the
+        // root's input (its length was checked just above), and `c`'s
+        // recvbuff, checked on this rank, holds `bytes` bytes.
+        unsafe { ffi::copy(self.got.as_ptr() as usize + from % 8, c.recvbuff, bytes) };
         Ok(())
     }
 
@@ -511,7 +531,9 @@ impl MpiEngine {
             post.extend_from_slice(&head);
             if let Some((addr, bytes)) = carried {
                 post.resize(wire::HEAD_WORDS + bytes.div_ceil(8), 0);
-                ffi::copy(addr, post[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes);
+                // SAFETY: `carried` is a checked call's input (`eager::payload`),
+                // and `post` was just sized to hold it after the head.
+                unsafe { ffi::copy(addr, post[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes) };
             }
             let all = self.ring_words(&post, &on, &what);
             self.post = post;
@@ -521,7 +543,9 @@ impl MpiEngine {
             let mut slot = [0u64; SLOT_WORDS];
             slot[..wire::HEAD_WORDS].copy_from_slice(&head);
             if let Some((addr, bytes)) = carried {
-                ffi::copy(addr, slot[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes);
+                // SAFETY: `carried` is a checked call's input of at most
+                // `eager::WORDS` words, the room after the head in `slot`.
+                unsafe { ffi::copy(addr, slot[wire::HEAD_WORDS..].as_mut_ptr() as usize, bytes) };
             }
             self.allgather_words(&slot, on, &what)
         }
@@ -563,14 +587,20 @@ impl MpiEngine {
                 })?;
             }
             let mut words = vec![0u64; at as usize / 8];
-            let req = ffi::iallgatherv(
-                self.comm,
-                rest.as_ptr() as usize,
-                ffi::int(rest.len() * 8, "exchange")?,
-                words.as_mut_ptr() as usize,
-                &counts,
-                &displs,
-            )?;
+            let rest_len = ffi::int(rest.len() * 8, "exchange")?;
+            // SAFETY: `rest` and `words` are owned here, `words` sized by
+            // the counts every rank's head announced, and both outlive the
+            // request (forgotten below when the wait gives up on it).
+            let req = unsafe {
+                ffi::iallgatherv(
+                    self.comm,
+                    rest.as_ptr() as usize,
+                    rest_len,
+                    words.as_mut_ptr() as usize,
+                    &counts,
+                    &displs,
+                )?
+            };
             if let Err(e) = self.wait(req, on, &what) {
                 // as above: the abandoned request may still complete
                 std::mem::forget(rest);

@@ -286,7 +286,9 @@ impl Notices {
         };
         let size = self.state.borrow().size;
         for r in (0..size).filter(|r| *r != me) {
-            if let Ok(req) = ffi::isend(self.comm, buf.as_ptr() as usize, len, r as i32, TAG) {
+            // SAFETY: `buf` is leaked, so it outlives the detached send.
+            let sent = unsafe { ffi::isend(self.comm, buf.as_ptr() as usize, len, r as i32, TAG) };
+            if let Ok(req) = sent {
                 req.detach();
             }
         }

@@ -10,6 +10,7 @@ use super::notice::Waiting;
 use super::{MpiEngine, ffi};
 use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Result};
 use std::collections::BTreeSet;
+use std::mem::ManuallyDrop;
 
 const SIG_HEAD: i32 = 0x5301;
 const SIG_BODY: i32 = 0x5302;
@@ -68,13 +69,33 @@ fn compare(
     Ok(())
 }
 
+/// The buffers of the signature swap. MPI reads and writes them until each
+/// request completes; a wait that gives up leaves its request behind, so
+/// they are held in [`ManuallyDrop`] and freed only once every request of
+/// the swap has completed: on any error they are leaked (a few words per
+/// peer, once per failure).
+#[derive(Default)]
+struct Signatures {
+    /// per peer: the counts of its Sends and Recvs with this rank
+    heads: Vec<(usize, [u64; 2])>,
+    /// per peer: this rank's head and signatures (Sends, then Recvs)
+    mine: Vec<(usize, [u64; 2], Vec<u64>)>,
+    /// per peer: its signatures, and how many of them are Sends
+    bodies: Vec<(usize, Vec<u64>, usize)>,
+}
+
 pub fn run(e: &mut MpiEngine, launch: &Launch) -> Result<()> {
     let me = e.rank;
     let peers: BTreeSet<usize> = launch.p2p.iter().map(|c| c.root).collect();
     let comm = e.comm;
     // 1. swap signatures with every peer (self included: it checks itself)
-    let mut heads: Vec<(usize, [u64; 2])> = peers.iter().map(|p| (*p, [0u64; 2])).collect();
-    let mut mine: Vec<(usize, [u64; 2], Vec<u64>)> = Vec::new();
+    let mut sig = ManuallyDrop::new(Signatures::default());
+    let Signatures {
+        heads,
+        mine,
+        bodies,
+    } = &mut *sig;
+    heads.extend(peers.iter().map(|p| (*p, [0u64; 2])));
     for &p in &peers {
         let (s, r) = (sigs(launch, Func::Send, p), sigs(launch, Func::Recv, p));
         let head = [s.len() as u64, r.len() as u64];
@@ -84,21 +105,18 @@ pub fn run(e: &mut MpiEngine, launch: &Launch) -> Result<()> {
     let mut sends = Vec::new();
     let mut recvs = Vec::new();
     for (p, h) in heads.iter_mut() {
-        recvs.push((
-            *p,
-            ffi::irecv(comm, h.as_mut_ptr() as usize, 16, *p as i32, SIG_HEAD)?,
-        ));
+        // SAFETY: `h` is 16 bytes of `sig`, which outlives the request.
+        let req = unsafe { ffi::irecv(comm, h.as_mut_ptr() as usize, 16, *p as i32, SIG_HEAD)? };
+        recvs.push((*p, req));
     }
-    for (p, head, body) in &mine {
-        sends.push((
-            *p,
-            ffi::isend(comm, head.as_ptr() as usize, 16, *p as i32, SIG_HEAD)?,
-        ));
+    for (p, head, body) in mine.iter() {
+        // SAFETY: `head` is 16 bytes of `sig`, which outlives the request.
+        let req = unsafe { ffi::isend(comm, head.as_ptr() as usize, 16, *p as i32, SIG_HEAD)? };
+        sends.push((*p, req));
         let bytes = ffi::int(body.len() * 8, "Send/Recv signatures")?;
-        sends.push((
-            *p,
-            ffi::isend(comm, body.as_ptr() as usize, bytes, *p as i32, SIG_BODY)?,
-        ));
+        // SAFETY: `body` is `bytes` bytes of `sig`, which outlives the request.
+        let req = unsafe { ffi::isend(comm, body.as_ptr() as usize, bytes, *p as i32, SIG_BODY)? };
+        sends.push((*p, req));
     }
     let what_sig = |p: usize| {
         move || {
@@ -111,18 +129,18 @@ pub fn run(e: &mut MpiEngine, launch: &Launch) -> Result<()> {
     for (p, req) in recvs {
         e.wait(req, Waiting::Peer(p), &what_sig(p))?;
     }
-    let mut bodies: Vec<(usize, Vec<u64>, usize)> = Vec::new();
     let mut body_reqs = Vec::new();
-    for (p, h) in &heads {
+    for (p, h) in heads.iter() {
         let (ns, nr) = (h[0] as usize, h[1] as usize);
         bodies.push((*p, vec![0u64; ns + nr], ns));
     }
     for (p, body, _) in bodies.iter_mut() {
         let bytes = ffi::int(body.len() * 8, "Send/Recv signatures")?;
-        body_reqs.push((
-            *p,
-            ffi::irecv(comm, body.as_mut_ptr() as usize, bytes, *p as i32, SIG_BODY)?,
-        ));
+        // SAFETY: `body` is `bytes` bytes of `sig`, sized by the peer's head,
+        // and `sig` outlives the request.
+        let req =
+            unsafe { ffi::irecv(comm, body.as_mut_ptr() as usize, bytes, *p as i32, SIG_BODY)? };
+        body_reqs.push((*p, req));
     }
     for (p, req) in body_reqs {
         e.wait(req, Waiting::Peer(p), &what_sig(p))?;
@@ -130,6 +148,12 @@ pub fn run(e: &mut MpiEngine, launch: &Launch) -> Result<()> {
     for (p, req) in sends {
         e.wait(req, Waiting::Peer(p), &what_sig(p))?;
     }
+    // every request of the swap completed: its buffers are free again
+    let Signatures {
+        heads: _,
+        mine,
+        bodies,
+    } = ManuallyDrop::into_inner(sig);
     for ((p, theirs, their_ns), (_, head, body)) in bodies.iter().zip(&mine) {
         let my_ns = head[0] as usize;
         let (my_sends, my_recvs) = body.split_at(my_ns);
@@ -151,21 +175,23 @@ pub fn run(e: &mut MpiEngine, launch: &Launch) -> Result<()> {
     }
     // 2. the data: every Recv, then every Send, all at once
     let mut reqs: Vec<(usize, &Call, ffi::Request)> = Vec::new();
+    // The calls' own buffers passed `core::check_buffers` on this rank and
+    // the peer agreed on each count and datatype above; the program is
+    // blocked in this launch until every request completes. A wait that
+    // gives up (a peer that failed, the timeout) leaves its transfer
+    // pending on the call's buffer: docs/design/unsafe.md says what a
+    // program must then not do.
     for c in launch.p2p.iter().filter(|c| c.func == Func::Recv) {
         let bytes = ffi::int(c.count * c.datatype.size(), "Recv")?;
-        reqs.push((
-            c.root,
-            c,
-            ffi::irecv(comm, c.recvbuff, bytes, c.root as i32, DATA)?,
-        ));
+        // SAFETY: the recvbuff holds `bytes` bytes (checked, agreed), as above.
+        let req = unsafe { ffi::irecv(comm, c.recvbuff, bytes, c.root as i32, DATA)? };
+        reqs.push((c.root, c, req));
     }
     for c in launch.p2p.iter().filter(|c| c.func == Func::Send) {
         let bytes = ffi::int(c.count * c.datatype.size(), "Send")?;
-        reqs.push((
-            c.root,
-            c,
-            ffi::isend(comm, c.sendbuff, bytes, c.root as i32, DATA)?,
-        ));
+        // SAFETY: the sendbuff holds `bytes` bytes (checked, agreed), as above.
+        let req = unsafe { ffi::isend(comm, c.sendbuff, bytes, c.root as i32, DATA)? };
+        reqs.push((c.root, c, req));
     }
     for (p, c, req) in reqs {
         let what = || {
