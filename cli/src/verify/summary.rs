@@ -77,23 +77,7 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
             manifest.suite
         )
     })?;
-    if manifest.ranks == 0 || manifest.ranks > MAX_RANKS {
-        let held: Vec<String> = Layer::ALL
-            .iter()
-            .map(|l| {
-                format!(
-                    "raw/{l} holds {} rank file(s)",
-                    count_rank_files(&dir.join("raw").join(l.name()))
-                )
-            })
-            .collect();
-        return Err(format!(
-            "{}/manifest.json declares {} ranks: rankwise verify writes runs of 1 to {MAX_RANKS} ranks ({})",
-            dir.display(),
-            manifest.ranks,
-            held.join(", ")
-        ));
-    }
+    check_declared_ranks(dir, &manifest)?;
     let n = manifest.ranks;
     let plan = cases::plan(suite, n);
     let mut problems = Vec::new();
@@ -104,193 +88,18 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
     for lp in &plan.layers {
         let layer = lp.layer.name();
         check_extra_files(dir, layer, n, &mut problems);
-        // a row names its case by (operation, variant)
-        let index: HashMap<(&str, &str), usize> = lp
-            .cases
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ((c.operation.as_str(), c.variant.as_str()), i))
-            .collect();
-        // (rank, case index) -> the row's pointer relation
-        let mut rows: HashMap<(usize, usize), String> = HashMap::new();
-        // record keys that have a problem attached
-        let mut bad: BTreeSet<(usize, String)> = BTreeSet::new();
-        let mut missing: Vec<usize> = Vec::new();
-        let mut row_count = 0;
-        for rank in 0..n {
-            let path = records::rank_file(dir, layer, rank);
-            let rel = format!("raw/{layer}/rank{rank}.csv");
-            // a rank without rows fails its records by their absence
-            let file_rows = match records::read_rank_file(&path, &rel) {
-                Ok(r) => r,
-                Err(ReadError::Missing) => {
-                    missing.push(rank);
-                    continue;
-                }
-                Err(ReadError::Bad(e)) => {
-                    problems.push(e);
-                    continue;
-                }
-            };
-            row_count += file_rows.len();
-            if file_rows.len() != lp.rows_per_rank() {
-                problems.push(format!(
-                    "{rel} has {} rows, but suite {} declares {} per rank for layer {layer} at N={n}",
-                    file_rows.len(),
-                    suite.name(),
-                    lp.rows_per_rank()
-                ));
-            }
-            let mut first_line: HashMap<usize, usize> = HashMap::new();
-            for (k, row) in file_rows.into_iter().enumerate() {
-                let line = k + 2;
-                let at = format!("{rel} line {line}");
-                let Some(&i) = index.get(&(row.operation.as_str(), row.variant.as_str())) else {
-                    problems.push(format!(
-                        "{at}: {} / {} is not a case of suite {} at N={n}",
-                        row.operation,
-                        row.variant,
-                        suite.name()
-                    ));
-                    continue;
-                };
-                let case = &lp.cases[i];
-                if let Some(first) = first_line.get(&i) {
-                    problems.push(format!(
-                        "{at}: duplicated row for {} / {} (first at line {first})",
-                        row.operation, row.variant
-                    ));
-                    bad.insert((i, case.relation(n, rank)));
-                    continue;
-                }
-                first_line.insert(i, line);
-                let mut row_problems = Vec::new();
-                // every column that says what the record is must be the case's
-                if row.run_id != manifest.run_id {
-                    row_problems.push(format!(
-                        "run id {} is not this run's ({})",
-                        row.run_id, manifest.run_id
-                    ));
-                }
-                if row.layer != layer {
-                    row_problems.push(format!("layer column says {}", row.layer));
-                }
-                if row.rank != rank {
-                    row_problems.push(format!(
-                        "rank column says {} in rank {rank}'s file",
-                        row.rank
-                    ));
-                }
-                if row.world_size != n {
-                    row_problems.push(format!(
-                        "world size column says {}, the run has {n}",
-                        row.world_size
-                    ));
-                }
-                if row.dtype != case.dtype.name() {
-                    row_problems.push(format!(
-                        "dtype column says {}, the case's dtype is {}",
-                        row.dtype,
-                        case.dtype.name()
-                    ));
-                }
-                let count = case.count(n, rank);
-                if row.count != count {
-                    row_problems.push(format!(
-                        "count column says {}, the case's count on rank {rank} is {count}",
-                        row.count
-                    ));
-                }
-                let relation = case.relation(n, rank);
-                if row.pointer_relation != relation {
-                    row_problems.push(format!(
-                        "pointer relation `{}` is not the case's `{relation}`",
-                        row.pointer_relation
-                    ));
-                }
-                let reference = records::expected_text(&case.expect(n, rank));
-                if row.expected != reference {
-                    row_problems.push(format!(
-                        "expected column {} is not the suite's reference {reference}",
-                        row.expected
-                    ));
-                }
-                if row.correct && row.actual != row.expected {
-                    row_problems.push(format!(
-                        "marked correct, but actual {} differs from expected {}",
-                        row.actual, row.expected
-                    ));
-                }
-                if !row.correct {
-                    row_problems.push(format!(
-                        "incorrect: expected {}, actual {}{}",
-                        show(&row.expected),
-                        show(&row.actual),
-                        if row.note.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({})", row.note)
-                        }
-                    ));
-                }
-                if !row_problems.is_empty() {
-                    bad.insert((i, relation));
-                    for p in row_problems {
-                        problems.push(format!("{at}: {} / {}: {p}", row.operation, row.variant));
-                    }
-                }
-                rows.insert((rank, i), row.pointer_relation);
-            }
-            for (i, c) in lp.cases.iter().enumerate() {
-                if !first_line.contains_key(&i) {
-                    problems.push(format!(
-                        "{rel}: row for {} / {} is missing",
-                        c.operation, c.variant
-                    ));
-                    bad.insert((i, c.relation(n, rank)));
-                }
-            }
-        }
-        if let Some(p) = missing_files(layer, n, &missing) {
+        let read = read_layer(dir, &manifest, suite, lp, &mut problems);
+        if let Some(p) = missing_files(layer, n, &read.missing) {
             problems.push(p);
         }
-        // aggregate in declared order; relations in order of first rank
-        let before = records.len();
-        for (i, c) in lp.cases.iter().enumerate() {
-            let mut mine: Vec<Record> = Vec::new();
-            for rank in 0..n {
-                let relation = match rows.get(&(rank, i)) {
-                    Some(r) => r.clone(),
-                    None => c.relation(n, rank),
-                };
-                let present = rows.contains_key(&(rank, i));
-                let failed = bad.contains(&(i, relation.clone()));
-                match mine.iter_mut().find(|r| r.pointer_relation == relation) {
-                    Some(r) => {
-                        if present {
-                            r.ranks.push(rank);
-                        }
-                        r.pass &= !failed && present;
-                    }
-                    None => mine.push(Record {
-                        layer: layer.to_string(),
-                        operation: c.operation.clone(),
-                        variant: c.variant.clone(),
-                        pointer_relation: relation,
-                        ranks: if present { vec![rank] } else { Vec::new() },
-                        pass: !failed && present,
-                    }),
-                }
-            }
-            records.extend(mine);
-        }
-        let mine = &records[before..];
+        let mine = aggregate(lp, n, &read);
         layers.push(LayerTotals {
             layer: layer.to_string(),
-            rows: row_count,
+            rows: read.row_count,
             records: mine.len(),
             failed_records: mine.iter().filter(|r| !r.pass).count(),
         });
+        records.extend(mine);
     }
     Ok(Summary {
         manifest,
@@ -298,6 +107,250 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
         layers,
         problems,
     })
+}
+
+/// A run of a rank count `rankwise verify` never writes is refused before
+/// any file is read, with what each layer's directory holds.
+fn check_declared_ranks(dir: &Path, manifest: &Manifest) -> Result<(), String> {
+    if manifest.ranks > 0 && manifest.ranks <= MAX_RANKS {
+        return Ok(());
+    }
+    let held: Vec<String> = Layer::ALL
+        .iter()
+        .map(|l| {
+            format!(
+                "raw/{l} holds {} rank file(s)",
+                count_rank_files(&dir.join("raw").join(l.name()))
+            )
+        })
+        .collect();
+    Err(format!(
+        "{}/manifest.json declares {} ranks: rankwise verify writes runs of 1 to {MAX_RANKS} ranks ({})",
+        dir.display(),
+        manifest.ranks,
+        held.join(", ")
+    ))
+}
+
+/// What one layer's rank files hold, as the checks found it.
+struct LayerRead {
+    /// (rank, case index) -> the row's pointer relation
+    rows: HashMap<(usize, usize), String>,
+    /// (case index, pointer relation) of the records that have a problem
+    bad: BTreeSet<(usize, String)>,
+    /// ranks without a file
+    missing: Vec<usize>,
+    row_count: usize,
+}
+
+/// Reads every rank's file of layer `lp` and checks each row against the
+/// suite's case; each problem found is added to `problems`.
+fn read_layer(
+    dir: &Path,
+    manifest: &Manifest,
+    suite: Suite,
+    lp: &cases::LayerPlan,
+    problems: &mut Vec<String>,
+) -> LayerRead {
+    let (layer, n) = (lp.layer.name(), manifest.ranks);
+    // a row names its case by (operation, variant)
+    let index: HashMap<(&str, &str), usize> = lp
+        .cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ((c.operation.as_str(), c.variant.as_str()), i))
+        .collect();
+    let mut read = LayerRead {
+        rows: HashMap::new(),
+        bad: BTreeSet::new(),
+        missing: Vec::new(),
+        row_count: 0,
+    };
+    for rank in 0..n {
+        let path = records::rank_file(dir, layer, rank);
+        let rel = format!("raw/{layer}/rank{rank}.csv");
+        // a rank without rows fails its records by their absence
+        let file_rows = match records::read_rank_file(&path, &rel) {
+            Ok(r) => r,
+            Err(ReadError::Missing) => {
+                read.missing.push(rank);
+                continue;
+            }
+            Err(ReadError::Bad(e)) => {
+                problems.push(e);
+                continue;
+            }
+        };
+        read.row_count += file_rows.len();
+        if file_rows.len() != lp.rows_per_rank() {
+            problems.push(format!(
+                "{rel} has {} rows, but suite {} declares {} per rank for layer {layer} at N={n}",
+                file_rows.len(),
+                suite.name(),
+                lp.rows_per_rank()
+            ));
+        }
+        let mut first_line: HashMap<usize, usize> = HashMap::new();
+        for (k, row) in file_rows.into_iter().enumerate() {
+            let line = k + 2;
+            let at = format!("{rel} line {line}");
+            let Some(&i) = index.get(&(row.operation.as_str(), row.variant.as_str())) else {
+                problems.push(format!(
+                    "{at}: {} / {} is not a case of suite {} at N={n}",
+                    row.operation,
+                    row.variant,
+                    suite.name()
+                ));
+                continue;
+            };
+            let case = &lp.cases[i];
+            if let Some(first) = first_line.get(&i) {
+                problems.push(format!(
+                    "{at}: duplicated row for {} / {} (first at line {first})",
+                    row.operation, row.variant
+                ));
+                read.bad.insert((i, case.relation(n, rank)));
+                continue;
+            }
+            first_line.insert(i, line);
+            let row_problems = check_row(&row, case, manifest, layer, rank);
+            if !row_problems.is_empty() {
+                read.bad.insert((i, case.relation(n, rank)));
+                for p in row_problems {
+                    problems.push(format!("{at}: {} / {}: {p}", row.operation, row.variant));
+                }
+            }
+            read.rows.insert((rank, i), row.pointer_relation);
+        }
+        for (i, c) in lp.cases.iter().enumerate() {
+            if !first_line.contains_key(&i) {
+                problems.push(format!(
+                    "{rel}: row for {} / {} is missing",
+                    c.operation, c.variant
+                ));
+                read.bad.insert((i, c.relation(n, rank)));
+            }
+        }
+    }
+    read
+}
+
+/// What is wrong with rank `rank`'s row of `case`: every column that says
+/// what the record is must be the case's, and the value must be right.
+fn check_row(
+    row: &records::Row,
+    case: &cases::Case,
+    manifest: &Manifest,
+    layer: &str,
+    rank: usize,
+) -> Vec<String> {
+    let n = manifest.ranks;
+    let mut problems = Vec::new();
+    if row.run_id != manifest.run_id {
+        problems.push(format!(
+            "run id {} is not this run's ({})",
+            row.run_id, manifest.run_id
+        ));
+    }
+    if row.layer != layer {
+        problems.push(format!("layer column says {}", row.layer));
+    }
+    if row.rank != rank {
+        problems.push(format!(
+            "rank column says {} in rank {rank}'s file",
+            row.rank
+        ));
+    }
+    if row.world_size != n {
+        problems.push(format!(
+            "world size column says {}, the run has {n}",
+            row.world_size
+        ));
+    }
+    if row.dtype != case.dtype.name() {
+        problems.push(format!(
+            "dtype column says {}, the case's dtype is {}",
+            row.dtype,
+            case.dtype.name()
+        ));
+    }
+    let count = case.count(n, rank);
+    if row.count != count {
+        problems.push(format!(
+            "count column says {}, the case's count on rank {rank} is {count}",
+            row.count
+        ));
+    }
+    let relation = case.relation(n, rank);
+    if row.pointer_relation != relation {
+        problems.push(format!(
+            "pointer relation `{}` is not the case's `{relation}`",
+            row.pointer_relation
+        ));
+    }
+    let reference = records::expected_text(&case.expect(n, rank));
+    if row.expected != reference {
+        problems.push(format!(
+            "expected column {} is not the suite's reference {reference}",
+            row.expected
+        ));
+    }
+    if row.correct && row.actual != row.expected {
+        problems.push(format!(
+            "marked correct, but actual {} differs from expected {}",
+            row.actual, row.expected
+        ));
+    }
+    if !row.correct {
+        problems.push(format!(
+            "incorrect: expected {}, actual {}{}",
+            show(&row.expected),
+            show(&row.actual),
+            if row.note.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", row.note)
+            }
+        ));
+    }
+    problems
+}
+
+/// One layer's records: each case's rows grouped by pointer relation, in
+/// declared order, relations in order of their first rank; a record passes
+/// when every rank of it has a row and none has a problem.
+fn aggregate(lp: &cases::LayerPlan, n: usize, read: &LayerRead) -> Vec<Record> {
+    let layer = lp.layer.name();
+    let mut records = Vec::new();
+    for (i, c) in lp.cases.iter().enumerate() {
+        let mut mine: Vec<Record> = Vec::new();
+        for rank in 0..n {
+            let relation = match read.rows.get(&(rank, i)) {
+                Some(r) => r.clone(),
+                None => c.relation(n, rank),
+            };
+            let present = read.rows.contains_key(&(rank, i));
+            let failed = read.bad.contains(&(i, relation.clone()));
+            match mine.iter_mut().find(|r| r.pointer_relation == relation) {
+                Some(r) => {
+                    if present {
+                        r.ranks.push(rank);
+                    }
+                    r.pass &= !failed && present;
+                }
+                None => mine.push(Record {
+                    layer: layer.to_string(),
+                    operation: c.operation.clone(),
+                    variant: c.variant.clone(),
+                    pointer_relation: relation,
+                    ranks: if present { vec![rank] } else { Vec::new() },
+                    pass: !failed && present,
+                }),
+            }
+        }
+        records.extend(mine);
+    }
+    records
 }
 
 fn show(s: &str) -> &str {
