@@ -93,96 +93,16 @@ pub fn run(args: Args) -> ExitCode {
     if let Some(code) = rankwise::launch::mpirun::relaunch("verify", args.engine, wanted) {
         return code;
     }
-    let (part, n) = match rankwise::launch::mpirun::rank_of_job(args.engine) {
-        None => (
-            Part {
-                rank: 0,
-                mpi: false,
-            },
-            wanted,
-        ),
-        Some(Err(e)) => return fail("verify", e),
-        Some(Ok((rank, size))) => {
-            let part = Part { rank, mpi: true };
-            if args.ranks.is_some_and(|r| r != size) {
-                return part.fail(format!(
-                    "--ranks {wanted}, but mpirun started {size} process(es): each rank is one process (drop --ranks, or mpirun -n {wanted})"
-                ));
-            }
-            (part, size)
-        }
+    let (part, n) = match place(&args, wanted) {
+        Ok(placed) => placed,
+        Err(code) => return code,
     };
-    if !part.mpi
-        && let Err(why) = args.engine.available()
-    {
-        return fail(
-            "verify",
-            format!("the {} engine cannot run here: {why}", args.engine),
-        );
-    }
-    if let Err(e) = super::check_size(n, 1, rankwise::DataType::Int8, Some(MAX_LOCAL_RANKS)) {
-        return part.fail(e);
-    }
-    let run_id = runner::utc_run_id();
     let plan = cases::plan(suite, n);
-    // rank 0 claims the directory and writes the manifest; under mpirun
-    // the others then learn where the run goes (or why it does not)
-    let made = if part.leads() {
-        runner::create_run_dir(args.out.as_deref(), Path::new("runs"), &run_id).and_then(|out| {
-            runner::manifest(&plan, &run_id, args.engine.name())
-                .write(&out)
-                .map(|_| out.clone())
-                .map_err(|e| format!("cannot write {}: {e}", out.join("manifest.json").display()))
-        })
-    } else {
-        Err(String::new())
-    };
-    let (out, run_id) = if part.mpi {
-        let mine = match &made {
-            Ok(p) => serde_json::json!({ "out": p, "run_id": run_id }),
-            Err(e) => serde_json::json!({ "error": e }),
-        };
-        let all = match rankwise::launch::mpirun::share(mine.to_string().as_bytes()) {
-            Ok(all) => all,
-            Err(e) => return part.fail(e),
-        };
-        let lead: serde_json::Value = all
-            .first()
-            .and_then(|b| serde_json::from_slice(b).ok())
-            .unwrap_or_default();
-        match (lead["out"].as_str(), lead["run_id"].as_str()) {
-            (Some(o), Some(id)) => (PathBuf::from(o), id.to_string()),
-            _ => {
-                return part.fail(
-                    lead["error"]
-                        .as_str()
-                        .unwrap_or("rank 0 made no run directory"),
-                );
-            }
-        }
-    } else {
-        match made {
-            Ok(p) => (p, run_id),
-            Err(e) => return fail("verify", e),
-        }
+    let (out, run_id) = match claim_run_dir(&args, part, &plan) {
+        Ok(claimed) => claimed,
+        Err(code) => return code,
     };
     let quiet = !part.leads();
-
-    // progress: a bar on a terminal, plain lines otherwise (stderr under --json)
-    let total: u64 = plan
-        .layers
-        .iter()
-        .map(|l| (l.rows_per_rank() * n) as u64)
-        .sum();
-    let bar = (!args.json && !part.mpi && std::io::stdout().is_terminal()).then(|| {
-        let b = ProgressBar::new(total);
-        if let Ok(style) =
-            ProgressStyle::with_template("{prefix:>9} [{bar:40}] {pos}/{len} rows {elapsed}")
-        {
-            b.set_style(style.progress_chars("=> "));
-        }
-        b
-    });
     let say = |line: String| {
         if quiet {
             return;
@@ -204,7 +124,121 @@ pub fn run(args: Args) -> ExitCode {
     for a in &plan.adaptations {
         say(format!("adapted to N={n}: {a}"));
     }
+    let runs = match run_layers(&args, part, &plan, &run_id, &out, &say) {
+        Ok(runs) => runs,
+        Err(code) => return code,
+    };
+    if !part.leads() {
+        // rank 0 reads every rank's rows back and reports
+        return part.end(0);
+    }
+    report(&args, part, &plan, suite, &out, &runs)
+}
 
+/// This process's part in the run and the rank count: every rank here,
+/// or one rank of an MPI job; refused when the engine cannot run here or
+/// the count is not one verify takes.
+fn place(args: &Args, wanted: usize) -> Result<(Part, usize), ExitCode> {
+    let (part, n) = match rankwise::launch::mpirun::rank_of_job(args.engine) {
+        None => (
+            Part {
+                rank: 0,
+                mpi: false,
+            },
+            wanted,
+        ),
+        Some(Err(e)) => return Err(fail("verify", e)),
+        Some(Ok((rank, size))) => {
+            let part = Part { rank, mpi: true };
+            if args.ranks.is_some_and(|r| r != size) {
+                return Err(part.fail(format!(
+                    "--ranks {wanted}, but mpirun started {size} process(es): each rank is one process (drop --ranks, or mpirun -n {wanted})"
+                )));
+            }
+            (part, size)
+        }
+    };
+    if !part.mpi
+        && let Err(why) = args.engine.available()
+    {
+        return Err(fail(
+            "verify",
+            format!("the {} engine cannot run here: {why}", args.engine),
+        ));
+    }
+    if let Err(e) = super::check_size(n, 1, rankwise::DataType::Int8, Some(MAX_LOCAL_RANKS)) {
+        return Err(part.fail(e));
+    }
+    Ok((part, n))
+}
+
+/// The run's directory and id: rank 0 claims the directory and writes the
+/// manifest; under mpirun the others then learn where the run goes (or why
+/// it does not).
+fn claim_run_dir(
+    args: &Args,
+    part: Part,
+    plan: &cases::Plan,
+) -> Result<(PathBuf, String), ExitCode> {
+    let run_id = runner::utc_run_id();
+    let made = if part.leads() {
+        runner::create_run_dir(args.out.as_deref(), Path::new("runs"), &run_id).and_then(|out| {
+            runner::manifest(plan, &run_id, args.engine.name())
+                .write(&out)
+                .map(|_| out.clone())
+                .map_err(|e| format!("cannot write {}: {e}", out.join("manifest.json").display()))
+        })
+    } else {
+        Err(String::new())
+    };
+    if !part.mpi {
+        return made.map(|p| (p, run_id)).map_err(|e| fail("verify", e));
+    }
+    let mine = match &made {
+        Ok(p) => serde_json::json!({ "out": p, "run_id": run_id }),
+        Err(e) => serde_json::json!({ "error": e }),
+    };
+    let all =
+        rankwise::launch::mpirun::share(mine.to_string().as_bytes()).map_err(|e| part.fail(e))?;
+    let lead: serde_json::Value = all
+        .first()
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or_default();
+    match (lead["out"].as_str(), lead["run_id"].as_str()) {
+        (Some(o), Some(id)) => Ok((PathBuf::from(o), id.to_string())),
+        _ => Err(part.fail(
+            lead["error"]
+                .as_str()
+                .unwrap_or("rank 0 made no run directory"),
+        )),
+    }
+}
+
+/// Runs every layer of the plan, with progress: a bar on a terminal, plain
+/// lines otherwise (stderr under --json); rank 0 keeps each layer's trace.
+fn run_layers(
+    args: &Args,
+    part: Part,
+    plan: &cases::Plan,
+    run_id: &str,
+    out: &Path,
+    say: &dyn Fn(String),
+) -> Result<Vec<LayerRun>, ExitCode> {
+    let n = plan.n;
+    let total: u64 = plan
+        .layers
+        .iter()
+        .map(|l| (l.rows_per_rank() * n) as u64)
+        .sum();
+    let bar = (!args.json && !part.mpi && std::io::stdout().is_terminal()).then(|| {
+        let b = ProgressBar::new(total);
+        if let Ok(style) =
+            ProgressStyle::with_template("{prefix:>9} [{bar:40}] {pos}/{len} rows {elapsed}")
+        {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b
+    });
     let mut runs: Vec<LayerRun> = Vec::new();
     for lp in &plan.layers {
         if let Some(b) = &bar {
@@ -216,7 +250,7 @@ pub fn run(args: Args) -> ExitCode {
             }
         };
         let timeout = rankwise::local::LaunchOptions::default().timeout;
-        match runner::run_layer(args.engine, lp, n, &run_id, &out, timeout, &tick) {
+        match runner::run_layer(args.engine, lp, n, run_id, out, timeout, &tick) {
             Ok(r) => {
                 if bar.is_none() {
                     say(format!(
@@ -227,7 +261,7 @@ pub fn run(args: Args) -> ExitCode {
                     ));
                 }
                 if part.leads()
-                    && let Err(e) = runner::save_trace(&out, &r)
+                    && let Err(e) = runner::save_trace(out, &r)
                 {
                     say(format!("cannot save the {} trace: {e}", lp.layer));
                 }
@@ -237,23 +271,31 @@ pub fn run(args: Args) -> ExitCode {
                 if let Some(b) = &bar {
                     b.finish_and_clear();
                 }
-                return part.fail(format!("the {} layer could not run: {e}", lp.layer));
+                return Err(part.fail(format!("the {} layer could not run: {e}", lp.layer)));
             }
         }
     }
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    if !part.leads() {
-        // rank 0 reads every rank's rows back and reports
-        return part.end(0);
-    }
+    Ok(runs)
+}
 
+/// Rank 0's verdict: the trace's evidence, every rank's rows read back
+/// through the same checks as `summarize`, and the tables.
+fn report(
+    args: &Args,
+    part: Part,
+    plan: &cases::Plan,
+    suite: Suite,
+    out: &Path,
+    runs: &[LayerRun],
+) -> ExitCode {
     let facts = match (
         plan.layer(Layer::Framework),
         runs.iter().find(|r| r.layer == Layer::Framework),
     ) {
-        (Some(lp), Some(r)) => evidence::seed_facts(lp, n, &r.op_counts, &r.trace),
+        (Some(lp), Some(r)) => evidence::seed_facts(lp, plan.n, &r.op_counts, &r.trace),
         _ => Vec::new(),
     };
     if let Ok(text) = serde_json::to_string_pretty(&facts) {
@@ -263,15 +305,15 @@ pub fn run(args: Args) -> ExitCode {
         .iter()
         .flat_map(|r| r.failures.iter().map(move |f| format!("{}: {f}", r.layer)))
         .collect();
-    let summary = match summary::summarize(&out) {
+    let summary = match summary::summarize(out) {
         Ok(s) => s,
         Err(e) => return part.fail(format!("cannot read back {}: {e}", out.display())),
     };
     let pass = summary.pass() && facts.iter().all(|f| f.pass) && rank_failures.is_empty();
     if args.json {
-        print_json(&summary, &facts, &rank_failures, &out, pass);
+        print_json(&summary, &facts, &rank_failures, out, pass);
     } else {
-        print_text(&summary, &facts, &rank_failures, &out, suite, pass);
+        print_text(&summary, &facts, &rank_failures, out, suite, pass);
     }
     part.end(if pass { 0 } else { FAILED })
 }
