@@ -164,15 +164,19 @@ pub fn catalogue() -> Vec<Scenario> {
         },
         Scenario {
             name: "rank-never-arrives",
-            what: "rank 3 is busy past the timeout (300 ms here) before its AllReduce",
-            nccl: "waits, no timeout of its own; correct once the rank arrives (0.6 s late)",
+            what: "rank 3 is busy for 1.5 s, five times the timeout (300 ms here), before its AllReduce",
+            nccl: "waits, no timeout of its own; correct once the rank arrives",
             ranks: 4,
             expect: all::<TIMEOUT>,
             short_timeout: true,
             needs_diagnosis: false,
             program: |c, g| {
+                // far past the others' deadline, so that however late the
+                // scheduler of a loaded machine starts their threads, they
+                // have given up before rank 3 comes (at twice the timeout, 1
+                // run in 4 missed it at a load of 9 on 2 cores)
                 if c.rank() == 3 {
-                    std::thread::sleep(Duration::from_millis(600));
+                    std::thread::sleep(Duration::from_millis(1500));
                 }
                 all_reduce(c, g, 16, I32, RedOp::Sum)
             },
