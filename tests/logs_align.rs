@@ -7,8 +7,8 @@
 
 use proptest::prelude::*;
 use rankwise::logs::report::analysis_text;
-use rankwise::logs::synth::{Fault, FaultKind, Layout, Prefix, Rng, Spec, Style};
 use rankwise::logs::{Analysis, FindingKind, Options, Severity, analyze, collect, expand_paths};
+use rankwise_testkit::synth::{Fault, FaultKind, Layout, Prefix, Rng, Spec, Style};
 
 /// The classes, with the fault kind that makes each.
 const CLASSES: [FaultKind; 6] = [

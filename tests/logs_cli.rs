@@ -1,6 +1,6 @@
 //! `rankwise logs` through the binary: output, JSON and exit codes.
 
-use rankwise::logs::synth::{Fault, FaultKind, Rng, Spec, Style};
+use rankwise_testkit::synth::{Fault, FaultKind, Rng, Spec, Style};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

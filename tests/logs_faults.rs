@@ -2,8 +2,8 @@
 //! positions: the analyzer must name the kind, the rank(s) and the position.
 
 use proptest::prelude::*;
-use rankwise::logs::synth::{Fault, FaultKind, Layout, Prefix, Rng, Spec, Style};
 use rankwise::logs::{Analysis, FindingKind, Options, Severity, analyze, collect, expand_paths};
+use rankwise_testkit::synth::{Fault, FaultKind, Layout, Prefix, Rng, Spec, Style};
 use std::io::Write;
 
 #[derive(Clone, Copy, Debug)]
@@ -59,6 +59,7 @@ fn run(c: &Case) -> Option<(Fault, Analysis, Spec)> {
         Options {
             threads: c.threads,
             segment_bytes: c.segment_bytes,
+            ..Options::default()
         },
     )
     .unwrap();

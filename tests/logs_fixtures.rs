@@ -319,7 +319,7 @@ fn both_fixtures_read_from_the_directory() {
 
 #[test]
 fn a_second_copy_of_a_log_is_skipped_not_doubled() {
-    use rankwise::logs::synth::{Fault, Spec, Style};
+    use rankwise_testkit::synth::{Fault, Spec, Style};
     let spec = Spec {
         nranks: 3,
         steps: 40,

@@ -4,9 +4,18 @@
 //! skipped call shifts the rest of its pair by one: it is named as the
 //! unmatched call, not as the mismatches after it. Peers outside
 //! `0..nranks` are named on their own.
+//!
+//! Logs are fragments as often as not: calls before the first call every
+//! log holds are left out, a pair whose first calls do not meet where a
+//! log starts late is a truncation, and calls left over where one side's
+//! log ends first are skew unless something says the job hung. Without
+//! known ranks there is no telling which process a peer number names, and
+//! nothing is matched.
 
+use super::collectives::Scope;
 use super::findings::{Divergence, Finding, FindingKind, LIST_LIMIT, describe, loc_str};
 use super::model::{Collected, Sig, Stream};
+use super::window::starts_complete;
 use crate::core::Func;
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,21 +35,45 @@ pub(crate) struct Checked {
 /// one, tells which unmatched calls a stopped rank explains.
 pub(crate) fn check(
     c: &Collected,
-    name: &str,
+    scope: &Scope<'_>,
     nranks: u32,
     streams: &[&Stream],
-    ranks: &[u32],
+    from: &[usize],
     divergence: Option<&Divergence>,
 ) -> Checked {
+    let (name, ranks) = (scope.name, scope.ranks);
     let mut findings = Vec::new();
     let mut omitted = 0u64;
+    if !scope.who.known() {
+        let p2p = streams
+            .iter()
+            .flat_map(|s| &s.calls)
+            .filter(|r| c.sigs[r.sig as usize].op.is_p2p())
+            .count();
+        if p2p > 0 {
+            findings.push(Finding::new(
+                FindingKind::Unaligned,
+                Some(name),
+                format!(
+                    "{p2p} Send/Recv calls on {name} are not matched: the logs do not say which process holds which rank (no init lines or launcher prefixes), so a peer number names no one"
+                ),
+            ));
+        }
+        return Checked {
+            pairs: 0,
+            matched: 0,
+            findings,
+            omitted: 0,
+        };
+    }
+    let mut edges = Edges::default();
     let rank_slot: HashMap<u32, usize> = ranks.iter().enumerate().map(|(m, r)| (*r, m)).collect();
     // (src, dst) → call indices: sends on src, recvs on dst
     let mut sends: BTreeMap<(u32, u32), Vec<u32>> = BTreeMap::new();
     let mut recvs: BTreeMap<(u32, u32), Vec<u32>> = BTreeMap::new();
     let mut bad_peer = 0usize;
     for (m, s) in streams.iter().enumerate() {
-        for (i, rec) in s.calls.iter().enumerate() {
+        for (i, rec) in s.calls.iter().enumerate().skip(from[m]) {
             let sig = &c.sigs[rec.sig as usize];
             if !sig.op.is_p2p() {
                 continue;
@@ -124,6 +157,19 @@ pub(crate) fn check(
                 (FindingKind::UnmatchedRecv, common)
             });
         }
+        // where a log starts late or ends first, a leftover is no fault
+        if let Some((_, nth)) = first {
+            let late = !starts_complete(streams[ms]) || !starts_complete(streams[md]);
+            let at_end = nth == common && sv.len() != rv.len();
+            if nth == 0 && late {
+                edges.truncated += 1;
+                continue;
+            }
+            if at_end && scope.hung.is_none() {
+                edges.at_end += 1;
+                continue;
+            }
+        }
         if let Some((kind, nth)) = first {
             let (me, peer, m, idx) = match kind {
                 FindingKind::UnmatchedRecv => (dst, src, md, rv[nth]),
@@ -186,11 +232,46 @@ pub(crate) fn check(
         }
     }
 
+    edges.notes(name, &mut findings);
     Checked {
         pairs: p2p_pairs,
         matched: p2p_matched,
         findings,
         omitted,
+    }
+}
+
+/// Pairs whose leftovers sit where a log starts late or ends first.
+#[derive(Default)]
+struct Edges {
+    truncated: usize,
+    at_end: usize,
+}
+
+impl Edges {
+    fn notes(&self, name: &str, findings: &mut Vec<Finding>) {
+        if self.truncated > 0 {
+            findings.push(Finding::new(
+                FindingKind::Truncated,
+                Some(name),
+                format!(
+                    "{} Send/Recv pair{} of {name} begin unmatched where a log starts after the communicator's first calls: the logs are fragments there",
+                    self.truncated,
+                    if self.truncated == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        if self.at_end > 0 {
+            findings.push(Finding::new(
+                FindingKind::LogsEndApart,
+                Some(name),
+                format!(
+                    "{} Send/Recv pair{} of {name} end with calls one side's log does not reach (ordinary skew if the job was running; nothing says it hung)",
+                    self.at_end,
+                    if self.at_end == 1 { "" } else { "s" }
+                ),
+            ));
+        }
     }
 }
 
@@ -213,16 +294,29 @@ mod tests {
         call(&mut t, 0, 2, "Send", 1, 16, 7, 0, 1);
         call(&mut t, 1, 2, "Send", 1, 4, 7, 0, 0);
         call(&mut t, 0, 2, "Recv", 2, 4, 2, 0, 1);
-        let a = analyze(&collect_bytes("x", t.as_bytes()));
-        let kinds: Vec<_> = a
-            .findings
-            .iter()
-            .map(|f| (f.kind, f.ranks.clone(), f.peer, f.position))
-            .collect();
+        let c = collect_bytes("x", t.as_bytes());
+        let kinds = |a: &crate::logs::Analysis| -> Vec<_> {
+            a.findings
+                .iter()
+                .map(|f| (f.kind, f.ranks.clone(), f.peer, f.position))
+                .collect()
+        };
+        // rank 0's second Send is past the end of rank 1's log: skew,
+        // unless the job hung
+        let a = analyze(&c);
+        let kinds_ = kinds(&a);
         assert!(
-            kinds.contains(&(FindingKind::UnmatchedSend, vec![0], Some(1), Some(1))),
-            "{kinds:?}"
+            !kinds_.iter().any(|k| k.0 == FindingKind::UnmatchedSend),
+            "{kinds_:?}"
         );
+        assert!(kinds_.iter().any(|k| k.0 == FindingKind::LogsEndApart));
+        let hung = crate::logs::analyze_with(&c, &crate::logs::Settings { hung: true });
+        assert!(
+            kinds(&hung).contains(&(FindingKind::UnmatchedSend, vec![0], Some(1), Some(1))),
+            "{:?}",
+            kinds(&hung)
+        );
+        let kinds = kinds_;
         assert!(
             kinds.contains(&(FindingKind::P2pMismatch, vec![1], Some(0), Some(0))),
             "{kinds:?}"

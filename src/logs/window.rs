@@ -1,0 +1,203 @@
+//! Where the ranks' logs begin to be compared: a log that starts later on
+//! one rank than on another is a fragment, not a skip.
+//!
+//! A stream whose init line precedes its first call starts at the
+//! communicator's first call. When some stream does not (a paste, a log
+//! rotated or cut), the starts are lined up by evidence:
+//!
+//! - where every collective carries an opCount and they advance, the
+//!   opCounts decide: NCCL counts launches, so a rank whose first logged
+//!   call has a higher opCount than another's did not skip the calls in
+//!   between; its log begins later. Comparison starts at the highest first
+//!   opCount;
+//! - without them (NCCL 2.27+ logs `opCount 0` on one node), the calls
+//!   themselves: each stream is shifted against the longest by up to
+//!   [`MAX_SHIFT`] calls, and the shift that lines up the most calls wins.
+//!   Where no shift lines up enough calls, the order is not compared, and
+//!   that is said.
+
+use super::collectives::is_coll;
+use super::findings::{Finding, FindingKind, Who};
+use super::model::{Collected, Stream};
+
+/// Largest start offset looked for without opCounts.
+pub const MAX_SHIFT: usize = 64;
+/// Calls that must line up to accept a shift found by content.
+const MIN_RUN: usize = 4;
+/// Calls compared to judge a shift.
+const RUN: usize = 64;
+
+/// Where each member's collectives begin to be compared.
+pub(crate) struct Starts {
+    /// Per member: how many of its first collectives are left out.
+    pub skip: Vec<usize>,
+    /// The ordinal, in the longest log's numbering, of the first collective
+    /// compared (`#k` counts from the earliest call any log holds).
+    pub base: u64,
+    /// What was done, when the logs start apart.
+    pub note: Option<Finding>,
+    /// The starts could not be lined up: the order is not compared.
+    pub unaligned: bool,
+}
+
+/// A stream's log holds the communicator from its first call: its init
+/// line comes before its first call.
+pub(crate) fn starts_complete(s: &Stream) -> bool {
+    s.init_complete
+        && s.calls
+            .first()
+            .is_none_or(|c0| s.rank_at.line <= u64::from(c0.line) || s.rank.is_none())
+}
+
+fn op_counts(c: &Collected, s: &Stream) -> Vec<u64> {
+    s.calls
+        .iter()
+        .filter(|r| is_coll(&c.sigs[r.sig as usize]))
+        .map(|r| r.op_count)
+        .collect()
+}
+
+/// Where the comparison of `streams` starts.
+pub(crate) fn starts(
+    c: &Collected,
+    name: &str,
+    streams: &[&Stream],
+    ranks: &[u32],
+    who: &Who,
+) -> Starts {
+    let n = streams.len();
+    let none = Starts {
+        skip: vec![0; n],
+        base: 0,
+        note: None,
+        unaligned: false,
+    };
+    if n < 2 || streams.iter().all(|s| starts_complete(s)) {
+        return none;
+    }
+    let counts: Vec<Vec<u64>> = streams.iter().map(|s| op_counts(c, s)).collect();
+    if counts.iter().any(Vec::is_empty) {
+        return none;
+    }
+    let evidence = counts
+        .iter()
+        .all(|v| v.iter().all(|&o| o != u64::MAX) && v.windows(2).all(|w| w[0] <= w[1]))
+        && counts.iter().any(|v| v.first() != v.last());
+    if evidence {
+        by_op_count(name, ranks, who, &counts)
+    } else {
+        by_content(c, name, streams, ranks, who)
+    }
+}
+
+fn by_op_count(name: &str, ranks: &[u32], who: &Who, counts: &[Vec<u64>]) -> Starts {
+    let lo = counts.iter().map(|v| v[0]).max().unwrap_or(0);
+    let skip: Vec<usize> = counts
+        .iter()
+        .map(|v| v.partition_point(|&o| o < lo))
+        .collect();
+    let base = skip.iter().copied().max().unwrap_or(0) as u64;
+    let note = skip.iter().any(|&s| s > 0).then(|| {
+        let later: Vec<u32> = (0..ranks.len())
+            .filter(|&m| counts[m][0] == lo)
+            .map(|m| ranks[m])
+            .collect();
+        let earliest = counts.iter().map(|v| v[0]).min().unwrap_or(0);
+        let mut f = Finding::new(
+            FindingKind::Truncated,
+            Some(name),
+            format!(
+                "the logs of {name} start at different calls: {}'s first call has opCount {lo:x}, the earliest log's {earliest:x}; NCCL counts launches, so the calls before are missing from those logs, not skipped; compared from opCount {lo:x} on",
+                who.word(&later)
+            ),
+        );
+        f.ranks = later;
+        f
+    });
+    Starts {
+        skip,
+        base,
+        note,
+        unaligned: false,
+    }
+}
+
+fn by_content(c: &Collected, name: &str, streams: &[&Stream], ranks: &[u32], who: &Who) -> Starts {
+    let keys: Vec<Vec<u32>> = streams
+        .iter()
+        .map(|s| {
+            s.calls
+                .iter()
+                .filter(|r| is_coll(&c.sigs[r.sig as usize]))
+                .map(|r| r.sig)
+                .collect()
+        })
+        .collect();
+    let reference = (0..keys.len()).max_by_key(|&m| keys[m].len()).unwrap_or(0);
+    let run = |a: &[u32], b: &[u32]| {
+        a.iter()
+            .zip(b)
+            .take(RUN)
+            .take_while(|(x, y)| x == y)
+            .count()
+    };
+    // offset of each stream against the reference: its call 0 is the
+    // reference's call `off` (negative: the reference starts later)
+    let mut offs = vec![0i64; keys.len()];
+    let mut lost = Vec::new();
+    for m in 0..keys.len() {
+        if m == reference {
+            continue;
+        }
+        let (r, s) = (&keys[reference], &keys[m]);
+        let mut best = (run(r, s), 0i64);
+        for d in 1..=MAX_SHIFT.min(r.len().max(s.len())) {
+            if d < r.len() {
+                best = best.max((run(&r[d..], s), d as i64));
+            }
+            if d < s.len() {
+                best = best.max((run(r, &s[d..]), -(d as i64)));
+            }
+        }
+        let needed = MIN_RUN.min(r.len()).min(s.len());
+        if best.0 < needed.max(1) {
+            lost.push(ranks[m]);
+        }
+        offs[m] = best.1;
+    }
+    if !lost.is_empty() {
+        let mut f = Finding::new(
+            FindingKind::Unaligned,
+            Some(name),
+            format!(
+                "the logs of {name} start at different points and carry no advancing opCount, and {}'s calls do not line up with the others' within {MAX_SHIFT} calls: the collective order is not compared",
+                who.word(&lost)
+            ),
+        );
+        f.ranks = lost;
+        return Starts {
+            skip: vec![0; keys.len()],
+            base: 0,
+            note: Some(f),
+            unaligned: true,
+        };
+    }
+    let p0 = offs.iter().copied().max().unwrap_or(0).max(0);
+    let skip: Vec<usize> = offs.iter().map(|&o| (p0 - o) as usize).collect();
+    let base = skip.iter().copied().max().unwrap_or(0) as u64;
+    let note = skip.iter().any(|&s| s > 0).then(|| {
+        Finding::new(
+            FindingKind::Truncated,
+            Some(name),
+            format!(
+                "the logs of {name} start at different calls (their opCounts do not advance, so the calls themselves were lined up): compared from the first call every log holds"
+            ),
+        )
+    });
+    Starts {
+        skip,
+        base,
+        note,
+        unaligned: false,
+    }
+}
