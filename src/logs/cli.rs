@@ -120,6 +120,9 @@ fn read(input: &InputArgs) -> Result<super::model::Collected, ExitCode> {
     // An input error still says what happened to the files (a line too long, say).
     let mut notes = String::new();
     file_notes(&mut notes, &collected.files);
+    for u in &collected.unreadable {
+        notes += &format!("  {u}\n");
+    }
     let fail = |msg: String| fail(format!("{msg}\n{notes}").trim_end());
     let files_word = format!(
         "{} file{}",

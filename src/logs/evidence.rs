@@ -119,7 +119,10 @@ fn timeouts(c: &Collected, pg: &str, v: &PgView<'_>, out: &mut Vec<Finding>) {
             d
         };
         if works.len() > 1 {
-            let parts: Vec<String> = works
+            // the largest group is the reference (ties: the first)
+            let mut groups: Vec<(&Work, &Vec<u32>)> = works.iter().collect();
+            groups.sort_by_key(|(_, r)| std::cmp::Reverse(r.len()));
+            let parts: Vec<String> = groups
                 .iter()
                 .map(|(w, ranks)| format!("{} in {}", ranks_word(ranks), describe(w)))
                 .collect();
@@ -133,8 +136,13 @@ fn timeouts(c: &Collected, pg: &str, v: &PgView<'_>, out: &mut Vec<Finding>) {
             );
             f.brief = format!("contract mismatch: {}", f.message);
             f.position = Some(*seq);
-            f.ranks = works.values().skip(1).flatten().copied().collect();
-            f.other_ranks = works.values().next().cloned().unwrap_or_default();
+            f.ranks = sorted(
+                &groups[1..]
+                    .iter()
+                    .flat_map(|(_, r)| r.iter().copied())
+                    .collect::<Vec<_>>(),
+            );
+            f.other_ranks = groups[0].1.clone();
             f.location = first;
             out.push(f);
         } else if let Some((w, ranks)) = works.iter().next() {

@@ -248,8 +248,14 @@ fn group_streams(c: &Collected) -> BTreeMap<Key, Vec<usize>> {
     for &i in &order {
         let s = &c.streams[i];
         if s.comm_id.is_none() && s.parent.is_none() {
+            // lines without NCCL's header name no process: each comm
+            // pointer stands for one
+            let process = match c.hosts[s.host as usize].is_empty() {
+                true => (s.comm ^ (s.comm >> 32)) as u32,
+                false => s.pid,
+            };
             let n = next_ord
-                .entry((s.host, s.pid, s.dev, s.nranks()))
+                .entry((s.host, process, s.dev, s.nranks()))
                 .or_insert(0);
             ordinals.insert(i, *n);
             *n += 1;
@@ -310,9 +316,11 @@ fn split_lookalikes(c: &Collected, groups: BTreeMap<Key, Vec<usize>>) -> Vec<(Ke
         let nranks = choose_nranks(c, &streams);
         if matches!(key, Key::Order(..)) && nranks > 0 && streams.len() > nranks as usize {
             let mut sorted = streams;
+            // one device index per communicator is the common layout (a
+            // process driving several GPUs, one communicator per device)
             sorted.sort_by_key(|&i| {
                 let s = &c.streams[i];
-                (s.host, s.prefix_rank, s.pid, s.dev, s.comm)
+                (s.host, s.prefix_rank, s.dev, s.pid, s.comm)
             });
             for chunk in sorted.chunks(nranks as usize) {
                 let mut chunk = chunk.to_vec();

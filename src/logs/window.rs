@@ -9,7 +9,9 @@
 //!   opCounts decide: NCCL counts launches, so a rank whose first logged
 //!   call has a higher opCount than another's did not skip the calls in
 //!   between; its log begins later. Comparison starts at the highest first
-//!   opCount;
+//!   opCount, provided the calls agree there (Send/Recv launches count too,
+//!   and ranks that made different numbers of them number the same
+//!   collective differently: then the calls decide, as below);
 //! - without them (NCCL 2.27+ logs `opCount 0` on one node), the calls
 //!   themselves: each stream is shifted against the longest by up to
 //!   [`MAX_SHIFT`] calls, and the shift that lines up the most calls wins.
@@ -75,19 +77,55 @@ pub(crate) fn starts(
     if n < 2 || streams.iter().all(|s| starts_complete(s)) {
         return none;
     }
-    let counts: Vec<Vec<u64>> = streams.iter().map(|s| op_counts(c, s)).collect();
-    if counts.iter().any(Vec::is_empty) {
+    // a log without a collective has nothing to line up (its end is told
+    // as such); the others are lined up among themselves
+    let all: Vec<Vec<u64>> = streams.iter().map(|s| op_counts(c, s)).collect();
+    let with: Vec<usize> = (0..n).filter(|&m| !all[m].is_empty()).collect();
+    if with.len() < 2 {
         return none;
     }
+    let counts: Vec<Vec<u64>> = with.iter().map(|&m| all[m].clone()).collect();
+    let streams_w: Vec<&Stream> = with.iter().map(|&m| streams[m]).collect();
+    let ranks_w: Vec<u32> = with.iter().map(|&m| ranks[m]).collect();
     let evidence = counts
         .iter()
         .all(|v| v.iter().all(|&o| o != u64::MAX) && v.windows(2).all(|w| w[0] <= w[1]))
         && counts.iter().any(|v| v.first() != v.last());
-    if evidence {
-        by_op_count(name, ranks, who, &counts)
-    } else {
-        by_content(c, name, streams, ranks, who)
+    // opCounts count every launch, Send/Recv ones too: ranks that launched
+    // different numbers of them number the same collective differently. The
+    // calls must agree where the opCounts line them up.
+    let by_count = evidence
+        .then(|| by_op_count(name, &ranks_w, who, &counts))
+        .filter(|s| lines_up(c, &streams_w, &s.skip));
+    let mut s = by_count.unwrap_or_else(|| by_content(c, name, &streams_w, &ranks_w, who));
+    let mut skip = vec![0; n];
+    for (i, &m) in with.iter().enumerate() {
+        skip[m] = s.skip[i];
     }
+    s.skip = skip;
+    s
+}
+
+/// Whether the streams' collectives agree for [`RUN`] calls (or as far
+/// as the shortest goes) from the given starts.
+fn lines_up(c: &Collected, streams: &[&Stream], skip: &[usize]) -> bool {
+    let sigs: Vec<Vec<u32>> = streams
+        .iter()
+        .zip(skip)
+        .map(|(s, &k)| {
+            s.calls
+                .iter()
+                .filter(|r| is_coll(&c.sigs[r.sig as usize]))
+                .skip(k)
+                .take(RUN)
+                .map(|r| r.sig)
+                .collect()
+        })
+        .collect();
+    // every log must hold calls there, as many as can be asked of the
+    // shortest, and they must agree
+    let n = sigs.iter().map(Vec::len).min().unwrap_or(0);
+    n > 0 && (0..n).all(|i| sigs.iter().all(|v| v[i] == sigs[0][i]))
 }
 
 fn by_op_count(name: &str, ranks: &[u32], who: &Who, counts: &[Vec<u64>]) -> Starts {

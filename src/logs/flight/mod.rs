@@ -14,6 +14,7 @@
 //! `p2p_seq_id` order and their sizes compared. Flight Recorder carries no
 //! reduction op and no root, so neither is checked.
 
+mod pickle;
 pub mod read;
 
 use super::align::{self, Departure};
@@ -310,7 +311,7 @@ fn compare(
             (Departure::Skipped { calls }, _, Some(e)) => (
                 FindingKind::Skipped,
                 format!(
-                    "rank {r} skipped {} on {name}: {} called it, and rank {r}'s next {} match theirs from the call after",
+                    "rank {r} skipped {} on {name}: {} called it, and rank {r}'s calls after it match theirs ({} lined up)",
                     plural(calls, "call", describe(e)),
                     ranks_word(&ref_ranks),
                     d.agree_after

@@ -2,7 +2,8 @@
 //!
 //! PyTorch writes one dump per rank (`TORCH_FR_BUFFER_SIZE` /
 //! `TORCH_NCCL_TRACE_BUFFER_SIZE`, on timeout with `TORCH_NCCL_DUMP_ON_TIMEOUT`):
-//! a pickle (protocol 2, plain dicts, lists, strings and numbers) at
+//! a pickle (protocol 2, plain dicts, lists, strings and numbers; decoded
+//! by [`super::pickle`]) at
 //! `${TORCH_FR_DUMP_TEMP_FILE}<rank>`, or the same fields as JSON through
 //! `_dump_nccl_trace_json`. Format versions 2.2 to 2.10 (PyTorch 2.5 to
 //! 2.11) are read: fields added later are optional, and a field of the
@@ -112,55 +113,10 @@ pub fn parse(path: &str, bytes: &[u8], format: DumpFormat) -> Result<Dump, Strin
     let value = match format {
         DumpFormat::Json => serde_json::from_slice::<Value>(bytes)
             .map_err(|e| format!("not a Flight Recorder JSON dump: {e}"))?,
-        DumpFormat::Pickle => {
-            let opts = serde_pickle::DeOptions::new()
-                .decode_strings()
-                .replace_unresolved_globals();
-            let v = serde_pickle::value_from_slice(bytes, opts)
-                .map_err(|e| format!("not a Flight Recorder pickle dump: {e}"))?;
-            to_json(v, 0)?
-        }
+        DumpFormat::Pickle => super::pickle::decode(bytes)
+            .map_err(|e| format!("not a Flight Recorder pickle dump: {e}"))?,
     };
     from_value(path, &value)
-}
-
-/// A pickle value as JSON (dict keys as strings), at most 64 levels deep.
-fn to_json(v: serde_pickle::Value, depth: u32) -> Result<Value, String> {
-    use serde_pickle::Value as P;
-    if depth > 64 {
-        return Err("nested more than 64 levels".into());
-    }
-    Ok(match v {
-        P::None => Value::Null,
-        P::Bool(b) => Value::Bool(b),
-        P::I64(i) => Value::from(i),
-        P::Int(b) => Value::String(b.to_string()),
-        P::F64(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
-        P::Bytes(b) => Value::String(String::from_utf8_lossy(&b).into_owned()),
-        P::String(s) => Value::String(s),
-        P::List(l) | P::Tuple(l) => Value::Array(
-            l.into_iter()
-                .map(|x| to_json(x, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
-        P::Set(s) | P::FrozenSet(s) => Value::Array(
-            s.into_iter()
-                .map(|x| to_json(x.into_value(), depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
-        P::Dict(d) => {
-            let mut m = serde_json::Map::new();
-            for (k, v) in d {
-                let key = match k.into_value() {
-                    P::String(s) => s,
-                    P::I64(i) => i.to_string(),
-                    other => format!("{other:?}"),
-                };
-                m.insert(key, to_json(v, depth + 1)?);
-            }
-            Value::Object(m)
-        }
-    })
 }
 
 fn from_value(path: &str, v: &Value) -> Result<Dump, String> {
