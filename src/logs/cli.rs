@@ -129,7 +129,12 @@ fn read(input: &InputArgs) -> Result<super::model::Collected, ExitCode> {
         collected.files.len(),
         if collected.files.len() == 1 { "" } else { "s" }
     );
-    let other_evidence = c.torch_lines > 0 || !collected.flight.is_empty();
+    // watchdog lines and Flight Recorder dumps are worth analysing alone
+    let other_evidence = !collected.flight.is_empty()
+        || collected
+            .torch
+            .iter()
+            .any(|t| !matches!(t.event, super::model::TorchEventRec::Error { .. }));
     if c.nccl_lines == 0 && !other_evidence {
         return Err(fail(format!(
             "no NCCL lines in the {} lines read from {files_word} (were the logs written with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?)",

@@ -16,15 +16,15 @@ pub(crate) fn hang_evidence(c: &Collected, hung_flag: bool) -> Option<String> {
     if hung_flag {
         return Some("the job hung, as --hung says".to_string());
     }
-    if let Some(t) = c.torch.iter().find(|t| {
-        matches!(
-            t.event,
-            TorchEventRec::Timeout { .. } | TorchEventRec::Error { .. }
-        )
+    // an NCCL error PyTorch reports is a hang only if it says it timed out
+    if let Some(t) = c.torch.iter().find(|t| match &t.event {
+        TorchEventRec::Timeout { .. } => true,
+        TorchEventRec::Error { text } => text.contains("timed out") || text.contains("imeout"),
+        TorchEventRec::Progress { .. } => false,
     }) {
         let what = match t.event {
             TorchEventRec::Timeout { .. } => "PyTorch's watchdog timed out",
-            _ => "PyTorch reported an NCCL error",
+            _ => "PyTorch reported an NCCL timeout",
         };
         return Some(format!("{what} at {}", loc_str(c, t.loc)));
     }

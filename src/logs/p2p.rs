@@ -15,7 +15,7 @@
 use super::collectives::Scope;
 use super::findings::{Divergence, Finding, FindingKind, LIST_LIMIT, describe, loc_str};
 use super::model::{Collected, Sig, Stream};
-use super::window::starts_complete;
+use super::window::starts_complete_in;
 use crate::core::Func;
 use std::collections::{BTreeMap, HashMap};
 
@@ -159,13 +159,53 @@ pub(crate) fn check(
         }
         // where a log starts late or ends first, a leftover is no fault
         if let Some((_, nth)) = first {
-            let late = !starts_complete(streams[ms]) || !starts_complete(streams[md]);
+            // a log that starts late: cut by the collective alignment, or
+            // starting with Send/Recv and no init line before them
+            let late = |m: usize| {
+                let s = streams[m];
+                from[m] > 0
+                    || (!starts_complete_in(c, s)
+                        && s.calls
+                            .first()
+                            .is_some_and(|r| c.sigs[r.sig as usize].op.is_p2p()))
+            };
+            let late = late(ms) || late(md);
+            // or a log that may start late: the pair's first calls cannot
+            // be told from calls before the log began
+            let unsure = !starts_complete_in(c, streams[ms]) || !starts_complete_in(c, streams[md]);
             let at_end = nth == common && sv.len() != rv.len();
-            if nth == 0 && late {
+            if nth == 0 && (late || unsure) {
                 edges.truncated += 1;
                 continue;
             }
-            if at_end && scope.hung.is_none() {
+            // a leftover is past the end of the other side's log when that
+            // log holds no collective after the ones before the leftover
+            let (short, long, left) = if sv.len() < rv.len() {
+                (ms, md, rv.get(common))
+            } else {
+                (md, ms, sv.get(common))
+            };
+            let before = left.map_or(0, |&i| {
+                colls_after(c, streams[long], from[long])
+                    - colls_after(c, streams[long], (i as usize).max(from[long]))
+            });
+            // or, by opCount, when its last launch is not past the leftover's
+            let op_count = |m: usize, i: usize| {
+                Some(streams[m].calls.get(i)?.op_count).filter(|&o| o != u64::MAX)
+            };
+            let last = streams[short].calls.len().checked_sub(1);
+            let by_count = match (left, last) {
+                (Some(&i), Some(l)) => op_count(short, l)
+                    .zip(op_count(long, i as usize))
+                    .is_some_and(|(a, b)| a <= b),
+                _ => false,
+            };
+            // (with a log that may start late, the pairing itself may be
+            // off: a leftover there is no evidence either)
+            // (a log that shows its communicator destroyed is complete)
+            let ends_first = streams[short].ended.is_none()
+                && (by_count || unsure || colls_after(c, streams[short], from[short]) <= before);
+            if at_end && ends_first && scope.hung.is_none() {
                 edges.at_end += 1;
                 continue;
             }
@@ -239,6 +279,15 @@ pub(crate) fn check(
         findings,
         omitted,
     }
+}
+
+/// Collectives of `s` from call `from` on.
+fn colls_after(c: &Collected, s: &Stream, from: usize) -> usize {
+    s.calls
+        .iter()
+        .skip(from)
+        .filter(|r| !c.sigs[r.sig as usize].op.is_p2p())
+        .count()
 }
 
 /// Pairs whose leftovers sit where a log starts late or ends first.

@@ -43,12 +43,29 @@ pub(crate) struct Starts {
 }
 
 /// A stream's log holds the communicator from its first call: its init
-/// line comes before its first call.
+/// line comes before its first call, or its first call has opCount 0 and
+/// later ones advance (NCCL counts launches from 0).
 pub(crate) fn starts_complete(s: &Stream) -> bool {
-    s.init_complete
+    let init_first = s.init_complete
         && s.calls
             .first()
-            .is_none_or(|c0| s.rank_at.line <= u64::from(c0.line) || s.rank.is_none())
+            .is_none_or(|c0| s.rank_at.line <= u64::from(c0.line) || s.rank.is_none());
+    let counted_from_zero = s.calls.first().is_some_and(|c0| c0.op_count == 0)
+        && s.calls
+            .iter()
+            .any(|c| c.op_count != 0 && c.op_count != u64::MAX);
+    init_first || counted_from_zero
+}
+
+/// [`starts_complete`], and without an init line the first call must be a
+/// collective: a Send/Recv group shares one opCount, so a log cut inside
+/// launch 0 would still begin at 0.
+pub(crate) fn starts_complete_in(c: &Collected, s: &Stream) -> bool {
+    starts_complete(s)
+        && (s.init_complete
+            || s.calls
+                .first()
+                .is_some_and(|r| is_coll(&c.sigs[r.sig as usize])))
 }
 
 fn op_counts(c: &Collected, s: &Stream) -> Vec<u64> {
@@ -74,7 +91,7 @@ pub(crate) fn starts(
         note: None,
         unaligned: false,
     };
-    if n < 2 || streams.iter().all(|s| starts_complete(s)) {
+    if n < 2 || streams.iter().all(|s| starts_complete_in(c, s)) {
         return none;
     }
     // a log without a collective has nothing to line up (its end is told
@@ -96,7 +113,7 @@ pub(crate) fn starts(
     // calls must agree where the opCounts line them up.
     let by_count = evidence
         .then(|| by_op_count(name, &ranks_w, who, &counts))
-        .filter(|s| lines_up(c, &streams_w, &s.skip));
+        .filter(|s| s.skip.iter().all(|&k| k == 0) || lines_up(c, &streams_w, &s.skip));
     let mut s = by_count.unwrap_or_else(|| by_content(c, name, &streams_w, &ranks_w, who));
     let mut skip = vec![0; n];
     for (i, &m) in with.iter().enumerate() {
@@ -106,7 +123,7 @@ pub(crate) fn starts(
     s
 }
 
-/// Whether the streams' collectives agree for [`RUN`] calls (or as far
+/// Whether the streams' collectives agree for [`MIN_RUN`] calls (or as far
 /// as the shortest goes) from the given starts.
 fn lines_up(c: &Collected, streams: &[&Stream], skip: &[usize]) -> bool {
     let sigs: Vec<Vec<u32>> = streams
@@ -117,7 +134,7 @@ fn lines_up(c: &Collected, streams: &[&Stream], skip: &[usize]) -> bool {
                 .iter()
                 .filter(|r| is_coll(&c.sigs[r.sig as usize]))
                 .skip(k)
-                .take(RUN)
+                .take(MIN_RUN)
                 .map(|r| r.sig)
                 .collect()
         })
@@ -188,17 +205,27 @@ fn by_content(c: &Collected, name: &str, streams: &[&Stream], ranks: &[u32], who
             continue;
         }
         let (r, s) = (&keys[reference], &keys[m]);
-        let mut best = (run(r, s), 0i64);
+        // the longest run wins; on a tie, the smaller shift
+        let at_zero = run(r, s);
+        let mut best = (at_zero, 0i64);
         for d in 1..=MAX_SHIFT.min(r.len().max(s.len())) {
-            if d < r.len() {
-                best = best.max((run(&r[d..], s), d as i64));
-            }
-            if d < s.len() {
-                best = best.max((run(r, &s[d..]), -(d as i64)));
+            for (got, off) in [
+                (if d < r.len() { run(&r[d..], s) } else { 0 }, d as i64),
+                (if d < s.len() { run(r, &s[d..]) } else { 0 }, -(d as i64)),
+            ] {
+                if got > best.0 {
+                    best = (got, off);
+                }
             }
         }
-        let needed = MIN_RUN.min(r.len()).min(s.len());
-        if best.0 < needed.max(1) {
+        // a shift must line up enough calls to count as evidence; else the
+        // file's order stands, and with nothing lining up at all the
+        // stream cannot be placed
+        let needed = MIN_RUN.min(r.len()).min(s.len()).max(1);
+        if best.1 != 0 && best.0 < needed {
+            best = (at_zero, 0);
+        }
+        if best.0 == 0 {
             lost.push(ranks[m]);
         }
         offs[m] = best.1;

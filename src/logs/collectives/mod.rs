@@ -177,6 +177,29 @@ pub(crate) fn check(c: &Collected, scope: &Scope<'_>, streams: &[&Stream]) -> Ch
     }
     let agreed = divergence.unwrap_or(min_len.min(max_len));
     let mut div_report = None;
+    // At the first call compared, a log that may start late cannot be told
+    // from a skip: that is a fragment, said as such, not a fault.
+    let fragment = divergence == Some(0)
+        && start.base == 0
+        && !streams.iter().all(|s| window::starts_complete_in(c, s))
+        && at.iter().filter(|a| a.is_some()).count() > 1;
+    if fragment {
+        findings.push(Finding::new(
+            FindingKind::Unaligned,
+            Some(name),
+            format!(
+                "the logs of {name} differ from their first call on, and some start without their init line: a log that starts late cannot be told from a skipped call there, so the collective order is not compared"
+            ),
+        ));
+        return Checked {
+            agreed: 0,
+            divergence: None,
+            zero_positions: zero.positions,
+            findings,
+            omitted,
+            from,
+        };
+    }
     if let Some(k) = divergence {
         let told = Told::new(c, scope, streams, k + start.base, &at, &before);
         if let Some(d) = told.tell(&mut findings) {
