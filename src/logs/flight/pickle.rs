@@ -107,7 +107,7 @@ impl Vm<'_> {
     }
 
     fn set_items(&mut self, kv: Vec<Value>) -> Result<(), String> {
-        if kv.len() % 2 != 0 {
+        if !kv.len().is_multiple_of(2) {
             return Err("a key without its value".into());
         }
         let Value::Object(m) = self.top()? else {

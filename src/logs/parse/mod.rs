@@ -304,10 +304,10 @@ impl Parser {
                 };
             }
         }
-        if self.torch.find(line).is_some() || memmem::find(line, b"atchdog").is_some() {
-            if let Some(t) = torch::parse_torch(line) {
-                return Line::Torch(t);
-            }
+        if (self.torch.find(line).is_some() || memmem::find(line, b"atchdog").is_some())
+            && let Some(t) = torch::parse_torch(line)
+        {
+            return Line::Torch(t);
         }
         Line::NotNccl
     }
