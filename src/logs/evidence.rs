@@ -57,6 +57,18 @@ pub(crate) fn watchdog_findings(c: &Collected) -> Vec<Finding> {
     let mut out = Vec::new();
     for t in &c.torch {
         let pg = t.pg.clone().unwrap_or_else(|| "default".to_string());
+        // an error is worth saying whether or not the line names its rank
+        if let TorchEventRec::Error { ref text } = t.event {
+            errors += 1;
+            if errors <= 3 {
+                let who = t.rank.map_or(String::new(), |r| format!("rank {r}: "));
+                let mut f = Finding::new(FindingKind::TorchError, None, format!("{who}{text}"));
+                f.ranks = t.rank.into_iter().collect();
+                f.location = Some(loc_str(c, t.loc));
+                out.push(f);
+            }
+            continue;
+        }
         let Some(rank) = t.rank else { continue };
         let v = pgs.entry(pg).or_default();
         match t.event {
@@ -66,19 +78,7 @@ pub(crate) fn watchdog_findings(c: &Collected) -> Vec<Finding> {
             TorchEventRec::Progress { .. } => {
                 v.progress.insert(rank, t);
             }
-            TorchEventRec::Error { ref text } => {
-                errors += 1;
-                if errors <= 3 {
-                    let mut f = Finding::new(
-                        FindingKind::TorchError,
-                        None,
-                        format!("rank {rank}: {text}"),
-                    );
-                    f.ranks = vec![rank];
-                    f.location = Some(loc_str(c, t.loc));
-                    out.push(f);
-                }
-            }
+            TorchEventRec::Error { .. } => {}
         }
     }
     for (pg, v) in &pgs {
