@@ -11,8 +11,8 @@
 //! every collective draws a fresh count. `--fault` injects one fault at a
 //! random place (the analysis then has a divergence to tell).
 
-use rankwise::logs::synth::{Fault, FaultKind, Layout, Rng, Spec, Style};
 use rankwise::logs::{Options, analyze, collect, expand_paths};
+use rankwise_testkit::synth::{Fault, FaultKind, Layout, Rng, Spec, Style};
 use std::io::Write;
 use std::time::Instant;
 

@@ -6,7 +6,7 @@
 //!
 //! Prints the fault placed and what an analyzer must report about it.
 
-use rankwise::logs::synth::{FaultKind, Layout, Prefix, Rng, Spec, Style};
+use rankwise_testkit::synth::{FaultKind, Layout, Prefix, Rng, Spec, Style};
 use std::io::Write;
 
 fn main() {

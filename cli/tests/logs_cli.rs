@@ -1,6 +1,6 @@
 //! `rankwise logs` through the binary: output, JSON and exit codes.
 
-use rankwise::logs::synth::{Fault, FaultKind, Rng, Spec, Style};
+use rankwise_testkit::synth::{Fault, FaultKind, Rng, Spec, Style};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -54,18 +54,32 @@ fn a_hang_exits_1_with_the_verdict_first() {
     let Fault::Stop { rank, at } = generate(dir.path(), FaultKind::Stop, 9) else {
         panic!()
     };
+    // nothing in the logs says the job hung: the end is skew, exit 0
     let o = rankwise(&["logs", "analyze", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("if it hung here, rank {rank} never issued ")),
+        "{}",
+        stdout(&o)
+    );
+    let o = rankwise(&["logs", "analyze", "--hung", dir.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     let first = out.lines().next().unwrap();
     assert!(
-        first.starts_with(&format!("likely hang: rank {rank} never issued "))
+        first.starts_with(&format!("hang: rank {rank} never issued "))
             && first.contains(&format!(" #{at} ")),
         "{first}"
     );
     assert!(out.contains("first divergence: collective #"), "{out}");
 
-    let o = rankwise(&["logs", "analyze", "--json", dir.path().to_str().unwrap()]);
+    let o = rankwise(&[
+        "logs",
+        "analyze",
+        "--hung",
+        "--json",
+        dir.path().to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let f = &j["findings"][0];

@@ -8,11 +8,13 @@
 //! Fused calls are grouped by opCount (a group's calls share one): each
 //! rank's launches are counted that way, a zero-count collective excluded.
 
-use super::collectives::{self, is_coll};
+use super::collectives::{self, Scope, is_coll};
+use super::evidence::{hang_evidence, watchdog_findings};
 use super::findings::{
-    Analysis, CommReport, Finding, FindingKind, MISSING_LISTED, MemberReport, Severity, call_view,
-    fmt_ranges, gaps, hex, malformed_calls_note,
+    Analysis, CommReport, Finding, FindingKind, MISSING_LISTED, MemberReport, Severity, Who,
+    call_view, fmt_ranges, gaps, hex, malformed_calls_note,
 };
+use super::flight;
 use super::model::{Collected, Stream};
 use super::p2p;
 use super::parse::InitPhase;
@@ -26,7 +28,15 @@ struct CommAnalysis {
     omitted: u64,
 }
 
-fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
+/// What the analysis is told beyond the logs.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// The user says the job hung (`--hung`): logs that end with ranks at
+    /// different calls are read as a hang.
+    pub hung: bool,
+}
+
+fn analyze_comm(c: &Collected, g: &CommGroup, hung: Option<&str>) -> CommAnalysis {
     let name = g.name.as_str();
     let mut findings: Vec<Finding> = g.notes.clone();
     let mut omitted = 0u64;
@@ -57,15 +67,22 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
         findings.push(f);
     }
 
-    let order = collectives::check(c, name, &streams, &ranks);
+    let who = Who::new(c, &g.members, g.ranks_known);
+    let scope = Scope {
+        name,
+        ranks: &ranks,
+        who: &who,
+        hung,
+    };
+    let order = collectives::check(c, &scope, &streams);
     findings.extend(order.findings);
     omitted += order.omitted;
     let p2p = p2p::check(
         c,
-        name,
+        &scope,
         g.nranks,
         &streams,
-        &ranks,
+        &order.from,
         order.divergence.as_ref(),
     );
     findings.extend(p2p.findings);
@@ -105,6 +122,8 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
             MemberReport {
                 rank,
                 rank_inferred: inferred,
+                rank_known: g.ranks_known,
+                dev: s.dev,
                 host: c.hosts[s.host as usize].clone(),
                 pid: s.pid,
                 comm: hex(s.comm),
@@ -143,8 +162,19 @@ fn analyze_comm(c: &Collected, g: &CommGroup) -> CommAnalysis {
 }
 
 pub fn analyze(c: &Collected) -> Analysis {
+    analyze_with(c, &Settings::default())
+}
+
+/// [`analyze`], told whether the job hung and what other inputs found.
+pub fn analyze_with(c: &Collected, settings: &Settings) -> Analysis {
     let groups = resolve(c);
-    let mut per_comm: Vec<CommAnalysis> = groups.iter().map(|g| analyze_comm(c, g)).collect();
+    let log_hang = hang_evidence(c, settings.hung);
+    let flight = flight::check(&c.flight, log_hang.as_deref());
+    let hung = log_hang.or(flight.hang.clone());
+    let mut per_comm: Vec<CommAnalysis> = groups
+        .iter()
+        .map(|g| analyze_comm(c, g, hung.as_deref()))
+        .collect();
 
     let (warns, omitted_warn) = warnings::findings(c, &groups);
     let mut stray: Vec<Finding> = Vec::new();
@@ -164,6 +194,11 @@ pub fn analyze(c: &Collected) -> Analysis {
         comms.push(ca.report);
     }
     findings.extend(stray);
+    findings.extend(watchdog_findings(c));
+    findings.extend(flight.findings);
+    for u in &c.unreadable {
+        findings.push(Finding::new(FindingKind::Unreadable, None, u.clone()));
+    }
     for r in &c.repeats {
         findings.push(Finding::new(FindingKind::RepeatedLog, None, r.clone()));
     }
@@ -182,6 +217,8 @@ pub fn analyze(c: &Collected) -> Analysis {
     let verdict = verdict(c, &comms, &findings);
     Analysis {
         verdict,
+        hang_evidence: hung,
+        flight_groups: flight.groups,
         problems,
         counts: c.counts,
         files: c.files.clone(),

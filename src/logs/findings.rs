@@ -44,6 +44,38 @@ pub enum FindingKind {
     InvalidOp,
     /// Any other NCCL WARN line.
     NcclWarning,
+    /// NCCL's network transport failed (WARN).
+    NetworkError,
+    /// NCCL saw two peers post different sizes for one transfer (WARN).
+    PeerSizeMismatch,
+    /// Two ranks of one communicator on one GPU (WARN).
+    DuplicateGpu,
+    /// A CUDA call failed inside NCCL (WARN).
+    CudaError,
+    /// An allocation failed inside NCCL (WARN).
+    OutOfMemory,
+    /// A rank could not connect to a peer or the bootstrap (WARN).
+    ConnectionFailed,
+    /// Ranks run different NCCL versions (WARN).
+    VersionMismatch,
+    /// NCCL gave up waiting, or aborted (WARN): evidence of a hang.
+    NcclTimeout,
+    /// A PyTorch watchdog timed out on a collective.
+    WatchdogTimeout,
+    /// Ranks were at different collectives when PyTorch's watchdog fired.
+    WatchdogMismatch,
+    /// An NCCL error reported through PyTorch.
+    TorchError,
+    /// The logs start at different calls on different ranks.
+    Truncated,
+    /// The logs end with ranks at different calls, and nothing says the job hung.
+    LogsEndApart,
+    /// The ranks' logs could not be lined up (no opCount, no init lines).
+    Unaligned,
+    /// Flight Recorder dumps: a finding of their own.
+    FlightRecorder,
+    /// A file that could not be read, and why.
+    Unreadable,
     MissingRanks,
     DuplicateRank,
     /// A file repeats calls another file already holds (skipped).
@@ -63,10 +95,13 @@ impl FindingKind {
         match self {
             Stopped | Skipped | Extra | Reordered | OpMismatch | CountMismatch
             | DatatypeMismatch | RedopMismatch | RootMismatch | UnmatchedSend | UnmatchedRecv
-            | P2pMismatch | InvalidPeer | InvalidRoot | InvalidType | InvalidOp => Severity::Error,
+            | P2pMismatch | InvalidPeer | InvalidRoot | InvalidType | InvalidOp | NetworkError
+            | PeerSizeMismatch | DuplicateGpu | CudaError | OutOfMemory | ConnectionFailed
+            | VersionMismatch | WatchdogMismatch => Severity::Error,
             NcclWarning | MissingRanks | DuplicateRank | RepeatedLog | NranksConflict
-            | RankOutOfRange | MalformedCalls => Severity::Warning,
-            ZeroCount => Severity::Info,
+            | RankOutOfRange | MalformedCalls | NcclTimeout | WatchdogTimeout | TorchError
+            | Unaligned | FlightRecorder | Unreadable => Severity::Warning,
+            ZeroCount | Truncated | LogsEndApart => Severity::Info,
         }
     }
 }
@@ -141,8 +176,12 @@ pub struct CallView {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct MemberReport {
+    /// The rank; when `rank_known` is false, only a number in host order.
     pub rank: u32,
     pub rank_inferred: bool,
+    pub rank_known: bool,
+    /// The CUDA device (`[dev]` in NCCL's header), not a rank.
+    pub dev: Option<u32>,
     pub host: String,
     pub pid: u32,
     pub comm: String,
@@ -212,6 +251,10 @@ pub struct CommReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct Analysis {
     pub verdict: String,
+    /// What says the job hung, if anything did.
+    pub hang_evidence: Option<String>,
+    /// The Flight Recorder process groups compared.
+    pub flight_groups: Vec<String>,
     pub problems: u64,
     pub counts: Counts,
     pub files: Vec<FileInfo>,
@@ -292,6 +335,57 @@ pub(crate) fn ranks_word(ranks: &[u32]) -> String {
     } else {
         format!("ranks {}", fmt_ranks(ranks))
     }
+}
+
+/// How the reports of one communicator name its members: by rank when the
+/// ranks are known, else by process (`host:pid`, and the CUDA device).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Who {
+    known: bool,
+    labels: std::collections::HashMap<u32, String>,
+}
+
+impl Who {
+    pub(crate) fn new(c: &Collected, members: &[(u32, usize, bool)], known: bool) -> Who {
+        let labels = members
+            .iter()
+            .map(|&(r, si, _)| (r, process_label(c, &c.streams[si])))
+            .collect();
+        Who { known, labels }
+    }
+
+    pub(crate) fn known(&self) -> bool {
+        self.known
+    }
+
+    /// `rank 3`, `ranks 0-2,5`; or `process node1:4242 (dev 0)`.
+    pub(crate) fn word(&self, ranks: &[u32]) -> String {
+        if self.known {
+            return ranks_word(ranks);
+        }
+        let names: Vec<&str> = ranks
+            .iter()
+            .map(|r| self.labels.get(r).map_or("?", String::as_str))
+            .collect();
+        match names.len() {
+            1 => format!("process {}", names[0]),
+            _ => format!("processes {}", names.join(", ")),
+        }
+    }
+}
+
+/// `node1:4242 (dev 0)`, or the comm pointer for lines without a header.
+pub(crate) fn process_label(c: &Collected, s: &Stream) -> String {
+    let host = &c.hosts[s.host as usize];
+    let mut l = if host.is_empty() {
+        format!("comm {}", hex(s.comm))
+    } else {
+        format!("{host}:{}", s.pid)
+    };
+    if let Some(d) = s.dev {
+        l += &format!(" (dev {d})");
+    }
+    l
 }
 
 pub(crate) fn plural_calls(n: usize) -> String {

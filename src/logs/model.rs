@@ -115,6 +115,38 @@ pub struct WarnRec {
     pub text: String,
 }
 
+/// A PyTorch watchdog or ProcessGroupNCCL line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TorchRec {
+    pub loc: Loc,
+    /// The rank PyTorch (or the launcher's prefix) names.
+    pub rank: Option<u32>,
+    /// The process group, as the line names it.
+    pub pg: Option<String>,
+    pub event: TorchEventRec,
+}
+
+/// What a PyTorch line says (see [`super::parse::TorchEvent`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TorchEventRec {
+    Timeout {
+        seq: u64,
+        op: String,
+        numel_in: Option<u64>,
+        numel_out: Option<u64>,
+        timeout_ms: Option<u64>,
+        ran_ms: Option<u64>,
+    },
+    Progress {
+        at: Option<u64>,
+        enqueued: u64,
+        completed: Option<u64>,
+    },
+    Error {
+        text: String,
+    },
+}
+
 /// Line counts, by what the parser made of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
@@ -135,6 +167,11 @@ pub struct Counts {
     pub long_lines: u64,
     /// Calls skipped because another file had already logged them.
     pub repeated_calls: u64,
+    /// PyTorch watchdog / ProcessGroupNCCL lines.
+    pub torch_lines: u64,
+    /// Lines that were the rest of a COLL line cut short (wrapped, or cut
+    /// by another process's line) and were joined back to it.
+    pub rejoined_lines: u64,
 }
 
 impl Counts {
@@ -150,6 +187,8 @@ impl Counts {
         self.malformed_calls += o.malformed_calls;
         self.long_lines += o.long_lines;
         self.repeated_calls += o.repeated_calls;
+        self.torch_lines += o.torch_lines;
+        self.rejoined_lines += o.rejoined_lines;
     }
 }
 
@@ -179,6 +218,12 @@ pub struct Collected {
     pub sigs: Vec<Sig>,
     pub streams: Vec<Stream>,
     pub warnings: Vec<WarnRec>,
+    /// PyTorch's watchdog lines.
+    pub torch: Vec<TorchRec>,
+    /// Flight Recorder dumps.
+    pub flight: Vec<super::flight::Dump>,
+    /// Files that could not be read: the path and why.
+    pub unreadable: Vec<String>,
     pub counts: Counts,
     /// Calls of a process that a later file repeats (the same run logged
     /// twice, e.g. a per-rank file and a console copy): the repeat is skipped.

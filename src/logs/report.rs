@@ -150,6 +150,12 @@ pub fn analysis_text(a: &Analysis) -> String {
     )
     .unwrap();
     file_notes(&mut t, &a.files);
+    for g in &a.flight_groups {
+        writeln!(t, "Flight Recorder: {g}").unwrap();
+    }
+    if let Some(h) = &a.hang_evidence {
+        writeln!(t, "hang evidence: {h}").unwrap();
+    }
     for cm in &a.communicators {
         writeln!(t).unwrap();
         let missing = if cm.ranks_missing.is_empty() {

@@ -6,8 +6,9 @@
 //! communicator, split count and color; with no init lines at all, by the
 //! order in which each process (and device) first used a communicator of
 //! that size. A stream's rank comes from its init line; failing that from a
-//! launcher prefix, the `[dev]` number (rankwise's trace prints the rank
-//! there), or order, and is then marked inferred. The nranks used is the
+//! launcher prefix (marked inferred). Without either the ranks are unknown:
+//! members are numbered in host order and reports name them by process.
+//! The `[dev]` number is the CUDA device, never a rank. The nranks used is the
 //! one most streams state; disagreements, duplicate ranks and ranks out of
 //! range are notes on the communicator.
 
@@ -34,6 +35,9 @@ pub struct CommGroup {
     pub nranks: u32,
     /// `(rank, stream index, rank inferred)`, sorted by rank, one per rank.
     pub members: Vec<(u32, usize, bool)>,
+    /// Whether the ranks are known (from init lines or a launcher's prefix);
+    /// otherwise members are numbered in host order and named by process.
+    pub ranks_known: bool,
     pub notes: Vec<Finding>,
     /// `(file, host, pid)` of streams left out because they repeat a member
     /// (the same run logged twice): that file's WARN lines of that process
@@ -197,16 +201,41 @@ fn nranks_note(c: &Collected, streams: &[usize], nranks: u32, name: &str) -> Opt
     ))
 }
 
+/// How streams are told apart before they are grouped.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    Id(u64),
+    Split(Box<Key>, u32, i64),
+    Order(u32, u32, u32, u32, u32),
+}
+
+/// `(host, pid, comm)` → the streams (epochs) of that pointer.
+type ByPtr = HashMap<(u32, u32, u64), Vec<usize>>;
+
 /// Group streams into communicators and give each stream its rank.
 pub fn resolve(c: &Collected) -> Vec<CommGroup> {
-    #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-    enum Key {
-        Id(u64),
-        Split(Box<Key>, u32, i64),
-        Order(u32, u32, u32, u32, u32),
-    }
-    // (host, pid, comm) → streams (epochs), for parent look-ups.
-    let mut by_ptr: HashMap<(u32, u32, u64), Vec<usize>> = HashMap::new();
+    let mut out: Vec<(Loc, CommGroup)> = split_lookalikes(c, group_streams(c))
+        .into_iter()
+        .map(|(key, streams)| (first_seen(c, &streams), build_group(c, &key, &streams)))
+        .collect();
+    out.sort_by_key(|(l, _)| *l);
+    let mut groups: Vec<CommGroup> = out.into_iter().map(|(_, g)| g).collect();
+    unique_names(&mut groups);
+    groups
+}
+
+fn first_seen(c: &Collected, streams: &[usize]) -> Loc {
+    streams
+        .iter()
+        .map(|&i| c.streams[i].first)
+        .min()
+        .unwrap_or_default()
+}
+
+/// Step 1: streams keyed by what ties them together (commId, split parent
+/// and color, or the order of first use), in order of first appearance.
+fn group_streams(c: &Collected) -> BTreeMap<Key, Vec<usize>> {
+    let mut by_ptr: ByPtr = HashMap::new();
     for (i, s) in c.streams.iter().enumerate() {
         by_ptr.entry((s.host, s.pid, s.comm)).or_default().push(i);
     }
@@ -219,64 +248,76 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
     for &i in &order {
         let s = &c.streams[i];
         if s.comm_id.is_none() && s.parent.is_none() {
+            // lines without NCCL's header name no process: each comm
+            // pointer stands for one
+            let process = match c.hosts[s.host as usize].is_empty() {
+                true => (s.comm ^ (s.comm >> 32)) as u32,
+                false => s.pid,
+            };
             let n = next_ord
-                .entry((s.host, s.pid, s.dev, s.nranks()))
+                .entry((s.host, process, s.dev, s.nranks()))
                 .or_insert(0);
             ordinals.insert(i, *n);
             *n += 1;
         }
     }
-    fn key_of(
-        c: &Collected,
-        i: usize,
-        by_ptr: &HashMap<(u32, u32, u64), Vec<usize>>,
-        ordinals: &HashMap<usize, u32>,
-        depth: u32,
-    ) -> Key {
-        let s = &c.streams[i];
-        if let Some(id) = s.comm_id {
-            return Key::Id(id);
-        }
-        if let (Some(parent), true) = (s.parent, depth < 16) {
-            // The parent epoch alive when the child appeared.
-            let cands = by_ptr.get(&(s.host, s.pid, parent));
-            let p = cands.and_then(|v| {
-                v.iter()
-                    .copied()
-                    .filter(|&p| c.streams[p].first <= s.first)
-                    .max_by_key(|&p| c.streams[p].first)
-                    .or_else(|| v.first().copied())
-            });
-            if let Some(p) = p {
-                return Key::Split(
-                    Box::new(key_of(c, p, by_ptr, ordinals, depth + 1)),
-                    s.split_count.unwrap_or(0),
-                    s.color.unwrap_or(0),
-                );
-            }
-        }
-        let ord = ordinals.get(&i).copied().unwrap_or(0);
-        let n = s.nranks().unwrap_or(0);
-        if s.comm_id.is_none() && s.parent.is_some() {
-            // A split child whose parent never appeared: on its own.
-            return Key::Order(n, u32::MAX, s.host, s.pid, s.comm as u32);
-        }
-        Key::Order(n, ord, 0, 0, 0)
-    }
-
     let mut groups: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
     for &i in &order {
         let k = key_of(c, i, &by_ptr, &ordinals, 0);
         groups.entry(k).or_default().push(i);
     }
-    // Without init lines, several communicators of one size used first at
-    // the same point (pairs, say) look alike: more streams than ranks. Cut
-    // them into communicators of nranks streams, in host/rank order.
-    let mut pending: Vec<(Key, Vec<usize>)> = Vec::new();
+    groups
+}
+
+fn key_of(
+    c: &Collected,
+    i: usize,
+    by_ptr: &ByPtr,
+    ordinals: &HashMap<usize, u32>,
+    depth: u32,
+) -> Key {
+    let s = &c.streams[i];
+    if let Some(id) = s.comm_id {
+        return Key::Id(id);
+    }
+    if let (Some(parent), true) = (s.parent, depth < 16) {
+        // The parent epoch alive when the child appeared.
+        let cands = by_ptr.get(&(s.host, s.pid, parent));
+        let p = cands.and_then(|v| {
+            v.iter()
+                .copied()
+                .filter(|&p| c.streams[p].first <= s.first)
+                .max_by_key(|&p| c.streams[p].first)
+                .or_else(|| v.first().copied())
+        });
+        if let Some(p) = p {
+            return Key::Split(
+                Box::new(key_of(c, p, by_ptr, ordinals, depth + 1)),
+                s.split_count.unwrap_or(0),
+                s.color.unwrap_or(0),
+            );
+        }
+    }
+    let ord = ordinals.get(&i).copied().unwrap_or(0);
+    let n = s.nranks().unwrap_or(0);
+    if s.comm_id.is_none() && s.parent.is_some() {
+        // A split child whose parent never appeared: on its own.
+        return Key::Order(n, u32::MAX, s.host, s.pid, s.comm as u32);
+    }
+    Key::Order(n, ord, 0, 0, 0)
+}
+
+/// Step 2: without init lines, several communicators of one size used
+/// first at the same point (pairs, say) look alike: more streams than
+/// ranks. Cut them into communicators of nranks streams, in host order.
+fn split_lookalikes(c: &Collected, groups: BTreeMap<Key, Vec<usize>>) -> Vec<(Key, Vec<usize>)> {
+    let mut pending = Vec::new();
     for (key, streams) in groups {
         let nranks = choose_nranks(c, &streams);
         if matches!(key, Key::Order(..)) && nranks > 0 && streams.len() > nranks as usize {
             let mut sorted = streams;
+            // one device index per communicator is the common layout (a
+            // process driving several GPUs, one communicator per device)
             sorted.sort_by_key(|&i| {
                 let s = &c.streams[i];
                 (s.host, s.prefix_rank, s.dev, s.pid, s.comm)
@@ -290,213 +331,233 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
             pending.push((key, streams));
         }
     }
-    let mut out: Vec<(Loc, CommGroup)> = Vec::new();
-    for (key, streams) in pending {
-        let mut notes = Vec::new();
-        let nranks = choose_nranks(c, &streams);
-        // Ranks: init lines first, then hints, then order.
-        let mut taken: BTreeMap<u32, (usize, bool)> = BTreeMap::new();
-        let mut unknown = Vec::new();
-        let mut left_out: Vec<(usize, LeftOut)> = Vec::new();
-        for &i in &streams {
-            match c.streams[i].rank {
-                Some(r) if r < nranks => match taken.get(&r) {
-                    None => {
-                        taken.insert(r, (i, false));
-                    }
-                    // Keep the stream with more calls (the first, if equal).
-                    Some(&(j, _)) if c.streams[i].calls.len() > c.streams[j].calls.len() => {
-                        taken.insert(r, (i, false));
-                        left_out.push((j, LeftOut::RankHeldBy(i)));
-                    }
-                    Some(&(j, _)) => left_out.push((i, LeftOut::RankHeldBy(j))),
-                },
-                Some(_) => left_out.push((i, LeftOut::OutOfRange)),
-                None => unknown.push(i),
-            }
+    pending
+}
+
+/// Ranks held so far: rank → (stream, rank inferred).
+type Taken = BTreeMap<u32, (usize, bool)>;
+
+/// Step 3: each stream's rank. Init lines first; then a launcher's prefix
+/// if it gives every unplaced stream a free, distinct rank; then order,
+/// and the ranks are then unknown. The `[dev]` number is the CUDA device,
+/// never taken for a rank.
+fn assign_ranks(
+    c: &Collected,
+    streams: &[usize],
+    nranks: u32,
+) -> (Taken, Vec<(usize, LeftOut)>, bool) {
+    let mut taken: Taken = BTreeMap::new();
+    let mut unknown = Vec::new();
+    let mut left_out: Vec<(usize, LeftOut)> = Vec::new();
+    for &i in streams {
+        match c.streams[i].rank {
+            Some(r) if r < nranks => match taken.get(&r) {
+                None => {
+                    taken.insert(r, (i, false));
+                }
+                // Keep the stream with more calls (the first, if equal).
+                Some(&(j, _)) if c.streams[i].calls.len() > c.streams[j].calls.len() => {
+                    taken.insert(r, (i, false));
+                    left_out.push((j, LeftOut::RankHeldBy(i)));
+                }
+                Some(&(j, _)) => left_out.push((i, LeftOut::RankHeldBy(j))),
+            },
+            Some(_) => left_out.push((i, LeftOut::OutOfRange)),
+            None => unknown.push(i),
         }
-        if !unknown.is_empty() {
-            // A hint is used only if it gives every unplaced stream a free,
-            // distinct rank; so no placement below can collide.
-            let free_ok = |v: &[Option<u32>], taken: &BTreeMap<u32, (usize, bool)>| {
-                let mut seen = std::collections::HashSet::new();
-                v.iter().all(|r| {
-                    matches!(r, Some(r) if *r < nranks && !taken.contains_key(r) && seen.insert(*r))
-                })
+    }
+    if unknown.is_empty() {
+        return (taken, left_out, true);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let by_prefix: Vec<_> = unknown.iter().map(|&i| c.streams[i].prefix_rank).collect();
+    let prefix_ok = by_prefix
+        .iter()
+        .all(|r| matches!(r, Some(r) if *r < nranks && !taken.contains_key(r) && seen.insert(*r)));
+    if prefix_ok {
+        for (&i, r) in unknown.iter().zip(by_prefix) {
+            taken.insert(r.unwrap_or(0), (i, true));
+        }
+        return (taken, left_out, true);
+    }
+    let mut rest = unknown;
+    rest.sort_by_key(|&i| {
+        let s = &c.streams[i];
+        (s.host, s.prefix_rank, s.pid, s.dev, s.comm)
+    });
+    let mut r = 0;
+    for i in rest {
+        while taken.contains_key(&r) {
+            r += 1;
+        }
+        if r >= nranks {
+            left_out.push((i, LeftOut::NoRankFree));
+        } else {
+            taken.insert(r, (i, true));
+        }
+    }
+    (taken, left_out, false)
+}
+
+/// Step 4: the communicator's name and how it was identified.
+fn group_name(key: &Key, lead: &Stream) -> (String, Option<u64>, IdentifiedBy) {
+    match key {
+        Key::Id(id) => (
+            format!("commId {}", hex(*id)),
+            Some(*id),
+            IdentifiedBy::CommId,
+        ),
+        Key::Split(..) => {
+            let mut k = key;
+            while let Key::Split(p, ..) = k {
+                k = p;
+            }
+            let parent_id = match k {
+                Key::Id(id) => format!(", split from commId {}", hex(*id)),
+                _ => String::new(),
             };
-            let by_prefix: Vec<_> = unknown.iter().map(|&i| c.streams[i].prefix_rank).collect();
-            let by_dev: Vec<_> = unknown.iter().map(|&i| c.streams[i].dev).collect();
-            if free_ok(&by_prefix, &taken) {
-                for (&i, r) in unknown.iter().zip(by_prefix) {
-                    taken.insert(r.unwrap_or(0), (i, true));
-                }
-            } else if free_ok(&by_dev, &taken) {
-                for (&i, r) in unknown.iter().zip(by_dev) {
-                    taken.insert(r.unwrap_or(0), (i, true));
-                }
-            } else {
-                let mut rest = unknown.clone();
-                rest.sort_by_key(|&i| {
-                    let s = &c.streams[i];
-                    (s.host, s.prefix_rank, s.dev, s.pid, s.comm)
-                });
-                let mut r = 0;
-                for i in rest {
-                    while taken.contains_key(&r) {
-                        r += 1;
-                    }
-                    if r >= nranks {
-                        left_out.push((i, LeftOut::NoRankFree));
-                    } else {
-                        taken.insert(r, (i, true));
-                    }
-                }
-            }
-        }
-        let members: Vec<(u32, usize, bool)> =
-            taken.into_iter().map(|(r, (i, inf))| (r, i, inf)).collect();
-        let lead = &c.streams[members.first().map_or(streams[0], |m| m.1)];
-        let (name, comm_id, by) = match &key {
-            Key::Id(id) => (
-                format!("commId {}", hex(*id)),
-                Some(*id),
-                IdentifiedBy::CommId,
-            ),
-            Key::Split(..) => {
-                let parent_id = {
-                    let mut k = &key;
-                    while let Key::Split(p, ..) = k {
-                        k = p;
-                    }
-                    match k {
-                        Key::Id(id) => format!(", split from commId {}", hex(*id)),
-                        _ => String::new(),
-                    }
-                };
-                (
-                    format!(
-                        "comm {} (color {}{parent_id})",
-                        hex(lead.comm),
-                        lead.color.unwrap_or(0)
-                    ),
-                    None,
-                    IdentifiedBy::Split,
-                )
-            }
-            Key::Order(..) => (
-                format!("comm {}", hex(lead.comm)),
+            (
+                format!(
+                    "comm {} (color {}{parent_id})",
+                    hex(lead.comm),
+                    lead.color.unwrap_or(0)
+                ),
                 None,
-                IdentifiedBy::Order,
-            ),
-        };
-        if let Some(f) = nranks_note(c, &streams, nranks, &name) {
-            notes.push(f);
+                IdentifiedBy::Split,
+            )
         }
-        let mut repeated = Vec::new();
-        let mut listed = 0usize;
-        for &(i, why) in &left_out {
-            let s = &c.streams[i];
-            if let LeftOut::RankHeldBy(j) = why {
-                let k = &c.streams[j];
-                if (k.host, k.pid, k.comm) == (s.host, s.pid, s.comm) {
-                    // The same process and pointer twice: one run logged in two files.
-                    for &(file, _) in &s.file_runs {
-                        repeated.push((file, s.host, s.pid));
-                    }
-                    let file = |x: &Stream| {
-                        c.files
-                            .get(x.first.file as usize)
-                            .map_or("?", |f| f.path.as_str())
-                    };
-                    notes.push(Finding::new(
-                        FindingKind::RepeatedLog,
-                        Some(&name),
-                        format!(
-                            "{} repeats the {} calls of {}:{} comm {} already read from {}; skipped, with that process's WARN lines there",
-                            file(s),
-                            s.calls.len(),
-                            c.hosts[s.host as usize],
-                            s.pid,
-                            hex(s.comm),
-                            file(k)
-                        ),
-                    ));
-                    continue;
+        Key::Order(..) => (
+            format!("comm {}", hex(lead.comm)),
+            None,
+            IdentifiedBy::Order,
+        ),
+    }
+}
+
+fn build_group(c: &Collected, key: &Key, streams: &[usize]) -> CommGroup {
+    let nranks = choose_nranks(c, streams);
+    let (taken, left_out, ranks_known) = assign_ranks(c, streams, nranks);
+    let members: Vec<(u32, usize, bool)> =
+        taken.into_iter().map(|(r, (i, inf))| (r, i, inf)).collect();
+    let lead = &c.streams[members.first().map_or(streams[0], |m| m.1)];
+    let (name, comm_id, identified_by) = group_name(key, lead);
+    let mut notes = Vec::new();
+    if let Some(f) = nranks_note(c, streams, nranks, &name) {
+        notes.push(f);
+    }
+    let repeated = left_out_notes(c, &left_out, nranks, &name, &mut notes);
+    CommGroup {
+        name,
+        comm_id,
+        identified_by,
+        nranks,
+        members,
+        ranks_known,
+        notes,
+        repeated,
+    }
+}
+
+/// Step 5: a note for each stream left out; returns the `(file, host,
+/// pid)` of those left out because they repeat a member.
+fn left_out_notes(
+    c: &Collected,
+    left_out: &[(usize, LeftOut)],
+    nranks: u32,
+    name: &str,
+    notes: &mut Vec<Finding>,
+) -> Vec<(u32, u32, u32)> {
+    let mut repeated = Vec::new();
+    let mut listed = 0usize;
+    for &(i, why) in left_out {
+        let s = &c.streams[i];
+        if let LeftOut::RankHeldBy(j) = why {
+            let k = &c.streams[j];
+            if (k.host, k.pid, k.comm) == (s.host, s.pid, s.comm) {
+                // The same process and pointer twice: one run logged in two files.
+                for &(file, _) in &s.file_runs {
+                    repeated.push((file, s.host, s.pid));
                 }
-            }
-            listed += 1;
-            if listed > LIST_LIMIT {
+                let file = |x: &Stream| {
+                    c.files
+                        .get(x.first.file as usize)
+                        .map_or("?", |f| f.path.as_str())
+                };
+                notes.push(Finding::new(
+                    FindingKind::RepeatedLog,
+                    Some(name),
+                    format!(
+                        "{} repeats the {} calls of {}:{} comm {} already read from {}; skipped, with that process's WARN lines there",
+                        file(s),
+                        s.calls.len(),
+                        c.hosts[s.host as usize],
+                        s.pid,
+                        hex(s.comm),
+                        file(k)
+                    ),
+                ));
                 continue;
             }
-            let this = stream_name(c, s);
-            let (kind, message) = match why {
-                LeftOut::RankHeldBy(j) => {
-                    let k = &c.streams[j];
-                    (
-                        FindingKind::DuplicateRank,
-                        format!(
-                            "{this} states rank {} of {name} ({}), and so does {} ({}); {this} has {} and is left out",
-                            s.rank.unwrap_or_default(),
-                            loc_str(c, s.rank_at),
-                            stream_name(c, k),
-                            loc_str(c, k.rank_at),
-                            plural_calls(s.calls.len()),
-                        ),
-                    )
-                }
-                LeftOut::OutOfRange => (
-                    FindingKind::RankOutOfRange,
-                    format!(
-                        "{this} states rank {} ({}), outside 0..={} of {name} (nranks {nranks}); it is left out",
-                        s.rank.unwrap_or_default(),
-                        loc_str(c, s.rank_at),
-                        nranks.saturating_sub(1),
-                    ),
-                ),
-                LeftOut::NoRankFree => (
+        }
+        listed += 1;
+        if listed > LIST_LIMIT {
+            continue;
+        }
+        let this = stream_name(c, s);
+        let (kind, message) = match why {
+            LeftOut::RankHeldBy(j) => {
+                let k = &c.streams[j];
+                (
                     FindingKind::DuplicateRank,
                     format!(
-                        "{this} states no rank, and all {nranks} ranks of {name} are already held; it is left out"
+                        "{this} states rank {} of {name} ({}), and so does {} ({}); {this} has {} and is left out",
+                        s.rank.unwrap_or_default(),
+                        loc_str(c, s.rank_at),
+                        stream_name(c, k),
+                        loc_str(c, k.rank_at),
+                        plural_calls(s.calls.len()),
                     ),
-                ),
-            };
-            let mut f = Finding::new(kind, Some(&name), message);
-            f.ranks = s.rank.into_iter().collect();
-            f.location = Some(loc_str(c, s.first));
-            notes.push(f);
-        }
-        if listed > LIST_LIMIT {
-            notes.push(Finding::new(
-                FindingKind::DuplicateRank,
-                Some(&name),
+                )
+            }
+            LeftOut::OutOfRange => (
+                FindingKind::RankOutOfRange,
                 format!(
-                    "{} more streams of {name} have no rank of their own there; they are left out",
-                    listed - LIST_LIMIT
+                    "{this} states rank {} ({}), outside 0..={} of {name} (nranks {nranks}); it is left out",
+                    s.rank.unwrap_or_default(),
+                    loc_str(c, s.rank_at),
+                    nranks.saturating_sub(1),
                 ),
-            ));
-        }
-        out.push((
-            streams
-                .iter()
-                .map(|&i| c.streams[i].first)
-                .min()
-                .unwrap_or_default(),
-            CommGroup {
-                name,
-                comm_id,
-                identified_by: by,
-                nranks,
-                members,
-                notes,
-                repeated,
-            },
+            ),
+            LeftOut::NoRankFree => (
+                FindingKind::DuplicateRank,
+                format!(
+                    "{this} states no rank, and all {nranks} ranks of {name} are already held; it is left out"
+                ),
+            ),
+        };
+        let mut f = Finding::new(kind, Some(name), message);
+        f.ranks = s.rank.into_iter().collect();
+        f.location = Some(loc_str(c, s.first));
+        notes.push(f);
+    }
+    if listed > LIST_LIMIT {
+        notes.push(Finding::new(
+            FindingKind::DuplicateRank,
+            Some(name),
+            format!(
+                "{} more streams of {name} have no rank of their own there; they are left out",
+                listed - LIST_LIMIT
+            ),
         ));
     }
-    out.sort_by_key(|(l, _)| *l);
-    // Names must be unique (two pointer-named communicators may share a pointer value).
+    repeated
+}
+
+/// Step 6: names must be unique (two pointer-named communicators may share
+/// a pointer value).
+fn unique_names(groups: &mut [CommGroup]) {
     let mut seen: HashMap<String, u32> = HashMap::new();
-    let mut groups: Vec<CommGroup> = out.into_iter().map(|(_, g)| g).collect();
-    for g in &mut groups {
+    for g in groups {
         let n = seen.entry(g.name.clone()).or_insert(0);
         *n += 1;
         if *n > 1 {
@@ -507,7 +568,6 @@ pub fn resolve(c: &Collected) -> Vec<CommGroup> {
             g.name = new;
         }
     }
-    groups
 }
 
 #[cfg(test)]
@@ -519,8 +579,9 @@ mod tests {
     use std::fmt::Write;
 
     #[test]
-    fn without_init_lines_ranks_come_from_hints() {
-        // rankwise-style trace: one process, the rank in [..], no init lines
+    fn without_init_lines_or_prefixes_ranks_are_unknown() {
+        // rankwise-style trace: one process, the rank in [..], no init
+        // lines; the number in [..] is a device for NCCL, never a rank
         let mut t = String::new();
         for k in 0..3u64 {
             for r in 0..3u32 {
@@ -535,9 +596,20 @@ mod tests {
         let f = &a.findings[0];
         assert_eq!(
             (f.kind, f.position, f.ranks.clone()),
-            (FindingKind::Stopped, Some(2), vec![2])
+            (FindingKind::LogsEndApart, Some(2), vec![2])
         );
-        assert!(a.communicators[0].members.iter().all(|m| m.rank_inferred));
+        let members = &a.communicators[0].members;
+        assert!(members.iter().all(|m| m.rank_inferred && !m.rank_known));
+        assert_eq!(
+            members.iter().map(|m| m.dev).collect::<Vec<_>>(),
+            [Some(0), Some(1), Some(2)]
+        );
+        assert!(
+            f.message
+                .starts_with("the logs end with process host:77 (dev 2) one call behind processes host:77 (dev 0), host:77 (dev 1)"),
+            "{}",
+            f.message
+        );
     }
 
     #[test]

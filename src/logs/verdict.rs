@@ -1,7 +1,11 @@
 //! The verdict: the one sentence the report opens with. The headline is
-//! the error that best explains the rest (a collective divergence, unless
-//! the rank that stopped was itself left waiting in a Send/Recv); without
-//! errors, what was checked, and the first warning.
+//! the error that best explains the rest: a rank that skipped, added,
+//! reordered or mismatched a call; else a cause NCCL named in a WARN line
+//! (an argument NCCL refused first; a network failure is said as one,
+//! never as a mismatch); else a rank
+//! that stopped (unless it was itself left waiting in a Send/Recv).
+//! Without errors: what was checked, how the logs end, and the first
+//! warning.
 
 use super::findings::{CommReport, Finding, FindingKind, Severity};
 use super::model::Collected;
@@ -11,7 +15,51 @@ pub(crate) fn verdict(c: &Collected, comms: &[CommReport], findings: &[Finding])
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .collect();
-    if let Some(first) = pick_headline(&errors) {
+    let structural = errors.iter().copied().find(|f| {
+        matches!(
+            f.kind,
+            FindingKind::Skipped
+                | FindingKind::Extra
+                | FindingKind::Reordered
+                | FindingKind::OpMismatch
+                | FindingKind::CountMismatch
+                | FindingKind::DatatypeMismatch
+                | FindingKind::RedopMismatch
+                | FindingKind::RootMismatch
+                | FindingKind::WatchdogMismatch
+                | FindingKind::PeerSizeMismatch
+        )
+    });
+    // An argument NCCL refused is the cause on the rank that made the call;
+    // a closed connection elsewhere is more often its consequence. Where a
+    // rank stopped, the stop is the headline and says which refusal.
+    let stopped = errors.iter().any(|f| f.kind == FindingKind::Stopped);
+    let refused = errors.iter().copied().filter(|_| !stopped).find(|f| {
+        matches!(
+            f.kind,
+            FindingKind::InvalidRoot
+                | FindingKind::InvalidType
+                | FindingKind::InvalidOp
+                | FindingKind::InvalidPeer
+        )
+    });
+    let named_cause = refused.or_else(|| {
+        errors.iter().copied().find(|f| {
+            matches!(
+                f.kind,
+                FindingKind::NetworkError
+                    | FindingKind::DuplicateGpu
+                    | FindingKind::CudaError
+                    | FindingKind::OutOfMemory
+                    | FindingKind::ConnectionFailed
+                    | FindingKind::VersionMismatch
+            )
+        })
+    });
+    if let Some(first) = structural
+        .or(named_cause)
+        .or_else(|| pick_headline(&errors))
+    {
         let more = if errors.len() > 1 {
             format!(
                 " ({} more problem{} below)",
@@ -41,7 +89,7 @@ pub(crate) fn verdict(c: &Collected, comms: &[CommReport], findings: &[Finding])
         return format!("{text}{more}");
     }
     let ranks: usize = comms.iter().map(|cm| cm.ranks_seen.len()).sum();
-    if comms.is_empty() {
+    if comms.is_empty() && findings.is_empty() {
         return format!(
             "no NCCL calls found in {} lines{}",
             c.counts.lines,
@@ -52,14 +100,24 @@ pub(crate) fn verdict(c: &Collected, comms: &[CommReport], findings: &[Finding])
             }
         );
     }
-    let mut v = format!(
-        "no divergence: {} communicator{}, {} rank stream{}, {} calls agree",
-        comms.len(),
-        if comms.len() == 1 { "" } else { "s" },
-        ranks,
-        if ranks == 1 { "" } else { "s" },
-        c.counts.calls
-    );
+    let mut v = if comms.is_empty() {
+        format!("no NCCL calls found in {} lines", c.counts.lines)
+    } else {
+        format!(
+            "no divergence: {} communicator{}, {} rank stream{}, {} calls agree",
+            comms.len(),
+            if comms.len() == 1 { "" } else { "s" },
+            ranks,
+            if ranks == 1 { "" } else { "s" },
+            c.counts.calls
+        )
+    };
+    if let Some(end) = findings
+        .iter()
+        .find(|f| f.kind == FindingKind::LogsEndApart)
+    {
+        v += &format!("; {}", end.brief);
+    }
     if let Some(w) = findings.iter().find(|f| f.severity == Severity::Warning) {
         let n = findings
             .iter()

@@ -1,11 +1,12 @@
-//! argcheck WARN lines → findings. A WARN line carries no comm pointer: it
-//! is attributed to the communicator its process (and device) used last
-//! before it, and to that rank. A file that repeats a process's calls
-//! repeats its WARN lines too: those are skipped.
+//! WARN lines → findings, each with what its cause usually means and what
+//! to check. A WARN line carries no comm pointer: it is attributed to the
+//! communicator its process (and device) used last before it, and to that
+//! rank. A file that repeats a process's calls repeats its WARN lines too:
+//! those are skipped.
 
 use super::findings::{Finding, FindingKind, LIST_LIMIT, loc_str};
 use super::model::{Collected, Loc, Stream, WarnRec};
-use super::parse::WarnKind;
+use super::parse::{WarnKind, ib_status, ib_status_name};
 use super::resolve::CommGroup;
 use crate::core::Func;
 use std::collections::HashMap;
@@ -99,7 +100,7 @@ pub(crate) fn findings(
             WarnKind::InvalidRoot(_) => (FindingKind::InvalidRoot, "invalid root"),
             WarnKind::InvalidType(_) => (FindingKind::InvalidType, "invalid datatype"),
             WarnKind::InvalidOp(_) => (FindingKind::InvalidOp, "invalid reduction op"),
-            WarnKind::Other => (FindingKind::NcclWarning, "warning"),
+            other => (cause_kind(other), "warning"),
         };
         let n = listed.entry(kind).or_default();
         if *n >= LIST_LIMIT {
@@ -131,7 +132,9 @@ pub(crate) fn findings(
             _ => what.to_string(),
         };
         let op = w.op.map_or("call", Func::name);
-        let msg = if kind == FindingKind::NcclWarning {
+        let msg = if let Some(advice) = advice(w) {
+            format!("{who} logged NCCL WARN {}{on}: {advice}", w.text)
+        } else if kind == FindingKind::NcclWarning {
             format!("{who} logged NCCL WARN {}{on}", w.text)
         } else {
             format!(
@@ -140,7 +143,9 @@ pub(crate) fn findings(
             )
         };
         let mut f = Finding::new(kind, comm, msg);
-        f.brief = if kind == FindingKind::NcclWarning {
+        f.brief = if let Some(head) = headline(kind) {
+            format!("{head}: {who} logged WARN {}", w.text)
+        } else if kind == FindingKind::NcclWarning {
             format!("WARN {}", w.text)
         } else {
             format!(
@@ -155,4 +160,59 @@ pub(crate) fn findings(
         out.push((target.map(|t| t.0), f));
     }
     (out, omitted)
+}
+
+/// The finding kind of a WARN line's cause (argument checks aside).
+fn cause_kind(k: WarnKind) -> FindingKind {
+    match k {
+        WarnKind::Network => FindingKind::NetworkError,
+        WarnKind::PeerSizeMismatch => FindingKind::PeerSizeMismatch,
+        WarnKind::DuplicateGpu => FindingKind::DuplicateGpu,
+        WarnKind::OutOfMemory => FindingKind::OutOfMemory,
+        WarnKind::Cuda => FindingKind::CudaError,
+        WarnKind::Connection => FindingKind::ConnectionFailed,
+        WarnKind::VersionMismatch => FindingKind::VersionMismatch,
+        WarnKind::Timeout => FindingKind::NcclTimeout,
+        _ => FindingKind::NcclWarning,
+    }
+}
+
+/// How the verdict names a WARN line's cause.
+fn headline(kind: FindingKind) -> Option<&'static str> {
+    Some(match kind {
+        FindingKind::NetworkError => "network error (not an application mismatch)",
+        FindingKind::PeerSizeMismatch => "contract mismatch seen by NCCL between peers",
+        FindingKind::DuplicateGpu => "two ranks on one GPU",
+        FindingKind::OutOfMemory => "out of memory inside NCCL",
+        FindingKind::CudaError => "CUDA error inside NCCL",
+        FindingKind::ConnectionFailed => "connection failure",
+        FindingKind::VersionMismatch => "NCCL version mismatch",
+        FindingKind::NcclTimeout => "NCCL timeout",
+        _ => return None,
+    })
+}
+
+/// What a WARN line's cause usually means, and what to check.
+fn advice(w: &WarnRec) -> Option<String> {
+    Some(match w.kind {
+        WarnKind::Network => {
+            let status = ib_status(w.text.as_bytes())
+                .map(|s| match ib_status_name(s) {
+                    Some(name) => format!("completion status {s} is {name}; "),
+                    None => format!("completion status {s}; "),
+                })
+                .unwrap_or_default();
+            format!(
+                "the network transport failed; {status}this is a link, NIC, switch or peer-process problem, not a mismatch between the ranks' calls: check the port state and error counters on both hosts named, and whether the peer process was still alive at that time"
+            )
+        }
+        WarnKind::PeerSizeMismatch => "NCCL found that two peers posted different sizes for one transfer: the ranks called a collective or Send/Recv with different counts or datatypes (an application mismatch); compare the calls both ranks made at this point".to_string(),
+        WarnKind::DuplicateGpu => "two ranks of one communicator were given the same GPU: check CUDA_VISIBLE_DEVICES and that each process selects its device from its local rank before creating the communicator".to_string(),
+        WarnKind::OutOfMemory => "an allocation inside NCCL failed: the GPU (or host) was out of memory when NCCL needed its buffers; free memory before creating communicators, use fewer communicators, or lower NCCL_BUFFSIZE".to_string(),
+        WarnKind::Cuda => "a CUDA call failed inside NCCL; this is often the echo of an earlier error on that GPU (an illegal memory access in another kernel) or a device fault: find the first failing kernel (CUDA_LAUNCH_BLOCKING=1, compute-sanitizer) and check the device's health".to_string(),
+        WarnKind::Connection => "a rank could not reach a peer or the bootstrap: a firewall, the wrong network interface (NCCL_SOCKET_IFNAME), a peer that exited or never started, or a wrong rendezvous address; check that every host reaches the address named, on that port".to_string(),
+        WarnKind::VersionMismatch => "the ranks load different NCCL versions: every process of a job must load the same one; compare the 'NCCL version' INFO line of each rank".to_string(),
+        WarnKind::Timeout => "NCCL gave up waiting or aborted: the job hung or was stopped here".to_string(),
+        _ => return None,
+    })
 }

@@ -76,7 +76,7 @@ pub(super) struct Segment {
 
 pub(super) fn read_segment(path: &Path, seg: &Segment, splitter: &mut LineSplitter) -> SegResult {
     let mut st = SegState::new();
-    let note = (|| -> io::Result<()> {
+    let read = (|| -> io::Result<()> {
         let mut f = File::open(path)?;
         let mut magic = [0u8; 2];
         let gzip = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
@@ -88,9 +88,9 @@ pub(super) fn read_segment(path: &Path, seg: &Segment, splitter: &mut LineSplitt
             let budget = seg.end.saturating_sub(seg.start.saturating_sub(1));
             splitter.run(f, seg.start > 0, budget, |p| st.on_piece(p))
         }
-    })()
-    .err()
-    .map(|e| match e.kind() {
+    })();
+    st.finish();
+    let note = read.err().map(|e| match e.kind() {
         io::ErrorKind::UnexpectedEof => {
             "truncated gzip stream: lines before the cut were used".to_string()
         }

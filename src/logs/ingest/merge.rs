@@ -204,6 +204,10 @@ impl Merger {
             w.loc = loc(w.loc.line);
             self.out.warnings.push(w);
         }
+        for mut t in st.torch {
+            t.loc = loc(t.loc.line);
+            self.out.torch.push(t);
+        }
     }
 
     pub(super) fn finish(mut self) -> Collected {

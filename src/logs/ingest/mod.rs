@@ -22,6 +22,7 @@ mod segment;
 
 pub use io::{LineSplitter, Piece, expand_paths};
 
+use crate::logs::flight::{self, DumpFormat};
 use crate::logs::model::{Collected, FileInfo};
 use io::{Segment, file_id, read_segment};
 use merge::Merger;
@@ -81,6 +82,8 @@ pub struct Options {
     pub threads: usize,
     /// Plain files larger than this are split into segments parsed in parallel.
     pub segment_bytes: u64,
+    /// What the files are; `Auto` tells each file by its first bytes.
+    pub format: Format,
 }
 
 impl Default for Options {
@@ -88,8 +91,50 @@ impl Default for Options {
         Options {
             threads: 0,
             segment_bytes: 64 << 20,
+            format: Format::Auto,
         }
     }
+}
+
+/// What kind of file an input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Format {
+    /// Each file by its first bytes: a pickle or a JSON object with Flight
+    /// Recorder's fields is a dump, anything else text.
+    #[default]
+    Auto,
+    /// Text: NCCL's lines and PyTorch's, in any mix.
+    Text,
+    /// Flight Recorder dumps, pickle or JSON (told apart by their bytes).
+    Flight,
+    FlightJson,
+    FlightPickle,
+}
+
+/// A file's kind, from `format` and its first bytes.
+fn kind_of(format: Format, head: &[u8]) -> Option<DumpFormat> {
+    match format {
+        Format::Auto => flight::read::sniff(head),
+        Format::Text => None,
+        Format::Flight => Some(flight::read::sniff(head).unwrap_or(DumpFormat::Pickle)),
+        Format::FlightJson => Some(DumpFormat::Json),
+        Format::FlightPickle => Some(DumpFormat::Pickle),
+    }
+}
+
+/// Read one Flight Recorder dump, bounded.
+fn read_dump(path: &std::path::Path, f: File, format: DumpFormat) -> Result<flight::Dump, String> {
+    let mut bytes = Vec::new();
+    f.take(flight::read::MAX_DUMP_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("read error: {e}"))?;
+    if bytes.len() as u64 > flight::read::MAX_DUMP_BYTES {
+        return Err(format!(
+            "over the {} MiB bound on a Flight Recorder dump",
+            flight::read::MAX_DUMP_BYTES >> 20
+        ));
+    }
+    flight::read::parse(&path.display().to_string(), &bytes, format)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +146,8 @@ pub enum InputError {
     },
     #[error("no log files found in {0}")]
     NoFiles(String),
+    #[error("no file could be read: {0}")]
+    NothingReadable(String),
 }
 
 /// Read and parse all files.
@@ -111,14 +158,25 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
     let mut kept: Vec<&PathBuf> = Vec::with_capacity(files.len());
     let mut ids = HashMap::new();
     let mut segments = Vec::new();
+    let mut dumps = Vec::new();
+    let mut unreadable = Vec::new();
     for path in files {
-        let unreadable = |e| InputError::Unreadable {
-            path: path.display().to_string(),
-            source: e,
+        let opened = File::open(path).and_then(|f| {
+            let meta = f.metadata()?;
+            let id = file_id(&meta, path)?;
+            Ok((f, meta, id))
+        });
+        let (mut f, meta, id) = match opened {
+            Ok(x) => x,
+            Err(e) => {
+                unreadable.push(format!("{}: cannot be read: {e}", path.display()));
+                continue;
+            }
         };
-        let mut f = File::open(path).map_err(unreadable)?;
-        let meta = f.metadata().map_err(unreadable)?;
-        let id = file_id(&meta, path).map_err(unreadable)?;
+        if meta.is_dir() {
+            unreadable.push(format!("{}: is a directory", path.display()));
+            continue;
+        }
         if let Some(&k) = ids.get(&id) {
             let info: &mut FileInfo = &mut infos[k];
             info.also_given_as.push(path.display().to_string());
@@ -128,8 +186,17 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
         ids.insert(id, i);
         kept.push(path);
         let bytes = meta.len();
-        let mut magic = [0u8; 2];
-        let gzip = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+        let mut head = [0u8; 256];
+        let got = read_head(&mut f, &mut head);
+        if let Some(kind) = kind_of(opts.format, &head[..got]) {
+            let reopened = File::open(path).map_err(|e| e.to_string());
+            match reopened.and_then(|f| read_dump(path, f, kind)) {
+                Ok(d) => dumps.push(d),
+                Err(why) => unreadable.push(format!("{}: {why}", path.display())),
+            }
+            continue;
+        }
+        let gzip = got >= 2 && head[..2] == [0x1f, 0x8b];
         infos.push(FileInfo {
             path: path.display().to_string(),
             bytes,
@@ -205,7 +272,25 @@ pub fn collect(files: &[PathBuf], opts: Options) -> Result<Collected, InputError
     }
     let (merger, done) = merger.into_inner().unwrap_or_else(|p| p.into_inner());
     debug_assert_eq!(done, segments.len());
-    Ok(merger.finish())
+    let mut out = merger.finish();
+    if kept.is_empty() && dumps.is_empty() && !unreadable.is_empty() {
+        return Err(InputError::NothingReadable(unreadable.join("; ")));
+    }
+    out.flight = dumps;
+    out.unreadable = unreadable;
+    Ok(out)
+}
+
+/// Up to `buf.len()` bytes from the start of `f`.
+fn read_head(f: &mut File, buf: &mut [u8]) -> usize {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    got
 }
 
 /// Parse text already in memory (tests, fuzzing): one file named `name`.
@@ -213,6 +298,7 @@ pub fn collect_bytes(name: &str, text: &[u8]) -> Collected {
     let mut st = SegState::new();
     let mut splitter = LineSplitter::new();
     let _ = splitter.run(text, false, u64::MAX, |p| st.on_piece(p));
+    st.finish();
     let mut m = Merger::new(vec![FileInfo {
         path: name.to_string(),
         bytes: text.len() as u64,
@@ -277,6 +363,7 @@ mod tests {
                 Options {
                     threads,
                     segment_bytes: seg,
+                    ..Options::default()
                 },
             )
             .unwrap();
@@ -374,6 +461,7 @@ mod tests {
                 Options {
                     threads,
                     segment_bytes: 4096,
+                    ..Options::default()
                 },
             )
             .unwrap();
@@ -419,6 +507,7 @@ mod tests {
                 Options {
                     threads: 2,
                     segment_bytes,
+                    ..Options::default()
                 },
             )
             .unwrap();
@@ -461,6 +550,7 @@ mod tests {
                 Options {
                     threads,
                     segment_bytes,
+                    ..Options::default()
                 },
             )
             .unwrap();

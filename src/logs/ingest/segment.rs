@@ -1,11 +1,17 @@
 //! One segment's lines → its own call streams, keyed by (host, pid, comm
 //! pointer): the hot path. Each line is parsed in place; a call keeps only
 //! an interned signature, its opCount and its line number.
+//!
+//! A COLL line cut short (no `stream` field: wrapped by a terminal, or cut
+//! by another process's line written into the middle of it) is held back
+//! one line: if the next line is its rest, the two are read as one.
 
 use super::FxMap;
 use super::io::Piece;
-use crate::logs::model::{BadLine, CallRec, Counts, Loc, SHOWN_TEXT, Sig, Stream, WarnRec};
-use crate::logs::parse::{Body, Broken, Head, InitPhase, Line, Parser};
+use crate::logs::model::{
+    BadLine, CallRec, Counts, Loc, SHOWN_TEXT, Sig, Stream, TorchEventRec, TorchRec, WarnRec,
+};
+use crate::logs::parse::{Body, Broken, Head, InitPhase, Line, Parser, Torch, TorchEvent};
 use std::collections::HashMap;
 
 pub(super) type StreamKey = (u32, u32, u64);
@@ -46,6 +52,9 @@ pub(super) struct SegState {
     pub(super) first_malformed_call: Option<BadLine>,
     /// The segment's first line over the bound: (line, length).
     pub(super) first_long_line: Option<(u64, u64)>,
+    pub(super) torch: Vec<TorchRec>,
+    /// A COLL line cut short, held for its rest: (text, line).
+    pending: Option<(Vec<u8>, u32)>,
 }
 
 impl SegState {
@@ -64,6 +73,8 @@ impl SegState {
             counts: Counts::default(),
             first_malformed_call: None,
             first_long_line: None,
+            torch: Vec::new(),
+            pending: None,
         }
     }
 
@@ -144,10 +155,128 @@ impl SegState {
         }
     }
 
+    /// The end of the segment: a line still held back is read as it is.
+    pub(super) fn finish(&mut self) {
+        if let Some((text, line)) = self.pending.take() {
+            self.on_parsed(&text, line, true);
+        }
+    }
+
     fn on_line(&mut self, raw: &[u8]) {
         self.counts.lines += 1;
         let line = u32::try_from(self.counts.lines).unwrap_or(u32::MAX);
+        if let Some((held, at)) = self.pending.take() {
+            if self.try_rejoin(&held, at, raw) {
+                return;
+            }
+            self.on_parsed(&held, at, true);
+        }
+        self.on_parsed(raw, line, false);
+    }
+
+    /// `raw` may be the rest of the held line `held`: joined as it was cut
+    /// (no space) or at a space, if that makes a whole COLL line.
+    fn try_rejoin(&mut self, held: &[u8], at: u32, raw: &[u8]) -> bool {
+        if !matches!(self.parser.parse(raw), Line::NotNccl) {
+            return false;
+        }
+        let rest = raw.strip_suffix(b"\r").unwrap_or(raw);
+        for sep in [&b""[..], b" "] {
+            let joined = [held, sep, rest].concat();
+            if let Line::Nccl(_, Body::Coll(c)) = self.parser.parse(&joined)
+                && c.complete
+            {
+                self.counts.rejoined_lines += 1;
+                self.on_parsed(&joined, at, true);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Handle one parsed line; `last_try`: it was held back already (or
+    /// joined), so it is taken as it is.
+    fn on_parsed(&mut self, raw: &[u8], line: u32, last_try: bool) {
         match self.parser.parse(raw) {
+            Line::Nccl(_, Body::Coll(c)) if !c.complete && !last_try => {
+                self.pending = Some((raw.to_vec(), line));
+            }
+            Line::Malformed(Broken::Call(_)) if !last_try && raw.len() <= 4096 => {
+                self.pending = Some((raw.to_vec(), line));
+            }
+            Line::Interleaved { line: text, split } => {
+                // the second line is whole; the first waits for its rest
+                let split = self.known_host_split(text, split);
+                self.on_parsed(&text[split..], line, true);
+                let first = text[..split].trim_ascii_end();
+                self.pending = Some((first.to_vec(), line));
+            }
+            Line::Torch(t) => self.on_torch(&t, raw, line),
+            other => self.on_line_kind(other, raw, line),
+        }
+    }
+
+    /// Where an interleaved line's second header begins: moved back over
+    /// the glued text to the longest host name already seen, if any.
+    fn known_host_split(&self, text: &[u8], split: usize) -> usize {
+        let Some(colon) = memchr::memchr(b':', &text[split..]).map(|c| c + split) else {
+            return split;
+        };
+        let earliest = colon.saturating_sub(256);
+        let token_start = text[..colon]
+            .iter()
+            .rposition(|b| *b == b' ')
+            .map_or(0, |p| p + 1)
+            .max(earliest);
+        (token_start..colon)
+            .find(|&s| self.host_ids.contains_key(&text[s..colon]))
+            .unwrap_or(split)
+    }
+
+    fn on_torch(&mut self, t: &Torch<'_>, raw: &[u8], line: u32) {
+        self.counts.torch_lines += 1;
+        if self.torch.len() >= MAX_WARNINGS {
+            return;
+        }
+        let text = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(64)]).into_owned();
+        let event = match t.event {
+            TorchEvent::Timeout {
+                seq,
+                op,
+                numel_in,
+                numel_out,
+                timeout_ms,
+                ran_ms,
+            } => TorchEventRec::Timeout {
+                seq,
+                op: text(op),
+                numel_in,
+                numel_out,
+                timeout_ms,
+                ran_ms,
+            },
+            TorchEvent::Progress {
+                at,
+                enqueued,
+                completed,
+            } => TorchEventRec::Progress {
+                at,
+                enqueued,
+                completed,
+            },
+            TorchEvent::Error => TorchEventRec::Error { text: quoted(raw) },
+        };
+        self.torch.push(TorchRec {
+            loc: Loc::at(line),
+            rank: t.rank,
+            pg: t.pg.map(text),
+            event,
+        });
+    }
+
+    fn on_line_kind(&mut self, parsed: Line<'_>, raw: &[u8], line: u32) {
+        match parsed {
+            Line::Torch(_) | Line::Interleaved { .. } => {}
             Line::NotNccl => self.counts.not_nccl_lines += 1,
             Line::Malformed(what) => {
                 self.counts.nccl_lines += 1;

@@ -1,7 +1,5 @@
 //! Synthetic multi-rank NCCL logs with one injected fault: test support for
-//! the integration tests, the examples and the speed measurement, built only
-//! with the `synth` feature (the crate's own tests, examples and benches
-//! turn it on; it is not part of the library's API).
+//! the integration tests, the examples and the speed measurement.
 //!
 //! A workload is a deterministic function of a seed: step `i` is either a
 //! collective (op, count, datatype, reduction op, root all drawn from the
@@ -17,9 +15,9 @@
 //! ordinal `#k`, or the ordinal of a call within a Send→Recv pair), and
 //! [`Expected`] says what a correct analyzer must report about it.
 
-use super::findings::FindingKind;
-use crate::core::trace::{LinePrefix, coll_line};
-use crate::core::{Func, RawCall};
+use rankwise::core::trace::{LinePrefix, coll_line};
+use rankwise::core::{Func, RawCall};
+use rankwise::logs::FindingKind;
 use std::collections::VecDeque;
 use std::io::Write;
 
