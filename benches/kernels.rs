@@ -11,7 +11,7 @@ use divan::counter::BytesCount;
 use half::{bf16, f16};
 use rankwise::RedOp;
 use rankwise::core::{F8E4M3, F8E5M2};
-use rankwise::engine::local::reduce::{Arith, reduce_into};
+use rankwise::kernels::{Arith, reduce_into};
 
 const BYTES: usize = 1 << 20;
 

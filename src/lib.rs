@@ -2,7 +2,8 @@
 //!
 //! Layers, top calls down: the `rankwise` binary (`cli`) → `verify`, `logs` →
 //! `api` (raw and typed faces of a communicator) → `core` (the contract as
-//! pure functions) and `engine` (what executes a checked call); `trace`
+//! pure functions) and `engine` (what executes a checked call), whose
+//! host engines reduce with `kernels`; `trace`
 //! writes NCCL-format lines; `settings` reads the `RANKWISE_*` variables.
 //!
 //! ```
@@ -22,6 +23,7 @@ pub mod bench;
 pub mod cli;
 pub mod core;
 pub mod engine;
+pub mod kernels;
 pub mod launch;
 pub mod logs;
 pub mod misuse;

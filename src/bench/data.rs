@@ -352,7 +352,7 @@ mod tests {
 
     /// Folds the inputs in rank order in the type itself, the way any engine
     /// might, and checks the closed form agrees bit for bit.
-    fn exact_in<T: Element + crate::engine::local::reduce::Arith>(func: Func, op: RedOp, n: usize) {
+    fn exact_in<T: Element + crate::kernels::Arith>(func: Func, op: RedOp, n: usize) {
         let p = Pattern::new(func, T::DTYPE, op, n, 0, 7);
         let mut conv = Converter::<T>::new(n);
         let q = 300;
@@ -364,9 +364,7 @@ mod tests {
                 0
             };
             let mut acc: Vec<T> = inputs[0][base..base + q].to_vec();
-            crate::engine::local::reduce::reduce_into(&mut acc, op, n, |s| {
-                &inputs[s][base..base + q]
-            });
+            crate::kernels::reduce_into(&mut acc, op, n, |s| &inputs[s][base..base + q]);
             let expected: Vec<T> = (0..q)
                 .map(|j| conv.expect(p.expected(rank, q, j)))
                 .collect();

@@ -353,7 +353,7 @@ mod sealed {
 
 /// A Rust type that carries one NCCL datatype. The engine moves bytes; this
 /// trait gives the typed face its datatype and the reduction kernels their
-/// arithmetic (in `engine::local::reduce`).
+/// arithmetic (in `kernels`).
 ///
 /// The trait is sealed: the engine copies bytes of registered memory into
 /// values of `T` (`Comm::read`) and forms `&[T]` over them, which is sound

@@ -16,7 +16,6 @@ pub use families::last_level_cache;
 pub mod memory;
 mod p2p;
 mod post;
-pub mod reduce;
 mod sync;
 pub(crate) mod world;
 

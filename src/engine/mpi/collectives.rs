@@ -29,7 +29,7 @@
 
 use super::{MpiEngine, ffi, ops};
 use crate::core::{Call, Element, Func, RedOp, Result};
-use crate::engine::local::reduce::Arith;
+use crate::kernels::Arith;
 
 /// Bytes with 16-byte alignment, for copies of inputs and outputs.
 struct Scratch(Vec<u128>);

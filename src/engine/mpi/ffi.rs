@@ -550,7 +550,7 @@ pub fn map_elems<T: crate::core::Element>(addr: usize, n: usize, f: impl Fn(T) -
 /// Folds `n` blocks of `q` elements of `T` (block s from rank s, at
 /// `from + s * stride` bytes) in rank order with `op`, exactly as the local
 /// engine reduces, into the `q` elements at `to`.
-pub fn fold_ranks<T: crate::engine::local::reduce::Arith>(
+pub fn fold_ranks<T: crate::kernels::Arith>(
     op: crate::core::RedOp,
     n: usize,
     from: usize,
@@ -575,5 +575,5 @@ pub fn fold_ranks<T: crate::engine::local::reduce::Arith>(
     // call being run, aligned for T; it does not overlap the scratch, and
     // nothing else touches it while the call runs on this rank.
     let acc = unsafe { std::slice::from_raw_parts_mut(to as *mut T, q) };
-    crate::engine::local::reduce::reduce_into(acc, op, n, block);
+    crate::kernels::reduce_into(acc, op, n, block);
 }

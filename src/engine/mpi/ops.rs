@@ -21,7 +21,7 @@
 
 use super::ffi::{self, Op};
 use crate::core::{DataType, Error, ErrorKind, RedOp, Result};
-use crate::engine::local::reduce::Arith;
+use crate::kernels::Arith;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};

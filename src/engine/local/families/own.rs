@@ -8,8 +8,8 @@
 //! `x_0 ⊕ x_1 ⊕ …` in rank order.
 
 use super::super::memory::Phase;
-use super::super::reduce::reduce_into;
 use crate::core::{Call, Func};
+use crate::kernels::reduce_into;
 use crate::with_element_type;
 
 /// Rank `me`'s results of `c` on `n` ranks.

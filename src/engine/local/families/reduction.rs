@@ -18,8 +18,8 @@
 //! of r's own send) is safe for the same reason.
 
 use super::super::memory::{LINE, Phase};
-use super::super::reduce::{Arith, reduce_blocks, reduce_into};
 use crate::core::{Call, RedOp, share};
+use crate::kernels::{Arith, reduce_blocks, reduce_into};
 use crate::with_element_type;
 use std::ops::Range;
 

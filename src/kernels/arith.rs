@@ -1,0 +1,86 @@
+//! Element arithmetic with NCCL's semantics, one element at a time: the
+//! operations every reduction kernel is built from.
+
+use super::fused::{fused_bf16, fused_f16, fused_f32, fused_f64};
+use crate::core::{Element, F8E4M3, F8E5M2};
+use half::{bf16, f16};
+
+/// Element arithmetic with NCCL's semantics: integers wrap on Sum/Prod and
+/// divide toward zero for Avg; floats round to the type after every step.
+pub trait Arith: Element {
+    fn add(a: Self, b: Self) -> Self;
+    fn mul(a: Self, b: Self) -> Self;
+    fn max(a: Self, b: Self) -> Self;
+    fn min(a: Self, b: Self) -> Self;
+    /// Avg on integers: the sum divided by N.
+    fn div_n(a: Self, n: usize) -> Self;
+    /// One step of a pre-multiplied sum (float Avg, PreMulSum): `acc + x·s`.
+    /// By default the product is rounded to the type, then the sum: NCCL's
+    /// rule for fp8 (and for integers, where both wrap). The 16-, 32- and
+    /// 64-bit floats override it with one rounding of the exact value.
+    #[inline(always)]
+    fn premul_add(acc: Self, x: Self, s: Self) -> Self {
+        Self::add(acc, Self::mul(x, s))
+    }
+}
+
+// Integer Avg divides the wrapped sum by N in a type that holds N (`$wide`),
+// as NCCL's SumPostDiv does with its 31-bit divisor: N itself is never
+// converted to the element type, where 200 would be -56 as int8 and 256
+// would be 0 as uint8. The quotient is truncated toward zero, so its
+// magnitude never exceeds the sum's and it fits the element type.
+macro_rules! arith_int {
+    ($($t:ty => $wide:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self {
+                // a communicator never has more ranks than `$wide` holds
+                let n = <$wide>::try_from(n).unwrap_or(<$wide>::MAX);
+                (<$wide>::from(a) / n) as $t
+            }
+        }
+    )*};
+}
+arith_int!(i8 => i32, u8 => u32, i32 => i64, u32 => u64, i64 => i64, u64 => u64);
+
+macro_rules! arith_float {
+    ($($t:ty => $fused:path),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { a + b }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { a * b }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { a.max(b) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { a.min(b) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
+            #[inline(always)] fn premul_add(acc: Self, x: Self, s: Self) -> Self { $fused(acc, x, s) }
+        }
+    )*};
+}
+arith_float!(f32 => fused_f32, f64 => fused_f64);
+
+// 16- and 8-bit floats compute in f32 and round back after every step: f32
+// carries more than twice their precision, so this equals correctly rounded
+// arithmetic in the type itself.
+macro_rules! arith_via_f32 {
+    ($($t:ty => $to:path, $from:path $(, fused $fused:path)?);*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { $from($to(a) + $to(b)) }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { $from($to(a) * $to(b)) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { $from($to(a).max($to(b))) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { $from($to(a).min($to(b))) }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { $from($to(a) / n as f32) }
+            $(#[inline(always)] fn premul_add(acc: Self, x: Self, s: Self) -> Self { $fused(acc, x, s) })?
+        }
+    )*};
+}
+// f16 and bf16 through the core's bit-level conversions, which vectorise
+// (the `half` crate checks for hardware support on every f16 call, and
+// branches on NaN in its bf16 ones)
+arith_via_f32!(
+    f16 => crate::core::datatype::f16_to_f32, crate::core::datatype::f32_to_f16, fused fused_f16;
+    bf16 => crate::core::datatype::bf16_to_f32, crate::core::datatype::f32_to_bf16, fused fused_bf16;
+    F8E4M3 => F8E4M3::to_f32, F8E4M3::from_f32;
+    F8E5M2 => F8E5M2::to_f32, F8E5M2::from_f32
+);

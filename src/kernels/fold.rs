@@ -1,0 +1,114 @@
+//! The folds: N inputs combined in rank order into one block, op by op.
+
+use super::Arith;
+use crate::core::RedOp;
+
+/// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
+/// `acc` must have the inputs' length. `nranks` is the communicator size
+/// (Avg divides by it).
+#[inline]
+pub fn reduce_into<'a, T: Arith>(
+    acc: &mut [T],
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize) -> &'a [T],
+) {
+    reduce_blocks(acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
+}
+
+/// [`reduce_into`] for many blocks of `block.len()` elements: for each `at`
+/// of `starts`, `block = x_0[at..] ⊕ x_1[at..] ⊕ …` where `input(s, at)`
+/// yields x_s from element `at`, then `emit(at, block)`.
+///
+/// Each op gets its own monomorphic loop over the blocks (the element
+/// function is a generic parameter, not a function pointer, and the op is
+/// matched once, not per block), so the compiler inlines and vectorises it;
+/// a block of a few cache lines can stay in registers.
+#[inline]
+pub fn reduce_blocks<'a, T: Arith>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    mut emit: impl FnMut(usize, &[T]),
+) {
+    let n = nranks;
+    let float = T::DTYPE.is_float();
+    // one loop over the blocks per arm below
+    macro_rules! blocks {
+        (|$acc:ident, $at:ident| $fold:expr) => {
+            for $at in starts {
+                let $acc = &mut *block;
+                $fold;
+                emit($at, block);
+            }
+        };
+    }
+    match op {
+        RedOp::Sum => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::add)),
+        RedOp::Prod => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::mul)),
+        RedOp::Max => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::max)),
+        RedOp::Min => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::min)),
+        // floats: a pre-multiplied sum with 1/N rounded to the type
+        RedOp::Avg if float => {
+            let scalar = T::from_f64(1.0 / n as f64);
+            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
+        }
+        // integers: sum, then divide by N
+        RedOp::Avg => blocks!(|acc, at| {
+            fold_all(acc, n, |s| input(s, at), T::add);
+            for a in acc.iter_mut() {
+                *a = T::div_n(*a, n);
+            }
+        }),
+        RedOp::PreMulSum(s) => {
+            let scalar = T::from_f64(s);
+            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
+        }
+    }
+}
+
+/// `acc = f(…f(f(x_0, x_1), x_2)…)`: the first pass combines two inputs.
+#[inline(always)]
+fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
+    acc: &mut [T],
+    n: usize,
+    mut input: impl FnMut(usize) -> &'a [T],
+    f: F,
+) {
+    let len = acc.len();
+    let x0 = &input(0)[..len];
+    if n == 1 {
+        acc.copy_from_slice(x0);
+        return;
+    }
+    let x1 = &input(1)[..len];
+    for ((a, x), y) in acc.iter_mut().zip(x0).zip(x1) {
+        *a = f(*x, *y);
+    }
+    for s in 2..n {
+        let x = &input(s)[..len];
+        for (a, b) in acc.iter_mut().zip(x) {
+            *a = f(*a, *b);
+        }
+    }
+}
+
+#[inline(always)]
+fn pre_mul_sum<'a, T: Arith>(
+    acc: &mut [T],
+    n: usize,
+    mut input: impl FnMut(usize) -> &'a [T],
+    scalar: T,
+) {
+    let len = acc.len();
+    for (a, x) in acc.iter_mut().zip(&input(0)[..len]) {
+        *a = T::mul(*x, scalar);
+    }
+    for s in 1..n {
+        for (a, x) in acc.iter_mut().zip(&input(s)[..len]) {
+            *a = T::premul_add(*a, *x, scalar);
+        }
+    }
+}
