@@ -1,7 +1,7 @@
 //! Element arithmetic with NCCL's semantics, one element at a time: the
 //! operations every reduction kernel is built from.
 
-use super::fused::{fused_bf16, fused_f16, fused_f32, fused_f64};
+use super::fused::{fused_bf16, fused_bf16_block, fused_f16, fused_f32, fused_f64};
 use crate::core::{Element, F8E4M3, F8E5M2};
 use half::{bf16, f16};
 
@@ -21,6 +21,26 @@ pub trait Arith: Element {
     #[inline(always)]
     fn premul_add(acc: Self, x: Self, s: Self) -> Self {
         Self::add(acc, Self::mul(x, s))
+    }
+    /// [`Arith::premul_add`] through fused multiply-add at the type's own
+    /// width where it has one (float, double): the same value, one
+    /// instruction where the code is compiled for a CPU with FMA, a libm
+    /// call elsewhere (so only the kernels built for such CPUs call it).
+    #[inline(always)]
+    fn premul_add_fma(acc: Self, x: Self, s: Self) -> Self {
+        Self::premul_add(acc, x, s)
+    }
+    /// `acc[i] = acc[i] + x[i]·s` over a block, each step as
+    /// [`Arith::premul_add`] (with `FMA`, [`Arith::premul_add_fma`]).
+    #[inline(always)]
+    fn premul_add_all<const FMA: bool>(acc: &mut [Self], x: &[Self], s: Self) {
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = if FMA {
+                Self::premul_add_fma(*a, *x, s)
+            } else {
+                Self::premul_add(*a, *x, s)
+            };
+        }
     }
 }
 
@@ -55,6 +75,7 @@ macro_rules! arith_float {
             #[inline(always)] fn min(a: Self, b: Self) -> Self { a.min(b) }
             #[inline(always)] fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
             #[inline(always)] fn premul_add(acc: Self, x: Self, s: Self) -> Self { $fused(acc, x, s) }
+            #[inline(always)] fn premul_add_fma(acc: Self, x: Self, s: Self) -> Self { x.mul_add(s, acc) }
         }
     )*};
 }
@@ -64,7 +85,7 @@ arith_float!(f32 => fused_f32, f64 => fused_f64);
 // carries more than twice their precision, so this equals correctly rounded
 // arithmetic in the type itself.
 macro_rules! arith_via_f32 {
-    ($($t:ty => $to:path, $from:path $(, fused $fused:path)?);*) => {$(
+    ($($t:ty => $to:path, $from:path $(, fused $fused:path)? $(, block $block:path)?);*) => {$(
         impl Arith for $t {
             #[inline(always)] fn add(a: Self, b: Self) -> Self { $from($to(a) + $to(b)) }
             #[inline(always)] fn mul(a: Self, b: Self) -> Self { $from($to(a) * $to(b)) }
@@ -72,6 +93,7 @@ macro_rules! arith_via_f32 {
             #[inline(always)] fn min(a: Self, b: Self) -> Self { $from($to(a).min($to(b))) }
             #[inline(always)] fn div_n(a: Self, n: usize) -> Self { $from($to(a) / n as f32) }
             $(#[inline(always)] fn premul_add(acc: Self, x: Self, s: Self) -> Self { $fused(acc, x, s) })?
+            $(#[inline(always)] fn premul_add_all<const FMA: bool>(acc: &mut [Self], x: &[Self], s: Self) { $block(acc, x, s) })?
         }
     )*};
 }
@@ -80,7 +102,7 @@ macro_rules! arith_via_f32 {
 // branches on NaN in its bf16 ones)
 arith_via_f32!(
     f16 => crate::core::datatype::f16_to_f32, crate::core::datatype::f32_to_f16, fused fused_f16;
-    bf16 => crate::core::datatype::bf16_to_f32, crate::core::datatype::f32_to_bf16, fused fused_bf16;
+    bf16 => crate::core::datatype::bf16_to_f32, crate::core::datatype::f32_to_bf16, fused fused_bf16, block fused_bf16_block;
     F8E4M3 => F8E4M3::to_f32, F8E4M3::from_f32;
     F8E5M2 => F8E5M2::to_f32, F8E5M2::from_f32
 );

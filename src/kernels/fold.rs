@@ -1,6 +1,6 @@
 //! The folds: N inputs combined in rank order into one block, op by op.
 
-use super::Arith;
+use super::{Arith, Isa};
 use crate::core::RedOp;
 
 /// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
@@ -20,12 +20,60 @@ pub fn reduce_into<'a, T: Arith>(
 /// of `starts`, `block = x_0[at..] ⊕ x_1[at..] ⊕ …` where `input(s, at)`
 /// yields x_s from element `at`, then `emit(at, block)`.
 ///
+/// Runs on the best instruction set this CPU has ([`Isa::detected`]);
+/// every instruction set gives the same results.
+#[inline]
+pub fn reduce_blocks<'a, T: Arith>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    emit: impl FnMut(usize, &[T]),
+) {
+    reduce_blocks_on(Isa::detected(), block, starts, op, nranks, input, emit)
+}
+
+/// [`reduce_blocks`] on a given instruction set, which the CPU must have
+/// (panics otherwise): for tests and benchmarks that compare them.
+#[inline]
+pub fn reduce_blocks_on<'a, T: Arith>(
+    isa: Isa,
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    emit: impl FnMut(usize, &[T]),
+) {
+    match isa {
+        Isa::Portable => fold_blocks::<T, false>(block, starts, op, nranks, input, emit),
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        Isa::X86V3 => super::isa::fold_blocks_x86_v3(block, starts, op, nranks, input, emit),
+    }
+}
+
+/// [`reduce_into`] on a given instruction set (see [`reduce_blocks_on`]).
+#[inline]
+pub fn reduce_into_on<'a, T: Arith>(
+    isa: Isa,
+    acc: &mut [T],
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize) -> &'a [T],
+) {
+    reduce_blocks_on(isa, acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
+}
+
+/// The loops of [`reduce_blocks`], inlined into each instruction set's
+/// entry point. `FMA`: the caller is compiled for fused multiply-add.
+///
 /// Each op gets its own monomorphic loop over the blocks (the element
 /// function is a generic parameter, not a function pointer, and the op is
 /// matched once, not per block), so the compiler inlines and vectorises it;
 /// a block of a few cache lines can stay in registers.
-#[inline]
-pub fn reduce_blocks<'a, T: Arith>(
+#[inline(always)]
+pub(super) fn fold_blocks<'a, T: Arith, const FMA: bool>(
     block: &mut [T],
     starts: impl Iterator<Item = usize>,
     op: RedOp,
@@ -53,7 +101,7 @@ pub fn reduce_blocks<'a, T: Arith>(
         // floats: a pre-multiplied sum with 1/N rounded to the type
         RedOp::Avg if float => {
             let scalar = T::from_f64(1.0 / n as f64);
-            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
+            blocks!(|acc, at| pre_mul_sum::<T, FMA>(acc, n, |s| input(s, at), scalar))
         }
         // integers: sum, then divide by N
         RedOp::Avg => blocks!(|acc, at| {
@@ -64,7 +112,7 @@ pub fn reduce_blocks<'a, T: Arith>(
         }),
         RedOp::PreMulSum(s) => {
             let scalar = T::from_f64(s);
-            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
+            blocks!(|acc, at| pre_mul_sum::<T, FMA>(acc, n, |s| input(s, at), scalar))
         }
     }
 }
@@ -96,7 +144,7 @@ fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
 }
 
 #[inline(always)]
-fn pre_mul_sum<'a, T: Arith>(
+fn pre_mul_sum<'a, T: Arith, const FMA: bool>(
     acc: &mut [T],
     n: usize,
     mut input: impl FnMut(usize) -> &'a [T],
@@ -107,8 +155,6 @@ fn pre_mul_sum<'a, T: Arith>(
         *a = T::mul(*x, scalar);
     }
     for s in 1..n {
-        for (a, x) in acc.iter_mut().zip(&input(s)[..len]) {
-            *a = T::premul_add(*a, *x, scalar);
-        }
+        T::premul_add_all::<FMA>(acc, &input(s)[..len], scalar);
     }
 }
