@@ -66,14 +66,14 @@ pub fn reduce_into_on<'a, T: Arith>(
 }
 
 /// The loops of [`reduce_blocks`], inlined into each instruction set's
-/// entry point. `FMA`: the caller is compiled for fused multiply-add.
+/// entry point. `V3`: the caller is compiled for x86-64-v3 (FMA, F16C).
 ///
 /// Each op gets its own monomorphic loop over the blocks (the element
 /// function is a generic parameter, not a function pointer, and the op is
 /// matched once, not per block), so the compiler inlines and vectorises it;
 /// a block of a few cache lines can stay in registers.
 #[inline(always)]
-pub(super) fn fold_blocks<'a, T: Arith, const FMA: bool>(
+pub(super) fn fold_blocks<'a, T: Arith, const V3: bool>(
     block: &mut [T],
     starts: impl Iterator<Item = usize>,
     op: RedOp,
@@ -94,14 +94,14 @@ pub(super) fn fold_blocks<'a, T: Arith, const FMA: bool>(
         };
     }
     match op {
-        RedOp::Sum => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::add)),
+        RedOp::Sum => blocks!(|acc, at| T::sum_all::<V3>(acc, n, |s| input(s, at))),
         RedOp::Prod => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::mul)),
         RedOp::Max => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::max)),
         RedOp::Min => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::min)),
         // floats: a pre-multiplied sum with 1/N rounded to the type
         RedOp::Avg if float => {
             let scalar = T::from_f64(1.0 / n as f64);
-            blocks!(|acc, at| pre_mul_sum::<T, FMA>(acc, n, |s| input(s, at), scalar))
+            blocks!(|acc, at| pre_mul_sum::<T, V3>(acc, n, |s| input(s, at), scalar))
         }
         // integers: sum, then divide by N
         RedOp::Avg => blocks!(|acc, at| {
@@ -112,14 +112,14 @@ pub(super) fn fold_blocks<'a, T: Arith, const FMA: bool>(
         }),
         RedOp::PreMulSum(s) => {
             let scalar = T::from_f64(s);
-            blocks!(|acc, at| pre_mul_sum::<T, FMA>(acc, n, |s| input(s, at), scalar))
+            blocks!(|acc, at| pre_mul_sum::<T, V3>(acc, n, |s| input(s, at), scalar))
         }
     }
 }
 
 /// `acc = f(…f(f(x_0, x_1), x_2)…)`: the first pass combines two inputs.
 #[inline(always)]
-fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
+pub(super) fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
     acc: &mut [T],
     n: usize,
     mut input: impl FnMut(usize) -> &'a [T],
@@ -144,17 +144,15 @@ fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
 }
 
 #[inline(always)]
-fn pre_mul_sum<'a, T: Arith, const FMA: bool>(
+fn pre_mul_sum<'a, T: Arith, const V3: bool>(
     acc: &mut [T],
     n: usize,
     mut input: impl FnMut(usize) -> &'a [T],
     scalar: T,
 ) {
     let len = acc.len();
-    for (a, x) in acc.iter_mut().zip(&input(0)[..len]) {
-        *a = T::mul(*x, scalar);
-    }
+    T::scale_all::<V3>(acc, &input(0)[..len], scalar);
     for s in 1..n {
-        T::premul_add_all::<FMA>(acc, &input(s)[..len], scalar);
+        T::premul_add_all::<V3>(acc, &input(s)[..len], scalar);
     }
 }
