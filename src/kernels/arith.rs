@@ -221,28 +221,17 @@ impl Arith for bf16 {
     fn premul_add(acc: Self, x: Self, s: Self) -> Self {
         fused_bf16(acc, x, s)
     }
+    /// Sum stays in the baseline's code even on x86-64-v3: on this
+    /// project's machine (AMD Zen 1, whose 256-bit operations split in two)
+    /// its 8-lane form, widening and packing across the register's halves,
+    /// was slower than the baseline's 4-lane loop (BENCHMARKS.md).
     #[inline(always)]
     fn sum_all<'a, const V3: bool>(
         acc: &mut [Self],
         n: usize,
-        mut input: impl FnMut(usize) -> &'a [Self],
+        input: impl FnMut(usize) -> &'a [Self],
     ) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if V3 {
-            let len = acc.len();
-            if n == 1 {
-                acc.copy_from_slice(&input(0)[..len]);
-                return;
-            }
-            let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
-            super::isa::bf16_add(acc, x0, x1);
-            for s in 2..n {
-                let x = &input(s)[..len];
-                super::isa::bf16_add_into(acc, x);
-            }
-            return;
-        }
-        super::fold::fold_all(acc, n, input, Self::add)
+        baseline_sum(acc, n, input)
     }
     #[inline(always)]
     fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
@@ -262,4 +251,11 @@ impl Arith for bf16 {
         }
         fused_bf16_block(acc, x, s)
     }
+}
+
+/// bfloat16 Sum compiled for the target's baseline wherever it is called
+/// from (a function of its own is not compiled with its caller's features).
+#[inline(never)]
+fn baseline_sum<'a>(acc: &mut [bf16], n: usize, input: impl FnMut(usize) -> &'a [bf16]) {
+    super::fold::fold_all(acc, n, input, bf16::add)
 }

@@ -7,10 +7,10 @@
 //! F16C (the x86-64-v3 level) the compiler vectorises them 8 floats wide
 //! and the float and double Avg/PreMulSum step becomes one fused
 //! multiply-add instruction instead of a libm call or an exact emulation.
-//! Half and bfloat16 Sum, Avg and PreMulSum take explicit vector code here
-//! instead (the compiler cannot turn the portable bit-level conversions
-//! into F16C's, and its bfloat16 loops carry more instructions per byte
-//! than memory can feed). Every path computes the same values (the step is
+//! Half's Sum, Avg and PreMulSum and bfloat16's Avg and PreMulSum take
+//! explicit vector code here instead (the compiler cannot turn the
+//! portable bit-level half conversions into F16C's, and its bfloat16 step
+//! ran at a fifth of float's speed per byte, benches/kernels.rs). Every path computes the same values (the step is
 //! rounded once on all of them; `tests` hold each path to an exact
 //! reference and to each other), so which one runs never shows.
 
@@ -247,6 +247,7 @@ mod half_v3 {
 
 // -------------------------------------------------------- bfloat16 with AVX2
 //
+// Avg and PreMulSum only: Sum stays in the baseline's code (`arith`).
 // bfloat16 is the top half of a float: widening is a shift, and rounding
 // back is the integer rounding of `core::datatype::f32_to_bf16` (to nearest,
 // ties to even; a NaN quiet with its payload's top bits), written 8 lanes
@@ -254,30 +255,12 @@ mod half_v3 {
 // the 8 products are exact there, else those 8 lanes through the exact
 // element step.
 
-/// `acc[i] = rnd(x0[i] + x1[i])`; the slices are at least `acc`'s length.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
-#[inline]
-pub(super) fn bf16_add(acc: &mut [half::bf16], x0: &[half::bf16], x1: &[half::bf16]) {
-    assert!(Isa::X86V3.available(), "AVX2 needed");
-    // SAFETY: the CPU has every feature the function is compiled with.
-    unsafe { bf16_v3::add(acc, x0, x1) }
-}
-
-/// `acc[i] = rnd(acc[i] + x[i])`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
-#[inline]
-pub(super) fn bf16_add_into(acc: &mut [half::bf16], x: &[half::bf16]) {
-    assert!(Isa::X86V3.available(), "AVX2 needed");
-    // SAFETY: as in `bf16_add`.
-    unsafe { bf16_v3::add_into(acc, x) }
-}
-
 /// `acc[i] = rnd(x[i]·s)`.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
 pub(super) fn bf16_scale(acc: &mut [half::bf16], x: &[half::bf16], s: half::bf16) {
     assert!(Isa::X86V3.available(), "AVX2 needed");
-    // SAFETY: as in `bf16_add`.
+    // SAFETY: the CPU has every feature the function is compiled with.
     unsafe { bf16_v3::scale(acc, x, s) }
 }
 
@@ -286,7 +269,7 @@ pub(super) fn bf16_scale(acc: &mut [half::bf16], x: &[half::bf16], s: half::bf16
 #[inline]
 pub(super) fn bf16_premul_add(acc: &mut [half::bf16], x: &[half::bf16], s: half::bf16) {
     assert!(Isa::X86V3.available(), "AVX2 needed");
-    // SAFETY: as in `bf16_add`.
+    // SAFETY: as in `bf16_scale`.
     unsafe { bf16_v3::premul_add(acc, x, s) }
 }
 
@@ -327,29 +310,6 @@ mod bf16_v3 {
         let both = _mm256_permute4x64_epi64::<0b1000>(packed);
         // SAFETY: `out` holds 8 bfloat16, 16 bytes; the store is unaligned.
         unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm256_castsi256_si128(both)) }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn add(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
-        let whole = acc.len() / 8 * 8;
-        for i in (0..whole).step_by(8) {
-            store(&mut acc[i..], _mm256_add_ps(load(&x0[i..]), load(&x1[i..])));
-        }
-        for i in whole..acc.len() {
-            acc[i] = bf16::add(x0[i], x1[i]);
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn add_into(acc: &mut [bf16], x: &[bf16]) {
-        let whole = acc.len() / 8 * 8;
-        for i in (0..whole).step_by(8) {
-            let sum = _mm256_add_ps(load(&acc[i..]), load(&x[i..]));
-            store(&mut acc[i..], sum);
-        }
-        for i in whole..acc.len() {
-            acc[i] = bf16::add(acc[i], x[i]);
-        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
