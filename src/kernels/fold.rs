@@ -13,8 +13,19 @@ pub fn reduce_into<'a, T: Arith>(
     nranks: usize,
     input: impl Fn(usize) -> &'a [T],
 ) {
-    reduce_blocks(acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
+    // a few elements (a small call's, computed inline) are done before
+    // the other instruction set's entry would pay for itself: the same
+    // values either way
+    let isa = if acc.len() < SMALL {
+        Isa::Portable
+    } else {
+        Isa::detected()
+    };
+    reduce_blocks_on(isa, acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
 }
+
+/// Below this many elements [`reduce_into`] stays on the portable loops.
+const SMALL: usize = 64;
 
 /// [`reduce_into`] for many blocks of `block.len()` elements: for each `at`
 /// of `starts`, `block = x_0[at..] ⊕ x_1[at..] ⊕ …` where `input(s, at)`

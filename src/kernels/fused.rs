@@ -128,7 +128,7 @@ pub(super) fn fused_bf16(acc: bf16, x: bf16, s: bf16) -> bf16 {
 #[inline(always)]
 fn bf16_product_exact(x: f32, s: f32) -> bool {
     let p = (x * s).abs();
-    let in_range = (p >= f32::MIN_POSITIVE) & (p < f32::INFINITY);
+    let in_range = (f32::MIN_POSITIVE..f32::INFINITY).contains(&p);
     in_range | (x == 0.0) | (s == 0.0) | !x.is_finite() | !s.is_finite()
 }
 

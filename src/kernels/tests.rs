@@ -445,7 +445,7 @@ proptest! {
 /// Inputs for whole reductions: any bit pattern one time in four, else
 /// `±m·2^e` with e in -6..6, whose sums carry and cancel.
 fn input<T: Exact>(bits: u64) -> T {
-    if bits % 4 == 0 {
+    if bits.is_multiple_of(4) {
         return T::from_bits64(bits >> 2);
     }
     let m = 1.0 + (bits >> 12) as f64 / 2f64.powi(52);
