@@ -3,6 +3,8 @@
 //! 1 MiB inputs into a 1 MiB accumulator reads 2 MiB and writes 1 MiB; a
 //! memcpy of 1 MiB reads 1 MiB and writes 1 MiB. The buffers fit in L2, so
 //! this measures the kernels' arithmetic, not the memory system.
+//! `reduce_two` runs on the best instruction set the CPU has (what the
+//! engines use), `reduce_two_portable` on the target's baseline.
 //!
 //!     cargo bench --bench kernels
 
@@ -11,7 +13,7 @@ use divan::counter::BytesCount;
 use half::{bf16, f16};
 use rankwise::RedOp;
 use rankwise::core::{F8E4M3, F8E5M2};
-use rankwise::kernels::{Arith, reduce_into};
+use rankwise::kernels::{Arith, Isa, reduce_into_on};
 
 const BYTES: usize = 1 << 20;
 
@@ -25,6 +27,19 @@ fn main() {
     sample_count = 30,
 )]
 fn reduce_two<T: Arith>(b: Bencher, op: &str) {
+    reduce_two_on::<T>(b, op, Isa::detected());
+}
+
+#[divan::bench(
+    types = [f16, bf16, f32, f64],
+    args = ["sum", "avg", "premulsum"],
+    sample_count = 30,
+)]
+fn reduce_two_portable<T: Arith>(b: Bencher, op: &str) {
+    reduce_two_on::<T>(b, op, Isa::Portable);
+}
+
+fn reduce_two_on<T: Arith>(b: Bencher, op: &str, isa: Isa) {
     let n = BYTES / std::mem::size_of::<T>();
     let x: Vec<Vec<T>> = (0..2)
         .map(|r| (0..n).map(|i| T::from_f64(((i + r) % 7) as f64)).collect())
@@ -36,7 +51,7 @@ fn reduce_two<T: Arith>(b: Bencher, op: &str) {
         o => RedOp::parse(o).expect("a built-in op"),
     };
     b.counter(BytesCount::new(3 * BYTES)).bench_local(|| {
-        reduce_into(&mut acc, op, 2, |s| &x[s]);
+        reduce_into_on(isa, &mut acc, op, 2, |s| &x[s]);
         divan::black_box(&acc);
     });
 }

@@ -32,3 +32,16 @@ for n in (2, 4):
                 continue
             frac = {w: [100 * rr["rows"][i][place]["bound_us"] / rr["rows"][i][place]["time_us"] for rr in runs[w]] for w in runs}
             print(f"| {row['func']} | {n} | {'out-of-place' if place == 'oop' else 'in-place'} | {spread(frac['before'], '{:.0f}')} | {spread(frac['after'], '{:.0f}')} |")
+
+print(f"\nSmall sizes, float32 sum, median time per call in us (both placements), median [min–max] of {reps} runs; after / before paired")
+print("| op | N | size (B) | placement | before | after | after / before |")
+print("|---|---:|---:|---|---|---|---|")
+for n in (2, 4):
+    runs = {w: [load(f"small-{n}-{w}-{r}.json") for r in range(1, reps + 1)] for w in ("before", "after")}
+    for i, row in enumerate(runs["before"][0]["rows"]):
+        for place in ("oop", "ip"):
+            if not row[place]:
+                continue
+            t = {w: [rr["rows"][i][place]["time_us"] for rr in runs[w]] for w in runs}
+            ratio = [a / b for a, b in zip(t["after"], t["before"])]
+            print(f"| {row['func']} | {n} | {row['size']} | {'out-of-place' if place == 'oop' else 'in-place'} | {spread(t['before'])} | {spread(t['after'])} | {spread(ratio, '{:.2f}')} |")

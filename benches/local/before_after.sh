@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Before/after rows for a change on the local engine's path: the 64 MiB
-# rows (AllReduce, ReduceScatter, AllGather, AlltoAll, Broadcast at N = 2
-# and 4) and the 8-byte AllReduce latency (N = 2, 4, 8), run with two
+# rows (AllReduce, ReduceScatter, AllGather, AlltoAll, Broadcast, Reduce at
+# N = 2 and 4), the small sizes (8 B to 64 KiB, x8, the same collectives
+# at N = 2 and 4) and the 8-byte AllReduce latency (N = 2, 4, 8), run with two
 # rankwise binaries interleaved (the order alternates each repetition) so
 # both see the same machine. Prints medians and the median of the paired
 # after/before ratios.  Not part of CI.
@@ -19,7 +20,8 @@ for rep in $(seq "$reps"); do
       "$bin" bench all_reduce --ranks $n -b 8 -e 8 -n 2000 -w 200 --json > "$out/lat-$n-$which-$rep.json"
     done
     for n in 2 4; do
-      "$bin" bench all_reduce,reduce_scatter,all_gather,all_to_all,broadcast --ranks $n -b 64M -e 64M -n 10 -w 2 --json > "$out/bw-$n-$which-$rep.json"
+      "$bin" bench all_reduce,reduce_scatter,all_gather,all_to_all,broadcast,reduce --ranks $n -b 64M -e 64M -n 10 -w 2 --json > "$out/bw-$n-$which-$rep.json"
+      "$bin" bench all_reduce,reduce_scatter,all_gather,all_to_all,broadcast,reduce --ranks $n -b 8 -e 64K -f 8 -n 500 -w 50 --json > "$out/small-$n-$which-$rep.json"
     done
   done
   echo "repetition $rep of $reps done" >&2

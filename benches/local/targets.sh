@@ -3,7 +3,7 @@
 # REPS times each so the spread shows how noisy the machine was:
 #  1. 64 MiB float32 AllReduce, ReduceScatter, AllGather, AlltoAll,
 #     Broadcast at N = 2 and 4: time against the copy bound measured by the
-#     same process (--roofline);
+#     same process (%bound);
 #  2. 8-byte AllReduce median latency at N = 2, 4, 8, next to OpenMPI's
 #     MPI_Allreduce at the same N (when mpirun is installed), run back to back;
 #  3. oversubscription: 64 MiB AllReduce at N = 8 against N = 2, time per byte.

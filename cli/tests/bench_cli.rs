@@ -19,22 +19,7 @@ fn bench(args: &[&str]) -> (i32, String, String) {
 #[test]
 fn tiny_sweep_prints_the_table_and_reports_nothing_wrong() {
     let (code, out, err) = bench(&[
-        "all",
-        "--ranks",
-        "3",
-        "-b",
-        "8",
-        "-e",
-        "4K",
-        "-f",
-        "8",
-        "-n",
-        "2",
-        "-w",
-        "1",
-        "-r",
-        "all",
-        "--roofline",
+        "all", "--ranks", "3", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-r", "all",
     ]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
@@ -51,6 +36,21 @@ fn tiny_sweep_prints_the_table_and_reports_nothing_wrong() {
         .filter(|l| !l.starts_with('#') && l.contains(" sum "))
         .count();
     assert_eq!(rows, 4 + 12 + 3, "{out}");
+    // %bound is a number on every row, both placements (3 ranks on any
+    // number of cores), with no flag asked for it
+    for l in out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let pct: Vec<&str> = l.split_whitespace().filter(|w| w.ends_with('%')).collect();
+        // AlltoAll has no in-place form: N/A in every in-place column
+        let want = if l.contains("N/A") { 1 } else { 2 };
+        assert_eq!(pct.len(), want, "{l}");
+        for p in pct {
+            let v: f64 = p.trim_end_matches('%').parse().expect("a number");
+            assert!(v >= 0.0 && v.is_finite(), "{l}");
+        }
+    }
     assert!(
         out.contains("# ReduceScatter float: sizes below one element per rank left out: [8]"),
         "{out}"

@@ -1,7 +1,8 @@
 //! Element arithmetic with NCCL's semantics, one element at a time: the
 //! operations every reduction kernel is built from.
 
-use super::fused::{fused_bf16, fused_f16, fused_f32, fused_f64};
+use super::fused::{fused_bf16, fused_bf16_block, fused_f16, fused_f32, fused_f64};
+use crate::core::datatype::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::core::{Element, F8E4M3, F8E5M2};
 use half::{bf16, f16};
 
@@ -21,6 +22,44 @@ pub trait Arith: Element {
     #[inline(always)]
     fn premul_add(acc: Self, x: Self, s: Self) -> Self {
         Self::add(acc, Self::mul(x, s))
+    }
+    /// [`Arith::premul_add`] through fused multiply-add at the type's own
+    /// width where it has one (float, double): the same value, one
+    /// instruction where the code is compiled for a CPU with FMA, a libm
+    /// call elsewhere (so only the kernels built for such CPUs call it).
+    #[inline(always)]
+    fn premul_add_fma(acc: Self, x: Self, s: Self) -> Self {
+        Self::premul_add(acc, x, s)
+    }
+    /// `acc = x_0 + x_1 + …` over a block, in rank order, each step as
+    /// [`Arith::add`]; `input(s)` yields x_s. `V3`: the caller is compiled
+    /// for x86-64-v3 (so are the overrides that use its instructions).
+    #[inline(always)]
+    fn sum_all<'a, const V3: bool>(
+        acc: &mut [Self],
+        n: usize,
+        input: impl FnMut(usize) -> &'a [Self],
+    ) {
+        super::fold::fold_all(acc, n, input, Self::add)
+    }
+    /// `acc[i] = x[i]·s` over a block, as [`Arith::mul`].
+    #[inline(always)]
+    fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = Self::mul(*x, s);
+        }
+    }
+    /// `acc[i] = acc[i] + x[i]·s` over a block, each step as
+    /// [`Arith::premul_add`] (with `V3`, [`Arith::premul_add_fma`]).
+    #[inline(always)]
+    fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = if V3 {
+                Self::premul_add_fma(*a, *x, s)
+            } else {
+                Self::premul_add(*a, *x, s)
+            };
+        }
     }
 }
 
@@ -55,6 +94,7 @@ macro_rules! arith_float {
             #[inline(always)] fn min(a: Self, b: Self) -> Self { a.min(b) }
             #[inline(always)] fn div_n(a: Self, n: usize) -> Self { a / (n as $t) }
             #[inline(always)] fn premul_add(acc: Self, x: Self, s: Self) -> Self { $fused(acc, x, s) }
+            #[inline(always)] fn premul_add_fma(acc: Self, x: Self, s: Self) -> Self { x.mul_add(s, acc) }
         }
     )*};
 }
@@ -64,23 +104,158 @@ arith_float!(f32 => fused_f32, f64 => fused_f64);
 // carries more than twice their precision, so this equals correctly rounded
 // arithmetic in the type itself.
 macro_rules! arith_via_f32 {
-    ($($t:ty => $to:path, $from:path $(, fused $fused:path)?);*) => {$(
+    ($($t:ty => $to:path, $from:path);*) => {$(
         impl Arith for $t {
             #[inline(always)] fn add(a: Self, b: Self) -> Self { $from($to(a) + $to(b)) }
             #[inline(always)] fn mul(a: Self, b: Self) -> Self { $from($to(a) * $to(b)) }
             #[inline(always)] fn max(a: Self, b: Self) -> Self { $from($to(a).max($to(b))) }
             #[inline(always)] fn min(a: Self, b: Self) -> Self { $from($to(a).min($to(b))) }
             #[inline(always)] fn div_n(a: Self, n: usize) -> Self { $from($to(a) / n as f32) }
-            $(#[inline(always)] fn premul_add(acc: Self, x: Self, s: Self) -> Self { $fused(acc, x, s) })?
         }
     )*};
 }
-// f16 and bf16 through the core's bit-level conversions, which vectorise
-// (the `half` crate checks for hardware support on every f16 call, and
-// branches on NaN in its bf16 ones)
+// fp8 through its tables and encoder
 arith_via_f32!(
-    f16 => crate::core::datatype::f16_to_f32, crate::core::datatype::f32_to_f16, fused fused_f16;
-    bf16 => crate::core::datatype::bf16_to_f32, crate::core::datatype::f32_to_bf16, fused fused_bf16;
     F8E4M3 => F8E4M3::to_f32, F8E4M3::from_f32;
     F8E5M2 => F8E5M2::to_f32, F8E5M2::from_f32
 );
+
+// half's and bfloat16's Sum, Avg and PreMulSum on x86-64-v3 run 8 lanes
+// at a time with explicit vector code (`isa`: F16C's conversions for half,
+// shifts for bfloat16), elsewhere through the core's bit-level
+// conversions (the `half` crate checks for hardware support on every f16
+// call, and branches on NaN in its bf16 ones): the same values, both round
+// to nearest even.
+impl Arith for f16 {
+    #[inline(always)]
+    fn add(a: Self, b: Self) -> Self {
+        f32_to_f16(f16_to_f32(a) + f16_to_f32(b))
+    }
+    #[inline(always)]
+    fn mul(a: Self, b: Self) -> Self {
+        f32_to_f16(f16_to_f32(a) * f16_to_f32(b))
+    }
+    #[inline(always)]
+    fn max(a: Self, b: Self) -> Self {
+        f32_to_f16(f16_to_f32(a).max(f16_to_f32(b)))
+    }
+    #[inline(always)]
+    fn min(a: Self, b: Self) -> Self {
+        f32_to_f16(f16_to_f32(a).min(f16_to_f32(b)))
+    }
+    #[inline(always)]
+    fn div_n(a: Self, n: usize) -> Self {
+        f32_to_f16(f16_to_f32(a) / n as f32)
+    }
+    #[inline(always)]
+    fn premul_add(acc: Self, x: Self, s: Self) -> Self {
+        fused_f16(acc, x, s)
+    }
+    #[inline(always)]
+    fn sum_all<'a, const V3: bool>(
+        acc: &mut [Self],
+        n: usize,
+        mut input: impl FnMut(usize) -> &'a [Self],
+    ) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            let len = acc.len();
+            if n == 1 {
+                acc.copy_from_slice(&input(0)[..len]);
+                return;
+            }
+            let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
+            super::isa::half_add(acc, x0, x1);
+            for s in 2..n {
+                let x = &input(s)[..len];
+                super::isa::half_add_into(acc, x);
+            }
+            return;
+        }
+        super::fold::fold_all(acc, n, input, Self::add)
+    }
+    #[inline(always)]
+    fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            return super::isa::half_scale(acc, x, s);
+        }
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = Self::mul(*x, s);
+        }
+    }
+    #[inline(always)]
+    fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            return super::isa::half_premul_add(acc, x, s);
+        }
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = fused_f16(*a, *x, s);
+        }
+    }
+}
+
+impl Arith for bf16 {
+    #[inline(always)]
+    fn add(a: Self, b: Self) -> Self {
+        f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b))
+    }
+    #[inline(always)]
+    fn mul(a: Self, b: Self) -> Self {
+        f32_to_bf16(bf16_to_f32(a) * bf16_to_f32(b))
+    }
+    #[inline(always)]
+    fn max(a: Self, b: Self) -> Self {
+        f32_to_bf16(bf16_to_f32(a).max(bf16_to_f32(b)))
+    }
+    #[inline(always)]
+    fn min(a: Self, b: Self) -> Self {
+        f32_to_bf16(bf16_to_f32(a).min(bf16_to_f32(b)))
+    }
+    #[inline(always)]
+    fn div_n(a: Self, n: usize) -> Self {
+        f32_to_bf16(bf16_to_f32(a) / n as f32)
+    }
+    #[inline(always)]
+    fn premul_add(acc: Self, x: Self, s: Self) -> Self {
+        fused_bf16(acc, x, s)
+    }
+    /// Sum stays in the baseline's code even on x86-64-v3: on this
+    /// project's machine (AMD Zen 1, whose 256-bit operations split in two)
+    /// its 8-lane form, widening and packing across the register's halves,
+    /// was slower than the baseline's 4-lane loop (BENCHMARKS.md).
+    #[inline(always)]
+    fn sum_all<'a, const V3: bool>(
+        acc: &mut [Self],
+        n: usize,
+        input: impl FnMut(usize) -> &'a [Self],
+    ) {
+        baseline_sum(acc, n, input)
+    }
+    #[inline(always)]
+    fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            return super::isa::bf16_scale(acc, x, s);
+        }
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = Self::mul(*x, s);
+        }
+    }
+    #[inline(always)]
+    fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            return super::isa::bf16_premul_add(acc, x, s);
+        }
+        fused_bf16_block(acc, x, s)
+    }
+}
+
+/// bfloat16 Sum compiled for the target's baseline wherever it is called
+/// from (a function of its own is not compiled with its caller's features).
+#[inline(never)]
+fn baseline_sum<'a>(acc: &mut [bf16], n: usize, input: impl FnMut(usize) -> &'a [bf16]) {
+    super::fold::fold_all(acc, n, input, bf16::add)
+}

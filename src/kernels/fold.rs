@@ -1,6 +1,6 @@
 //! The folds: N inputs combined in rank order into one block, op by op.
 
-use super::Arith;
+use super::{Arith, Isa};
 use crate::core::RedOp;
 
 /// `acc[i] = x_0[i] ⊕ x_1[i] ⊕ … ⊕ x_{k-1}[i]` where `input(s)` yields x_s.
@@ -13,19 +13,78 @@ pub fn reduce_into<'a, T: Arith>(
     nranks: usize,
     input: impl Fn(usize) -> &'a [T],
 ) {
-    reduce_blocks(acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
+    // a few elements (a small call's, computed inline) are done before
+    // the other instruction set's entry would pay for itself: the same
+    // values either way
+    let isa = if acc.len() < SMALL {
+        Isa::Portable
+    } else {
+        Isa::detected()
+    };
+    reduce_blocks_on(isa, acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
 }
+
+/// Below this many elements [`reduce_into`] stays on the portable loops.
+const SMALL: usize = 64;
 
 /// [`reduce_into`] for many blocks of `block.len()` elements: for each `at`
 /// of `starts`, `block = x_0[at..] ⊕ x_1[at..] ⊕ …` where `input(s, at)`
 /// yields x_s from element `at`, then `emit(at, block)`.
 ///
+/// Runs on the best instruction set this CPU has ([`Isa::detected`]);
+/// every instruction set gives the same results.
+#[inline]
+pub fn reduce_blocks<'a, T: Arith>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    emit: impl FnMut(usize, &[T]),
+) {
+    reduce_blocks_on(Isa::detected(), block, starts, op, nranks, input, emit)
+}
+
+/// [`reduce_blocks`] on a given instruction set, which the CPU must have
+/// (panics otherwise): for tests and benchmarks that compare them.
+#[inline]
+pub fn reduce_blocks_on<'a, T: Arith>(
+    isa: Isa,
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    emit: impl FnMut(usize, &[T]),
+) {
+    match isa {
+        Isa::Portable => fold_blocks::<T, false>(block, starts, op, nranks, input, emit),
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        Isa::X86V3 => super::isa::fold_blocks_x86_v3(block, starts, op, nranks, input, emit),
+    }
+}
+
+/// [`reduce_into`] on a given instruction set (see [`reduce_blocks_on`]).
+#[inline]
+pub fn reduce_into_on<'a, T: Arith>(
+    isa: Isa,
+    acc: &mut [T],
+    op: RedOp,
+    nranks: usize,
+    input: impl Fn(usize) -> &'a [T],
+) {
+    reduce_blocks_on(isa, acc, 0..1, op, nranks, |s, _| input(s), |_, _| ());
+}
+
+/// The loops of [`reduce_blocks`], inlined into each instruction set's
+/// entry point. `V3`: the caller is compiled for x86-64-v3 (FMA, F16C).
+///
 /// Each op gets its own monomorphic loop over the blocks (the element
 /// function is a generic parameter, not a function pointer, and the op is
 /// matched once, not per block), so the compiler inlines and vectorises it;
 /// a block of a few cache lines can stay in registers.
-#[inline]
-pub fn reduce_blocks<'a, T: Arith>(
+#[inline(always)]
+pub(super) fn fold_blocks<'a, T: Arith, const V3: bool>(
     block: &mut [T],
     starts: impl Iterator<Item = usize>,
     op: RedOp,
@@ -46,14 +105,14 @@ pub fn reduce_blocks<'a, T: Arith>(
         };
     }
     match op {
-        RedOp::Sum => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::add)),
+        RedOp::Sum => blocks!(|acc, at| T::sum_all::<V3>(acc, n, |s| input(s, at))),
         RedOp::Prod => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::mul)),
         RedOp::Max => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::max)),
         RedOp::Min => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::min)),
         // floats: a pre-multiplied sum with 1/N rounded to the type
         RedOp::Avg if float => {
             let scalar = T::from_f64(1.0 / n as f64);
-            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
+            blocks!(|acc, at| pre_mul_sum::<T, V3>(acc, n, |s| input(s, at), scalar))
         }
         // integers: sum, then divide by N
         RedOp::Avg => blocks!(|acc, at| {
@@ -64,14 +123,14 @@ pub fn reduce_blocks<'a, T: Arith>(
         }),
         RedOp::PreMulSum(s) => {
             let scalar = T::from_f64(s);
-            blocks!(|acc, at| pre_mul_sum(acc, n, |s| input(s, at), scalar))
+            blocks!(|acc, at| pre_mul_sum::<T, V3>(acc, n, |s| input(s, at), scalar))
         }
     }
 }
 
 /// `acc = f(…f(f(x_0, x_1), x_2)…)`: the first pass combines two inputs.
 #[inline(always)]
-fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
+pub(super) fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
     acc: &mut [T],
     n: usize,
     mut input: impl FnMut(usize) -> &'a [T],
@@ -96,19 +155,15 @@ fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
 }
 
 #[inline(always)]
-fn pre_mul_sum<'a, T: Arith>(
+fn pre_mul_sum<'a, T: Arith, const V3: bool>(
     acc: &mut [T],
     n: usize,
     mut input: impl FnMut(usize) -> &'a [T],
     scalar: T,
 ) {
     let len = acc.len();
-    for (a, x) in acc.iter_mut().zip(&input(0)[..len]) {
-        *a = T::mul(*x, scalar);
-    }
+    T::scale_all::<V3>(acc, &input(0)[..len], scalar);
     for s in 1..n {
-        for (a, x) in acc.iter_mut().zip(&input(s)[..len]) {
-            *a = T::premul_add(*a, *x, scalar);
-        }
+        T::premul_add_all::<V3>(acc, &input(s)[..len], scalar);
     }
 }

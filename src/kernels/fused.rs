@@ -35,6 +35,15 @@
 //!    odd-rounded 53-bit value equals rounding the exact value to odd at 24
 //!    bits), so the last step, round to nearest at 8 bits, rounds once.
 //!
+//! 5. bfloat16 over a block: the product of two 8-bit significands has at
+//!    most 16 bits, so it is already exact in f32 wherever f32 is normal
+//!    and finite, and then steps 2 and 3 at f32's precision (24 >= 8 + 2)
+//!    round once too, at twice the lanes and without the f64 detour. A
+//!    block takes that path when every product of it is exact in f32 (a
+//!    product of finite nonzero operands that falls below 2^-126 or past
+//!    the largest float is not), else the f64 path above: both give the
+//!    value rounded once, so which one ran never shows.
+//!
 //! float64 uses `f64::mul_add`, IEEE fusedMultiplyAdd (one rounding; on
 //! targets without the instruction, libm's correctly rounded `fma`).
 //! `tests::fused_steps_round_once` checks every type against exact rational
@@ -112,4 +121,34 @@ pub(super) fn fused_bf16(acc: bf16, x: bf16, s: bf16) -> bf16 {
     let wide = |v: bf16| f64::from(bf16_to_f32(v));
     let (a, x, s) = (wide(acc), wide(x), wide(s));
     f32_to_bf16(f64_to_f32_odd(add_odd_f64(a, x * s)))
+}
+
+/// Whether `x·s` (bfloat16 values, widened) is exact in f32: normal and
+/// finite, or a zero, infinity or NaN that the operands make exactly so.
+#[inline(always)]
+fn bf16_product_exact(x: f32, s: f32) -> bool {
+    let p = (x * s).abs();
+    let in_range = (f32::MIN_POSITIVE..f32::INFINITY).contains(&p);
+    in_range | (x == 0.0) | (s == 0.0) | !x.is_finite() | !s.is_finite()
+}
+
+/// [`fused_bf16`] over a block: `acc[i] = rnd(acc[i] + x[i]·s)`, through
+/// f32 when every product is exact there (item 5 of the module doc).
+#[inline(always)]
+pub(super) fn fused_bf16_block(acc: &mut [bf16], x: &[bf16], s: bf16) {
+    use crate::core::datatype::{bf16_to_f32, f32_to_bf16};
+    let sw = bf16_to_f32(s);
+    // a fold without early exit, so it vectorises
+    let exact = x
+        .iter()
+        .fold(true, |ok, x| ok & bf16_product_exact(bf16_to_f32(*x), sw));
+    if exact {
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = f32_to_bf16(add_odd_f32(bf16_to_f32(*a), bf16_to_f32(*x) * sw));
+        }
+    } else {
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = fused_bf16(*a, *x, s);
+        }
+    }
 }

@@ -12,16 +12,19 @@
 //! rounded to the type, then the sum rounded).
 //!
 //! One file per job: `arith` the element operations, `fused` the fused step
-//! rounded once, `fold` the loops over N inputs.
+//! rounded once, `fold` the loops over N inputs, `isa` the instruction
+//! sets they are compiled for and the choice between them.
 
 mod arith;
 #[cfg(test)]
 mod exact;
 mod fold;
 mod fused;
+mod isa;
 
 pub use arith::Arith;
-pub use fold::{reduce_blocks, reduce_into};
+pub use fold::{reduce_blocks, reduce_blocks_on, reduce_into, reduce_into_on};
+pub use isa::Isa;
 
 /// Runs `$body` with `$T` bound to the Rust type of `$dt`.
 #[macro_export]

@@ -6,14 +6,35 @@
 
 use super::exact::{self, Format};
 use super::*;
+use crate::core::Element;
 use crate::core::{F8E4M3, F8E5M2, RedOp};
 use half::{bf16, f16};
 use proptest::prelude::*;
 
+/// The reduction of `inputs` (rank s's at `inputs[s]`) on every instruction
+/// set this CPU has, which must agree element for element (a NaN's payload
+/// aside); the detected one's result.
 fn run<T: Arith>(op: RedOp, inputs: &[Vec<T>]) -> Vec<T> {
-    let mut acc = inputs[0].clone();
-    reduce_into(&mut acc, op, inputs.len(), |s| &inputs[s]);
-    acc
+    let on = |isa: Isa| {
+        let mut acc = inputs[0].clone();
+        reduce_into_on(isa, &mut acc, op, inputs.len(), |s| &inputs[s]);
+        acc
+    };
+    let best = on(Isa::detected());
+    for isa in Isa::all_available() {
+        let other = on(isa);
+        for (i, (a, b)) in best.iter().zip(&other).enumerate() {
+            let bits = |v: &T| crate::core::bytes::of(std::slice::from_ref(v)).to_vec();
+            let nan = T::DTYPE.is_float() && a.to_f64().is_nan() && b.to_f64().is_nan();
+            assert!(
+                bits(a) == bits(b) || nan,
+                "{} {op}: element {i} is {a:?} on {:?} but {b:?} on {isa:?}",
+                T::DTYPE,
+                Isa::detected()
+            );
+        }
+    }
+    best
 }
 
 #[test]
@@ -202,7 +223,15 @@ fn exactly<T: Exact>(v: f64) -> Option<T> {
 /// `a` from `bits`, the offset an odd multiple of half of a's spacing, `s`
 /// a power of two or 3. `None` where the construction leaves T's range.
 fn near_tie<T: Exact>(bits: u64, k: u64, j: i32, nudge: i64) -> Option<(T, T, T)> {
-    let a = T::from_bits64(bits);
+    // half of the accumulators of moderate size, where every product of
+    // the construction stays in range
+    let a = if bits >> 63 == 0 {
+        T::from_bits64(bits)
+    } else {
+        let m = 1.0 + (bits & 0xFFFF_FFFF) as f64 / 2f64.powi(32);
+        let e = ((bits >> 32) % 41) as i32 - 20;
+        T::from_f64(if bits & 1 << 40 == 0 { m } else { -m } * 2f64.powi(e))
+    };
     let av = a.to_f64();
     if !av.is_finite() || av == 0.0 {
         return None;
@@ -248,6 +277,87 @@ fn check_steps<T: Exact>(a: T, x: T, s: T) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Two-rank PreMulSum on every instruction set, blocks long enough for
+/// every vector width: `rnd(x0·s)`, then the fused step with `x1`, lane by
+/// lane against the reference.
+fn check_folds<T: Exact>(x0: &[T], x1: &[T], s: f64) -> Result<(), TestCaseError> {
+    let f = T::FORMAT;
+    let op = RedOp::PreMulSum(s);
+    let s = T::from_f64(s).to_f64();
+    for isa in Isa::all_available() {
+        let mut acc = x0.to_vec();
+        reduce_into_on(isa, &mut acc, op, 2, |r| if r == 0 { x0 } else { x1 });
+        for (i, y) in acc.iter().enumerate() {
+            let (a, x) = (x0[i].to_f64(), x1[i].to_f64());
+            let want = exact::fma(f, exact::mul(f, a, s), x, s);
+            let y = y.to_f64();
+            prop_assert!(
+                same(y, want),
+                "{} on {isa:?}, lane {i}: {a:e}·{s:e} then + {x:e}·{s:e}: {y:e}, want {want:e}",
+                T::DTYPE
+            );
+        }
+    }
+    Ok(())
+}
+
+/// [`check_folds`] on lanes whose second step lands on or beside a tie
+/// ([`near_tie`], the first input `a / s`); lanes the construction cannot
+/// build keep raw bits.
+fn check_tie_folds<T: Exact>(lanes: &[(u64, u64, i64)], j: i32) -> Result<(), TestCaseError> {
+    let s = if j == 0 { 3.0 } else { 2f64.powi(j) };
+    let (x0, x1): (Vec<T>, Vec<T>) = lanes
+        .iter()
+        .map(|&(bits, k, nudge)| match near_tie::<T>(bits, k, j, nudge) {
+            Some((a, x, _)) => (T::from_f64(a.to_f64() / s), x),
+            None => (T::from_bits64(bits), T::from_bits64(k)),
+        })
+        .unzip();
+    check_folds(&x0, &x1, s)
+}
+
+/// Operands whose product lies a hair below half the spacing of the
+/// accumulator's values: `x·s = 2^e·(1 − k²·2^-2(p−1))` with
+/// `x = ±(1 + k·2^-(p−1))·2^ex`, `s = (1 − k·2^-(p−1))·2^es`, and the
+/// accumulator in the binade where its spacing is `2^(e+1)`, so
+/// `a + x·s` sits just beside a midpoint, closer than a wider type's
+/// precision can tell: rounding it there first, then to T, rounds twice.
+fn product_near_half_spacing<T: Exact>(bits: u64, es: i32) -> (T, T, T) {
+    let f = T::FORMAT;
+    let p = f.precision as i32;
+    let eps = 2f64.powi(-(p - 1));
+    let k = (bits % 5 + 1) as f64;
+    let ex = (bits >> 3) as i32 % 9 - 4;
+    let x = (1.0 + k * eps) * 2f64.powi(ex);
+    let s = (1.0 - k * eps) * 2f64.powi(es);
+    // a in [2^(e+p), 2^(e+p+1)), e = ex + es: its spacing is 2^(e+1)
+    let top = ex + es + p;
+    let frac = ((bits >> 8) % (1 << (p - 1).min(40))) as f64 / 2f64.powi((p - 1).min(40));
+    let a = (1.0 + frac) * 2f64.powi(top);
+    let sign = |bit: u64| if bits >> bit & 1 == 0 { 1.0 } else { -1.0 };
+    (
+        T::from_f64(sign(60) * a),
+        T::from_f64(sign(61) * x),
+        T::from_f64(s),
+    )
+}
+
+/// [`check_folds`] on lanes of [`product_near_half_spacing`], one scalar
+/// for all: the first input `a / s`, rounded, keeps the accumulator in the
+/// binade the construction needs (or close, which is still a valid case).
+fn check_half_spacing_folds<T: Exact>(lanes: &[u64], es: i32) -> Result<(), TestCaseError> {
+    let (_, _, s) = product_near_half_spacing::<T>(0, es);
+    let s = s.to_f64();
+    let (x0, x1): (Vec<T>, Vec<T>) = lanes
+        .iter()
+        .map(|&bits| {
+            let (a, x, _) = product_near_half_spacing::<T>(bits, es);
+            (T::from_f64(a.to_f64() / s), x)
+        })
+        .unzip();
+    check_folds(&x0, &x1, s)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
@@ -260,6 +370,19 @@ proptest! {
         check_steps(f64::from_bits64(a), f64::from_bits64(x), f64::from_bits64(s))?;
     }
 
+    /// Sums just beside a tie, closer than the wider type's precision.
+    #[test]
+    fn steps_round_once_beside_ties(bits: u64, es in -6i32..-1) {
+        let (a, x, s) = product_near_half_spacing::<f16>(bits, es);
+        check_steps(a, x, s)?;
+        let (a, x, s) = product_near_half_spacing::<bf16>(bits, es);
+        check_steps(a, x, s)?;
+        let (a, x, s) = product_near_half_spacing::<f32>(bits, es);
+        check_steps(a, x, s)?;
+        let (a, x, s) = product_near_half_spacing::<f64>(bits, es);
+        check_steps(a, x, s)?;
+    }
+
     /// Sums that land on a tie, and one unit beside it.
     #[test]
     fn steps_round_ties_to_even(a: u64, k: u64, j in -3i32..4, nudge in -1i64..=1) {
@@ -267,6 +390,55 @@ proptest! {
         if let Some((a, x, s)) = near_tie::<bf16>(a, k, j, nudge) { check_steps(a, x, s)?; }
         if let Some((a, x, s)) = near_tie::<f32>(a, k, j, nudge) { check_steps(a, x, s)?; }
         if let Some((a, x, s)) = near_tie::<f64>(a, k, j, nudge) { check_steps(a, x, s)?; }
+    }
+
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// The fast paths against the reference on any bit patterns, and on
+    /// moderate values whose every product is exact in f32 (bfloat16's
+    /// fast block path takes only those).
+    #[test]
+    fn fused_folds_round_once_on_every_instruction_set(
+        x0 in prop::collection::vec(any::<u64>(), 67),
+        x1 in prop::collection::vec(any::<u64>(), 67),
+        s: u64,
+        moderate: bool,
+    ) {
+        fn lanes<T: Exact>(bits: &[u64], moderate: bool) -> Vec<T> {
+            bits.iter().map(|&b| if moderate { input(b | 1) } else { T::from_bits64(b) }).collect()
+        }
+        let scalar = |bits: u64, f: fn(u64) -> f64| if moderate { 0.3 + (bits % 1000) as f64 / 300.0 } else { f(bits) };
+        check_folds::<f16>(&lanes(&x0, moderate), &lanes(&x1, moderate), scalar(s, |b| f16::from_bits64(b).to_f64()))?;
+        check_folds::<bf16>(&lanes(&x0, moderate), &lanes(&x1, moderate), scalar(s, |b| bf16::from_bits64(b).to_f64()))?;
+        check_folds::<f32>(&lanes(&x0, moderate), &lanes(&x1, moderate), scalar(s, |b| f32::from_bits64(b).to_f64()))?;
+        check_folds::<f64>(&lanes(&x0, moderate), &lanes(&x1, moderate), scalar(s, |b| f64::from_bits64(b).to_f64()))?;
+    }
+
+    /// The fast paths on blocks of lanes just beside ties.
+    #[test]
+    fn fused_folds_round_once_beside_ties_on_every_instruction_set(
+        lanes in prop::collection::vec(any::<u64>(), 67),
+        es in -6i32..-1,
+    ) {
+        check_half_spacing_folds::<f16>(&lanes, es)?;
+        check_half_spacing_folds::<bf16>(&lanes, es)?;
+        check_half_spacing_folds::<f32>(&lanes, es)?;
+        check_half_spacing_folds::<f64>(&lanes, es)?;
+    }
+
+    /// The fast paths on blocks of lanes that land on or beside ties.
+    #[test]
+    fn fused_folds_round_ties_to_even_on_every_instruction_set(
+        lanes in prop::collection::vec((any::<u64>(), any::<u64>(), -1i64..=1), 67),
+        j in -3i32..4,
+    ) {
+        check_tie_folds::<f16>(&lanes, j)?;
+        check_tie_folds::<bf16>(&lanes, j)?;
+        check_tie_folds::<f32>(&lanes, j)?;
+        check_tie_folds::<f64>(&lanes, j)?;
     }
 }
 
@@ -401,4 +573,38 @@ fn whole_fp8_reductions_round_every_step() {
     let mut next = splitmix(5);
     fp8::<F8E4M3>(&mut next, F8E4M3);
     fp8::<F8E5M2>(&mut next, F8E5M2);
+}
+
+/// bfloat16's block path at the edges of f32's range: blocks whose every
+/// product is exact in f32, down to 2^-126 and up to the largest float
+/// (the f32 path), and the same blocks with one product below or above
+/// (the f64 path), all against the reference.
+#[test]
+fn bfloat16_blocks_at_the_edges_of_f32s_range() {
+    let mut next = splitmix(11);
+    for edge in [-126i32, 127] {
+        for outlier in [None, Some(-140), Some(-127), Some(128), Some(200)] {
+            let mut x0 = Vec::new();
+            let mut x1 = Vec::new();
+            let s = 2f64.powi(if edge < 0 { -70 } else { 70 });
+            for lane in 0..67 {
+                let b = next();
+                let m = 1.0 + (b % 128) as f64 / 128.0;
+                // products m·2^e with e from the edge inwards
+                let e = if edge < 0 {
+                    edge + (b >> 8) as i32 % 4
+                } else {
+                    edge - (b >> 8) as i32 % 4
+                };
+                let e = match outlier {
+                    Some(o) if lane == 31 => o,
+                    _ => e,
+                };
+                let sign = if b & 1 << 20 == 0 { 1.0 } else { -1.0 };
+                x1.push(bf16::from_f64(sign * m * 2f64.powi(e) / s));
+                x0.push(bf16::from_f64(input::<f64>(next()) * 2f64.powi(e) / s));
+            }
+            check_folds(&x0, &x1, s).unwrap();
+        }
+    }
 }

@@ -1,9 +1,10 @@
-//! The copy bound: the least time a collective can take in one address space
-//! on this machine, from the bytes it must move.
+//! The traffic bound: the least time a collective can take in one address
+//! space on this machine, from the bytes it must move (each op's formula,
+//! and why, in docs/reference/traffic-bound.md).
 //!
-//! With `s = count · size` (the per-rank count of docs/reference/contracts.md §1, in bytes)
-//! and N ranks, every implementation must at least read each input byte once
-//! and write each output byte once, all ranks together:
+//! With `s = count · size` (the per-rank count of docs/reference/contracts.md
+//! §1, in bytes) and N ranks, every implementation must at least read each
+//! input byte once and write each output byte once, all ranks together:
 //!
 //! | op | read | written | in place (written) |
 //! |---|---|---|---|
@@ -73,5 +74,36 @@ mod tests {
         assert_eq!(traffic(Func::AllGather, 4, 10, 1, false), (40, 160));
         assert_eq!(traffic(Func::AllGather, 4, 10, 1, true), (40, 120));
         assert_eq!(traffic(Func::Broadcast, 2, 10, 1, true), (10, 10));
+    }
+
+    /// The totals in nccl-tests' size S, as docs/reference/traffic-bound.md
+    /// states them: written out per op, for 1 to 5 ranks.
+    #[test]
+    fn totals_in_nccl_tests_size_match_the_documented_formulas() {
+        for n in 1..=5u64 {
+            let q = 12usize; // elements per rank, 2 bytes each
+            for f in Func::ALL {
+                if matches!(f, Func::Send | Func::Recv) {
+                    continue;
+                }
+                let big_s = f.alg_bytes(n as usize, q, 2) as u64;
+                let total = |ip| {
+                    let (r, w) = traffic(f, n as usize, q, 2, ip);
+                    r + w
+                };
+                let (oop, ip) = match f {
+                    Func::AllReduce => (2 * n * big_s, Some(2 * n * big_s)),
+                    Func::Reduce | Func::ReduceScatter => ((n + 1) * big_s, Some((n + 1) * big_s)),
+                    Func::Broadcast | Func::AllGather => ((n + 1) * big_s, Some(n * big_s)),
+                    Func::AlltoAll => (2 * n * big_s, None),
+                    // in place the root's own block stays: (N−1)/N of S each way
+                    _ => (2 * big_s, Some(2 * big_s * (n - 1) / n)),
+                };
+                assert_eq!(total(false), oop, "{f} N={n} out of place");
+                if let Some(ip) = ip {
+                    assert_eq!(total(true), ip, "{f} N={n} in place");
+                }
+            }
+        }
     }
 }

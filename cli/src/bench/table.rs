@@ -7,7 +7,7 @@ use rankwise::core::Func;
 const GB: f64 = 1e9;
 
 /// The lines before the table: what runs, the machine, what the columns mean.
-pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
+pub fn header(opts: &Options, m: &Machine) -> String {
     let names: Vec<&str> = opts.funcs.iter().map(|f| f.name()).collect();
     let mut s = String::new();
     s += &format!(
@@ -44,13 +44,11 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
         opts.min_bytes, opts.max_bytes, opts.factor, opts.iters, opts.warmup, opts.check
     );
     s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";
-    if roofline {
-        s += "# %bound: the copy bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
-        if opts.engine == rankwise::launch::EngineKind::Mpi {
-            s += "#         (the bandwidth measured before the sweep, for every row)\n";
-        } else {
-            s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
-        }
+    s += "# %bound: the traffic bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
+    if opts.engine == rankwise::launch::EngineKind::Mpi {
+        s += "#         (the bandwidth measured before the sweep, for every row)\n";
+    } else {
+        s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
     }
     if opts.check == 0 {
         s += "# WARNING: checking is disabled (-c 0): #wrong shows N/A and nothing was verified\n";
@@ -59,16 +57,16 @@ pub fn header(opts: &Options, m: &Machine, roofline: bool) -> String {
 }
 
 /// The column headings of one collective's block.
-pub fn columns(func: Func, roofline: bool) -> String {
-    let b = if roofline { "  %bound" } else { "" };
-    let e = if roofline { "        " } else { "" };
+pub fn columns(func: Func) -> String {
+    let b = "  %bound";
+    let e = "        ";
     let ip = if func == Func::AlltoAll {
         "in-place (none for AlltoAll)"
     } else {
         "in-place"
     };
-    // a row is 52 characters of description, then two groups of 37 (45 with %bound)
-    let gw = if roofline { 45 } else { 37 };
+    // a row is 52 characters of description, then two groups of 45
+    let gw = 45;
     format!(
         "#\n# {}\n#{:51}{:^gw$}{:^gw$}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{b}  {:>9}  {:>7}  {:>7}  {:>6}{b}\n#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>7}  {:>7}  {:>6}{e}  {:>9}  {:>7}  {:>7}  {:>6}{e}\n",
         func.name(),
@@ -104,13 +102,9 @@ pub fn columns(func: Func, roofline: bool) -> String {
     )
 }
 
-fn placement(m: Option<&Measure>, roofline: bool) -> String {
+fn placement(m: Option<&Measure>) -> String {
     let Some(m) = m else {
-        let b = if roofline {
-            format!("  {:>6}", "N/A")
-        } else {
-            String::new()
-        };
+        let b = format!("  {:>6}", "N/A");
         return format!(
             "  {:>9}  {:>7}  {:>7}  {:>6}{b}",
             "N/A", "N/A", "N/A", "N/A"
@@ -125,11 +119,7 @@ fn placement(m: Option<&Measure>, roofline: bool) -> String {
     } else {
         format!("{:.2}", m.time_us)
     };
-    let b = if roofline {
-        format!("  {:>5.1}%", 100.0 * m.of_bound())
-    } else {
-        String::new()
-    };
+    let b = format!("  {:>5.1}%", 100.0 * m.of_bound());
     format!(
         "  {time:>9}  {:>7.2}  {:>7.2}  {wrong:>6}{b}",
         m.algbw, m.busbw
@@ -137,7 +127,7 @@ fn placement(m: Option<&Measure>, roofline: bool) -> String {
 }
 
 /// One table line.
-pub fn row(r: &Row, roofline: bool) -> String {
+pub fn row(r: &Row) -> String {
     let redop = r.op.map(|o| o.name()).unwrap_or("none");
     let root = r.root.map(|x| x as i64).unwrap_or(-1);
     format!(
@@ -147,8 +137,8 @@ pub fn row(r: &Row, roofline: bool) -> String {
         r.dtype.name(),
         redop,
         root,
-        placement(Some(&r.oop), roofline),
-        placement(r.ip.as_ref(), roofline)
+        placement(Some(&r.oop)),
+        placement(r.ip.as_ref())
     )
 }
 
@@ -166,15 +156,15 @@ pub fn footer(rep: &Report) -> String {
 }
 
 /// The whole table as one string (what the command prints without a terminal).
-pub fn render(rep: &Report, roofline: bool) -> String {
-    let mut s = header(&rep.options, &rep.machine, roofline);
+pub fn render(rep: &Report) -> String {
+    let mut s = header(&rep.options, &rep.machine);
     let mut last = None;
     for r in &rep.rows {
         if last != Some(r.func) {
-            s += &columns(r.func, roofline);
+            s += &columns(r.func);
             last = Some(r.func);
         }
-        s += &row(r, roofline);
+        s += &row(r);
         s.push('\n');
     }
     s + &footer(rep)

@@ -57,12 +57,9 @@ pub struct Args {
     /// Print one JSON document instead of the table
     #[arg(long)]
     pub json: bool,
-    /// Write busbw against size, with the copy bound, as an SVG file
+    /// Write busbw against size, with the traffic bound, as an SVG file
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Show each row's time as a fraction of its copy bound
-    #[arg(long)]
-    pub roofline: bool,
     /// Leave rank threads where the scheduler puts them (by default rank r
     /// runs on core r when there are enough cores, as mpirun binds ranks)
     #[arg(long)]
@@ -248,11 +245,7 @@ fn sweep(args: &Args, rank: usize, mpi: bool) -> u8 {
     let out = std::io::stdout();
     let table = !args.json && speak;
     if table {
-        let _ = write!(
-            out.lock(),
-            "{}",
-            table::header(&opts, &machine, args.roofline)
-        );
+        let _ = write!(out.lock(), "{}", table::header(&opts, &machine));
         for f in &opts.funcs {
             for dt in &opts.dtypes {
                 let skipped = run::skipped(&opts, *f, *dt);
@@ -282,10 +275,10 @@ fn sweep(args: &Args, rank: usize, mpi: bool) -> u8 {
             let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
             let mut text = String::new();
             if *last != Some(r.func) {
-                text += &table::columns(r.func, args.roofline);
+                text += &table::columns(r.func);
                 *last = Some(r.func);
             }
-            text += &table::row(r, args.roofline);
+            text += &table::row(r);
             bar.suspend(|| {
                 let mut o = std::io::stdout().lock();
                 let _ = writeln!(o, "{}", text.trim_end_matches('\n'));

@@ -1,6 +1,13 @@
 //! Memory of the local engine's data phase: the accessors through which a
 //! rank moves data between other ranks' allocations (host memory,
-//! `engine::host_memory`), and the streaming copies they use.
+//! `engine::host_memory`), and the streaming copies they use. Every
+//! `unsafe` operation of the engine on memory is here. The one other
+//! `unsafe` in the engine is the call that opens a data phase,
+//! [`Phase::enter`]: where a launch's ranks have met and agreed
+//! (`exec.rs`), and where a Recv has claimed a Send whose sender waits for
+//! it (`p2p.rs`), each with its argument. The reduction loops are safe code
+//! over the slices [`Phase::view`] hands out (`crate::kernels`, whose own
+//! `unsafe` is the choice of instruction set).
 //!
 //! Why the accessors are sound: a [`Phase`] token exists only between a
 //! launch's arrival rendezvous and its completion rendezvous. Before a call
@@ -86,6 +93,22 @@ impl Phase {
             return;
         }
         self.write(dst, line);
+    }
+
+    /// Asks the CPU to start loading the line at `addr` into its caches,
+    /// ahead of a read: a hint, which changes no memory and never faults,
+    /// so any address will do, inside a buffer or past its end.
+    #[inline(always)]
+    pub fn prefetch(&self, addr: usize) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        // SAFETY: a prefetch reads nothing into the program and cannot
+        // fault, whatever the address (SSE is part of x86-64).
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(addr as *const i8)
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        let _ = addr;
     }
 
     /// Orders every streaming store made so far before any later store (the

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Avg against Sum, and half and bfloat16 Sum against float Sum for the same
+# bytes: 64 MiB AllReduce per rank at N = 2 and 4, each binary given run
+# with every datatype and op in turn, binaries interleaved (the order
+# alternates each repetition). Prints, per binary, the median time of each
+# row and the ratios of times measured in the same repetition, median
+# [min–max] over repetitions. Unchecked (-c 0): checking is the tests' job
+# and `rankwise bench`'s default.  Not part of CI.
+#   benches/local/ops_ratio.sh REPS BINARY [BINARY…]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+reps=$1; shift
+out=target/ops-ratio
+rm -rf "$out"; mkdir -p "$out"
+for rep in $(seq "$reps"); do
+  bins=("$@")
+  if [ $((rep % 2)) = 0 ]; then bins=($(printf '%s\n' "$@" | tac)); fi
+  for bin in "${bins[@]}"; do
+    tag=$(basename "$bin")
+    for n in 2 4; do
+      for dt in float half bfloat16 double; do
+        for op in sum avg; do
+          "$bin" bench all_reduce --ranks $n -b 64M -e 64M -d $dt -o $op -n 5 -w 1 -c 0 --json \
+            > "$out/$tag-$n-$dt-$op-$rep.json"
+        done
+      done
+    done
+  done
+  echo "repetition $rep of $reps done ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
+done
+python3 benches/local/ops_ratio.py "$out" "$reps" "$@"
