@@ -27,9 +27,8 @@ mod ffi;
 mod notice;
 mod ops;
 mod p2p;
-mod wire;
 
-use crate::core::{Call, Error, ErrorKind, Launch, Posted, Result, agree};
+use crate::core::{Call, Error, ErrorKind, Launch, Posted, Result, agree, wire};
 use crate::engine::host_memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
 use crate::transport::lane::{self, Lane};

@@ -12,7 +12,9 @@ use super::ffi::{self, IN_PROGRESS, SUCCESS, ncclComm_t, ncclUniqueId};
 use super::library::{self, Nccl};
 use super::memory::{Gpu, Table};
 use super::posts;
-use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp, Result, agree};
+use crate::core::{
+    Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp, Result, agree, wire,
+};
 use crate::engine::{Capabilities, Engine, Memory};
 use crate::transport::store::{Item, Missing, Read, SideChannel, gathered};
 use std::collections::HashMap;
@@ -53,13 +55,6 @@ pub struct NcclEngine {
     memory: Table<Gpu>,
     stream: Stream,
     device: Rc<Device>,
-}
-
-fn hash(bytes: &[u8]) -> u64 {
-    // FNV-1a
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// The error NCCL reported, with its last-error text.
@@ -186,7 +181,7 @@ impl NcclEngine {
                 *d = *s as std::ffi::c_char;
             }
         }
-        let comm_id = hash(&id.internal.iter().map(|c| *c as u8).collect::<Vec<_>>());
+        let comm_id = wire::fnv1a(&id.internal.iter().map(|c| *c as u8).collect::<Vec<_>>());
         let mut config = ffi::config(false);
         let mut comm: ncclComm_t = std::ptr::null_mut();
         // SAFETY: comm and config are valid pointers; id is passed by value.
@@ -654,7 +649,7 @@ impl Engine for NcclEngine {
             chan: self.chan.clone(),
             owners: self.owners.clone(),
             opts: self.opts,
-            comm_id: hash(&[self.comm_id.to_le_bytes(), self.dups.to_le_bytes()].concat()),
+            comm_id: wire::fnv1a(&[self.comm_id.to_le_bytes(), self.dups.to_le_bytes()].concat()),
             exchanges: 0,
             pairs: posts::PairCounts::new(self.size),
             premul: HashMap::new(),
@@ -722,11 +717,5 @@ mod tests {
             half::f16::from_f64(0.5).to_le_bytes()
         );
         assert_eq!(scalar_bytes(DataType::Float8e4m3, 1.0).len(), 1);
-    }
-
-    #[test]
-    fn communicator_ids_differ_per_unique_id() {
-        assert_ne!(hash(&[0; 128]), hash(&[1; 128]));
-        assert_eq!(hash(b""), 0xcbf2_9ce4_8422_2325);
     }
 }

@@ -10,96 +10,17 @@
 //! sender (party 0) and receiver (party 1) under [`pair_key`]; the engine
 //! and the interposer post all of a launch's in one request.
 
-use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp};
+use crate::core::{Call, Error, ErrorKind, Func, Launch, Posted, wire};
 use crate::transport::store::{Missing, Share};
 use std::time::Duration;
 
-/// Words of one encoded call.
-const CALL_WORDS: usize = 9;
-
-fn op_words(op: RedOp) -> (u64, u64) {
-    match op {
-        RedOp::PreMulSum(s) => (5, s.to_bits()),
-        o => (o.builtin_code().unwrap_or(0) as u64, 0),
-    }
-}
-
-fn op_of(kind: u64, bits: u64) -> Option<RedOp> {
-    if kind == 5 {
-        Some(RedOp::PreMulSum(f64::from_bits(bits)))
-    } else {
-        RedOp::from_builtin_code(kind as i32)
-    }
-}
-
-fn put_call(out: &mut Vec<u8>, c: &Call) {
-    let (k, bits) = op_words(c.op);
-    for w in [
-        c.func.index() as u64,
-        c.sendbuff as u64,
-        c.recvbuff as u64,
-        c.count as u64,
-        c.datatype.code() as u64,
-        k,
-        bits,
-        c.op_code as i64 as u64,
-        c.root as u64,
-    ] {
-        out.extend_from_slice(&w.to_le_bytes());
-    }
-}
-
-fn words(b: &[u8]) -> Vec<u64> {
-    b.chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-        .collect()
-}
-
-fn get_call(w: &[u64]) -> Option<Call> {
-    Some(Call {
-        func: *Func::ALL.get(w[0] as usize)?,
-        sendbuff: w[1] as usize,
-        recvbuff: w[2] as usize,
-        count: w[3] as usize,
-        datatype: DataType::from_code(w[4] as i32)?,
-        op: op_of(w[5], w[6])?,
-        op_code: w[7] as i64 as i32,
-        root: w[8] as usize,
-    })
-}
-
-fn garbled(what: &str) -> Error {
-    Error::new(
-        ErrorKind::Internal,
-        format!("the side channel carried a garbled {what}"),
-    )
-}
-
-/// A launch's collective posts as bytes.
+/// A launch's collective posts as bytes ([`crate::core::wire`]).
 pub fn encode_posted(p: &Posted) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + p.calls.len() * CALL_WORDS * 8);
-    out.extend_from_slice(&p.op_count.to_le_bytes());
-    out.extend_from_slice(&(p.calls.len() as u64).to_le_bytes());
-    for c in &p.calls {
-        put_call(&mut out, c);
-    }
-    out
+    wire::encode(p)
 }
 
 pub fn decode_posted(b: &[u8]) -> Result<Posted, Error> {
-    let w = words(b);
-    if w.len() < 2 || w.len() != 2 + w[1] as usize * CALL_WORDS {
-        return Err(garbled("post"));
-    }
-    let calls = w[2..]
-        .chunks_exact(CALL_WORDS)
-        .map(get_call)
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| garbled("post"))?;
-    Ok(Posted {
-        op_count: w[0],
-        calls,
-    })
+    wire::decode(b)
 }
 
 /// One side of a Send/Recv pair: the call and the launch it is in.
@@ -109,21 +30,14 @@ pub struct Side {
     pub op_count: u64,
 }
 
+/// A side as bytes: a post of its one call.
 pub fn encode_side(s: &Side) -> Vec<u8> {
-    let mut out = s.op_count.to_le_bytes().to_vec();
-    put_call(&mut out, &s.call);
-    out
+    wire::encode_call(s.op_count, &s.call)
 }
 
 pub fn decode_side(b: &[u8]) -> Result<Side, Error> {
-    let w = words(b);
-    if w.len() != 1 + CALL_WORDS {
-        return Err(garbled("Send/Recv"));
-    }
-    Ok(Side {
-        op_count: w[0],
-        call: get_call(&w[1..]).ok_or_else(|| garbled("Send/Recv"))?,
-    })
+    let (op_count, call) = wire::decode_call(b)?;
+    Ok(Side { call, op_count })
 }
 
 /// How many Sends a rank has made to each peer and Recvs from each: the
@@ -306,11 +220,13 @@ pub fn missing_error(missing: &[(usize, Missing)], what: &str, timeout: Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::{DataType, RedOp};
 
     fn call(func: Func, count: usize, dt: DataType, op: RedOp, root: usize) -> Call {
         Call {
             func,
-            sendbuff: 0x7f00_0000_1000,
+            // buffer addresses are never compared, so they do not travel
+            sendbuff: 0,
             recvbuff: 0,
             count,
             datatype: dt,
