@@ -1,7 +1,7 @@
 //! The agreement's lane through shared memory, for a communicator whose
 //! ranks are processes of one host: a launch's posts go into a segment
-//! every rank maps, instead of a request to the store over TCP (the
-//! interposer) or rounds of MPI messages (the mpi engine).
+//! every rank maps, instead of a request to the store over TCP (the NCCL
+//! engine and the checker) or rounds of MPI messages (the mpi engine).
 //!
 //! Why: a loopback TCP round trip costs 20 µs or more on a busy host, an
 //! MPI message about a microsecond, and every launch made one or more.
@@ -22,7 +22,7 @@
 //!
 //! Set-up, at communicator init: rank 0 makes the segment (a file in
 //! `/dev/shm`) and sends its path and a random nonce to the others (through
-//! the store: [`join`]; through MPI: the mpi engine); every rank maps it
+//! the store: `agreement::lane::join`; through MPI: the mpi engine); every rank maps it
 //! and checks the nonce, which only a rank on the same host can read back;
 //! the lane is used only when every rank could (otherwise the communicator
 //! keeps its other channel, on every rank). The file is unlinked once
@@ -32,9 +32,8 @@
 //!
 //! A value larger than a slot (a group of more than about two hundred
 //! collectives) is marked as such in the slot ([`Part::InStore`]); the
-//! interposer then sets it in the store under a key of its own.
+//! agreement then sets it in the store under a key of its own.
 
-use crate::transport::store::{Item, Read, SideChannel};
 use memmap2::MmapMut;
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
@@ -82,7 +81,7 @@ pub struct Lane {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
     Value(Vec<u8>),
-    /// too large for a slot: its value is in the store ([`overflow_key`])
+    /// too large for a slot: its value is in the store
     InStore,
 }
 
@@ -244,7 +243,7 @@ impl Lane {
 
     /// Posts `value` as `rank`'s part of round `seq`. False when it is too
     /// large for a slot: the slot then says so, and the caller must have
-    /// set the value in the store under [`overflow_key`] first.
+    /// set the value in the store first.
     pub fn post(&self, rank: usize, seq: u64, value: &[u8]) -> bool {
         let slot = self.slot(rank, seq);
         let fits = value.len() <= SLOT_BYTES;
@@ -501,48 +500,8 @@ impl Lane {
     }
 }
 
-/// The store key of `rank`'s post of round `seq` when it is too large for
-/// a slot.
-pub fn overflow_key(comm_key: &str, seq: u64, rank: usize) -> String {
-    format!("{comm_key}/x{seq}.r{rank}")
-}
-
-/// Sets up the lane for rank `rank` of the communicator named `key`, whose
-/// store owners are `owners`, through `chan`: the ring when every rank
-/// mapped the same segment, None (the store then carries everything, on
-/// every rank) otherwise. Rank 0 makes the segment in `dir`; `wanted` is
-/// this rank's [`wanted`].
-pub fn join(
-    dir: &Path,
-    chan: &dyn SideChannel,
-    key: &str,
-    rank: usize,
-    owners: &[usize],
-    wanted: bool,
-    deadline: Instant,
-) -> Option<Lane> {
-    let mut round = 0;
-    join_with(dir, rank, owners.len(), wanted, |value| {
-        round += 1;
-        let k = format!("{key}/ring.{round}");
-        let item = Item {
-            key: &k,
-            owners,
-            me: rank,
-            value: Some(value),
-            read: Read::Now,
-        };
-        let answer = chan.exchange(&[item], None, deadline).ok()?;
-        answer
-            .into_iter()
-            .next()?
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .ok()
-    })
-}
-
-/// [`join`] over any allgather among the `n` ranks: `allgather(mine)` is
+/// Sets up the lane over any allgather among the `n` ranks (the store's:
+/// `agreement::lane::join`; MPI's: the mpi engine): `allgather(mine)` is
 /// every rank's value in rank order, or None when it failed (then no lane).
 /// Two rounds: rank 0 sends `[1, nonce, file name]` when it made a segment
 /// in `dir` and every other rank `[1]` when it wants the lane (`[0]` is a
@@ -607,7 +566,6 @@ pub fn join_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::store::Store;
     use std::sync::Arc;
 
     fn soon(ms: u64) -> Instant {
@@ -785,66 +743,5 @@ mod tests {
             })
         );
         assert_eq!(out[8], 6, "the post read before it was taken back");
-    }
-
-    fn join_all(dir: &Path, n: usize, wanted: impl Fn(usize) -> bool + Sync) -> Vec<Option<Lane>> {
-        let store = Store::new();
-        let owners: Vec<usize> = (100..100 + n).collect();
-        std::thread::scope(|sc| {
-            let hs: Vec<_> = (0..n)
-                .map(|r| {
-                    let (store, owners, wanted) = (&store, &owners, &wanted);
-                    sc.spawn(move || join(dir, &**store, "c", r, owners, wanted(r), soon(10_000)))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    }
-
-    #[test]
-    fn ranks_of_one_host_join_one_segment_and_leave_no_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let rings = join_all(dir.path(), 4, |_| true);
-        let rings: Vec<Lane> = rings.into_iter().map(Option::unwrap).collect();
-        rings[3].post(3, 0, b"from 3");
-        assert_eq!(rings[0].read(3, 0), Some(Part::Value(b"from 3".to_vec())));
-        assert!(rings.iter().all(|r| r.nonce() == rings[0].nonce()));
-        let left = std::fs::read_dir(dir.path()).unwrap().count();
-        assert_eq!(left, 0, "the segment's file is unlinked");
-    }
-
-    #[test]
-    fn ranks_whose_directories_differ_share_no_segment() {
-        // as ranks on two hosts: rank 1 looks for rank 0's segment in a
-        // directory of its own, does not find it, and nobody takes the lane
-        let (d0, d1) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let store = Store::new();
-        let owners = [7, 8];
-        let rings: Vec<Option<Lane>> = std::thread::scope(|sc| {
-            let hs: Vec<_> = [d0.path(), d1.path()]
-                .into_iter()
-                .enumerate()
-                .map(|(r, dir)| {
-                    let (store, owners) = (&store, &owners);
-                    sc.spawn(move || join(dir, &**store, "c", r, owners, true, soon(10_000)))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert!(rings.iter().all(Option::is_none));
-        for d in [&d0, &d1] {
-            assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
-        }
-    }
-
-    #[test]
-    fn one_rank_without_the_lane_keeps_every_rank_on_the_store() {
-        let dir = tempfile::tempdir().unwrap();
-        for no in [0, 2] {
-            let rings = join_all(dir.path(), 3, |r| r != no);
-            assert!(rings.iter().all(Option::is_none), "rank {no} says no");
-        }
-        let left = std::fs::read_dir(dir.path()).unwrap().count();
-        assert_eq!(left, 0, "a segment not used is unlinked too");
     }
 }
