@@ -6,7 +6,7 @@ use super::missing::{missing_error, whereabouts};
 use super::pairs::{self, Side};
 use super::round::{self, Parties, Posting, Round};
 use super::{Failure, Link, Peers, keys};
-use crate::core::{Error, Launch, Posted, agree, wire};
+use crate::core::{Call, Error, Launch, Posted, agree, wire};
 use crate::transport::store::{Missing, Share, gathered};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -96,7 +96,7 @@ fn post(p: &mut Peers, l: &Launch) -> Result<InFlight, Error> {
 fn posts_of(
     link: &Link,
     shares: Vec<Share>,
-    what: &str,
+    what: impl FnOnce() -> String,
     timeout: Duration,
 ) -> Result<Vec<Posted>, Failure> {
     match gathered(shares) {
@@ -105,7 +105,7 @@ fn posts_of(
             .map(|b| wire::decode(b))
             .collect::<Result<Vec<_>, _>>()?),
         Err(missing) => {
-            let error = missing_error(&missing, what, timeout);
+            let error = missing_error(&missing, &what(), timeout);
             let late: Vec<usize> = missing
                 .iter()
                 .filter(|(_, m)| *m == Missing::Timeout)
@@ -118,8 +118,8 @@ fn posts_of(
 }
 
 /// `AllReduce #3`, or `a group`: what a wait for collectives names.
-fn what(op_count: u64, p: &Posted) -> String {
-    p.calls
+fn what(op_count: u64, calls: &[Call]) -> String {
+    calls
         .first()
         .map(|c| format!("{} #{op_count}", c.func))
         .unwrap_or_else(|| "a group".into())
@@ -143,8 +143,8 @@ fn judge(
     };
     let mut shares = shares.into_iter();
     if f.colls {
-        let name = what(l.op_count, &l.posted());
-        let all = posts_of(link, shares.next().unwrap_or_default(), &name, timeout)?;
+        let name = || what(l.op_count, &l.colls);
+        let all = posts_of(link, shares.next().unwrap_or_default(), name, timeout)?;
         if let Err(error) = agree::collectives(&all) {
             let detail = Some(agree::sides(&all));
             return Err(Failure { error, detail });
@@ -223,7 +223,7 @@ pub fn exchange(p: &mut Peers, mine: &Posted, timeout: Duration) -> Result<Vec<P
     let seq = p.next_round();
     let link = p.link.as_ref().expect("checked above");
     let postings = [collectives(link, p.me, seq, wire::encode(mine))];
-    let name = what(mine.op_count, mine);
+    let name = what(mine.op_count, &mine.calls);
     let round = Round {
         link,
         me: p.me,
@@ -235,5 +235,5 @@ pub fn exchange(p: &mut Peers, mine: &Posted, timeout: Duration) -> Result<Vec<P
         .pop()
         .and_then(|mut r| r.pop())
         .unwrap_or_default();
-    posts_of(link, shares, &name, timeout)
+    posts_of(link, shares, || name.clone(), timeout)
 }

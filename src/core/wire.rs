@@ -188,7 +188,10 @@ pub fn decode(b: &[u8]) -> Result<Posted> {
     if b.len() < 8 * HEAD_WORDS || !b.len().is_multiple_of(8) {
         return Err(garbled(format!("{} bytes are no whole post", b.len())));
     }
-    let head: Vec<u64> = (0..HEAD_WORDS).map(word).collect();
+    let mut head = [0u64; HEAD_WORDS];
+    for (i, h) in head.iter_mut().enumerate() {
+        *h = word(i);
+    }
     let (mut p, total) = read_head(&head)?;
     // the length says how many calls there are room for: a count larger
     // than that is refused before anything is allocated for it

@@ -10,8 +10,13 @@ use rankwise::agreement::{self, Failure, Peers};
 use rankwise::core::{Error, Launch};
 use std::time::Duration;
 
-/// The agreement of one launch per communicator (a call, or the
-/// outermost group end's calls on each communicator it touched).
+/// The agreement of a launch on one communicator (a call outside a group).
+pub fn agree_one(s: &mut CommState, launch: &Launch) -> Result<(), Failure> {
+    agreement::agree(&mut [(&mut s.peers, launch)], settings().timeout)
+}
+
+/// The agreement of one launch per communicator (the outermost group
+/// end's calls on each communicator it touched).
 pub fn agree(launches: &mut [(&mut CommState, &Launch)]) -> Result<(), Failure> {
     let mut peers: Vec<(&mut Peers, &Launch)> = launches
         .iter_mut()

@@ -6,7 +6,7 @@
 //! launch is agreed across ranks before NCCL is called; an error is
 //! reported on stderr, in the trace and through `ncclGetLastError`.
 
-use super::agreement::{agree, fail};
+use super::agreement::{agree, agree_one, fail};
 use super::comms::{CommState, Shared, comm, lock};
 use super::memory::Space;
 use super::settings::{Checks, say, settings};
@@ -139,7 +139,7 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
                 return Action::Forward;
             };
             s.group.number(&mut launch);
-            let r = agree(&mut [(&mut *s, &launch)]);
+            let r = agree_one(&mut s, &launch);
             s.group.recycle(launch);
             match r {
                 Ok(()) => Action::Forward,
