@@ -21,9 +21,10 @@
 //! garbage makes a garbled post, which the decoder rejects.
 //!
 //! Set-up, at communicator init: rank 0 makes the segment (a file in
-//! `/dev/shm`) and sends its path and a random nonce to the others (through
-//! the store: `agreement::lane::join`; through MPI: the mpi engine); every rank maps it
-//! and checks the nonce, which only a rank on the same host can read back;
+//! `/dev/shm`) and sends its path and a random nonce to the others
+//! ([`join_with`], over the store's exchange in `agreement::lane::join` or
+//! over MPI in the mpi engine); every rank maps it and checks the nonce,
+//! which only a rank on the same host can read back;
 //! the lane is used only when every rank could (otherwise the communicator
 //! keeps its other channel, on every rank). The file is unlinked once
 //! every rank has mapped it, so nothing is left in `/dev/shm` after the
