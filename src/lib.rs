@@ -40,6 +40,7 @@
 //! # Ok::<(), rankwise::Error>(())
 //! ```
 
+pub mod agreement;
 pub mod api;
 pub mod core;
 pub mod engine;

@@ -10,6 +10,8 @@
 //! | `RANKWISE_DEBUG_FILE` | a path; `%h` host, `%p` pid, `%r` rank | stderr |
 //! | `RANKWISE_SHM` | `0` or `1`: whether ranks of one host agree through shared memory (`transport::lane`) | on |
 //! | `RANKWISE_SHM_DIR` | a directory for the shared-memory segments | `/dev/shm` |
+//! | `RANKWISE_CHECK` | `0`, `local`, `1` or `full` (any case): how much the checker (`librankwise_nccl.so`) checks | `full` |
+//! | `RANKWISE_ABORT` | `0` or `1`: the checker aborts the process after an error line | off |
 //!
 //! An empty value means unset, as NCCL reads its own variables.
 //!
@@ -30,9 +32,11 @@ pub const DEBUG_SUBSYS: &str = "RANKWISE_DEBUG_SUBSYS";
 pub const DEBUG_FILE: &str = "RANKWISE_DEBUG_FILE";
 pub const SHM: &str = "RANKWISE_SHM";
 pub const SHM_DIR: &str = "RANKWISE_SHM_DIR";
+pub const CHECK: &str = "RANKWISE_CHECK";
+pub const ABORT: &str = "RANKWISE_ABORT";
 
 /// Every variable rankwise reads.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 9] = [
     TIMEOUT,
     POISON,
     DEBUG,
@@ -40,6 +44,8 @@ pub const ALL: [&str; 7] = [
     DEBUG_FILE,
     SHM,
     SHM_DIR,
+    CHECK,
+    ABORT,
 ];
 
 /// The deadline of every wait when `RANKWISE_TIMEOUT` is unset.
@@ -66,6 +72,20 @@ pub struct Subsystems {
     pub coll: bool,
 }
 
+/// How much the checker checks (`RANKWISE_CHECK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checks {
+    /// `0`: every call is forwarded untouched.
+    Off,
+    /// `local`: each call's own checks (arguments, datatype, op, NULL,
+    /// alignment, overlap, extent); no side channel, nothing compared
+    /// across ranks.
+    Local,
+    /// The default (or `1`, `full`): the local checks, and every launch
+    /// agreed across ranks before NCCL is called.
+    Full,
+}
+
 /// Everything the variables configure.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -79,6 +99,10 @@ pub struct Settings {
     pub shm: bool,
     /// Where the shared-memory segments go (`None`: `/dev/shm`).
     pub shm_dir: Option<String>,
+    /// How much the checker checks.
+    pub checks: Checks,
+    /// The checker aborts the process after an error line.
+    pub abort: bool,
 }
 
 impl Default for Settings {
@@ -94,6 +118,8 @@ impl Default for Settings {
             debug_file: None,
             shm: true,
             shm_dir: None,
+            checks: Checks::Full,
+            abort: false,
         }
     }
 }
@@ -209,6 +235,23 @@ impl Settings {
             s.shm_dir = Some(v.to_string());
             Ok(())
         });
+        read(CHECK, &mut |v| {
+            s.checks = parse_checks(v)?;
+            Ok(())
+        });
+        read(ABORT, &mut |v| {
+            s.abort = match v.trim() {
+                "0" => false,
+                "1" => true,
+                _ => {
+                    return Err(
+                        "expected 0 or 1 (1 makes the checker abort the process after an error line)"
+                            .into(),
+                    );
+                }
+            };
+            Ok(())
+        });
         (s, errors)
     }
 }
@@ -240,6 +283,19 @@ pub fn parse_timeout(v: &str) -> Result<Duration, String> {
         }
     };
     Err(format!("{why}; {accepted}"))
+}
+
+/// `RANKWISE_CHECK`: `0`, `local`, `1` or `full`, any case.
+pub fn parse_checks(v: &str) -> Result<Checks, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "0" => Ok(Checks::Off),
+        "local" => Ok(Checks::Local),
+        "1" | "full" => Ok(Checks::Full),
+        _ => Err(
+            "expected 0, local, 1 or full (0 forwards every call untouched; local checks each call on its own rank; full agrees every launch across ranks too)"
+                .into(),
+        ),
+    }
 }
 
 /// `RANKWISE_POISON`: `0` or `1`.
@@ -322,6 +378,8 @@ mod tests {
             (DEBUG_FILE, "/tmp/t.%r"),
             (SHM, "0"),
             (SHM_DIR, "/run/rw"),
+            (CHECK, " Local"),
+            (ABORT, "1"),
         ]);
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(
@@ -337,8 +395,13 @@ mod tests {
                 debug_file: Some("/tmp/t.%r".into()),
                 shm: false,
                 shm_dir: Some("/run/rw".into()),
+                checks: Checks::Local,
+                abort: true,
             }
         );
+        assert_eq!(parse_checks("0"), Ok(Checks::Off));
+        assert_eq!(parse_checks("FULL"), Ok(Checks::Full));
+        assert_eq!(parse_checks("1"), Ok(Checks::Full));
         assert_eq!(
             parse_timeout("1e9"),
             Ok(Duration::from_secs(MAX_TIMEOUT_SECS))
@@ -354,9 +417,18 @@ mod tests {
             (DEBUG, "INFO"),
             (DEBUG_SUBSYS, "INIT,NET"),
             (SHM, "off"),
+            (CHECK, "yes"),
+            (ABORT, "true"),
         ]);
         let shown: Vec<String> = e.iter().map(|e| e.to_string()).collect();
-        assert_eq!(shown.len(), 4, "{shown:?}");
+        assert_eq!(shown.len(), 6, "{shown:?}");
+        assert!(shown[4].starts_with("RANKWISE_CHECK=yes: expected 0, local, 1 or full"));
+        assert!(shown[5].starts_with("RANKWISE_ABORT=true: expected 0 or 1"));
+        assert_eq!(
+            (s.checks, s.abort),
+            (Checks::Full, false),
+            "the defaults stay"
+        );
         assert!(shown[3].starts_with("RANKWISE_SHM=off: expected 0 or 1"));
         assert!(s.shm, "the default stays");
         assert!(shown[0].starts_with("RANKWISE_TIMEOUT=inf: not finite; expected"));

@@ -22,11 +22,14 @@
 //!   program uses;
 //! - `exports`: the C entry points (with `real`, all of the crate's
 //!   `unsafe`);
-//! - `hooks`: per-communicator state, the checks, the cross-rank agreement
-//!   (rankwise's `core` decides every rule and words every error);
+//! - `hooks`: what happens around each call, in rooms of one job (the
+//!   switches, the allocation registry, the communicator registry, the
+//!   per-call checks and groups, the launch's agreement as a client of
+//!   `rankwise::agreement`); rankwise's `core` decides every rule and words
+//!   every error;
 //! - `side`: the side channel's store, found through the unique id (a
 //!   communicator whose ranks all share one host agrees on its collectives
-//!   through `rankwise::transport::lane` instead, set up through the store).
+//!   through the shared-memory lane instead, set up through the store).
 //!
 //! Environment: `RANKWISE_CHECK=0` forwards every call untouched;
 //! `RANKWISE_CHECK=local` makes each call's own checks (arguments,

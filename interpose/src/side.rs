@@ -136,12 +136,8 @@ pub fn unstamp(id: &mut [u8; 128]) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-/// FNV-1a, 64 bits: communicator ids as rankwise's trace prints them.
-pub fn hash(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
+/// Communicator ids as rankwise's trace prints them (FNV-1a).
+pub use rankwise::core::wire::fnv1a as hash;
 
 #[cfg(test)]
 mod tests {

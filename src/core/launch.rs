@@ -60,8 +60,9 @@ impl Launch {
 }
 
 /// The collective part of one rank's launch as the other ranks see it: what
-/// [`crate::core::agree`] compares. Addresses travel too but are never
-/// compared (each rank's buffers are its own).
+/// [`crate::core::agree`] compares. Addresses are never compared (each
+/// rank's buffers are its own) and travel only where an engine moves data
+/// with them (the local engine's mailbox), not in `core::wire`'s words.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Posted {
     pub op_count: u64,

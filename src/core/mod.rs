@@ -2,8 +2,9 @@
 //! kinds, the call record, buffer sizes and in-place equations, argument
 //! checks, errors and trace formats; and what every engine shares around a
 //! call: a rank's group state and launch counter (`group`), the launch an
-//! engine receives (`launch`), AlltoAllv's lowering to Send/Recv (`lower`)
-//! and the cross-rank agreement comparison with its messages (`agree`).
+//! engine receives (`launch`), AlltoAllv's lowering to Send/Recv (`lower`),
+//! the cross-rank agreement comparison with its messages (`agree`) and the
+//! one wire format of what ranks show each other (`wire`).
 //! No I/O, no threads; every engine, the API faces and the CLI use these
 //! same functions.
 
@@ -21,6 +22,7 @@ pub mod lower;
 pub mod redop;
 pub mod scalar;
 pub mod trace;
+pub mod wire;
 
 pub use call::{Call, RawCall};
 pub use check::{AddressSpace, check_buffers, check_call};

@@ -19,7 +19,7 @@
 //! sits in the slot's first cache line: a two-rank 8-byte AllReduce costs
 //! each rank one line transfer from its peer.
 
-use crate::core::{Call, DataType, Func, Posted, RedOp};
+use crate::core::{Call, Posted, wire};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of send buffer a slot can carry: calls this small go inline. Two
@@ -41,11 +41,11 @@ struct Slot {
     // first line: enough to agree on a call and to use a small payload
     /// launch number + 1 of the post in this slot; 0 before any
     seq: AtomicU64,
-    /// func index | datatype code << 8 | op kind << 16 | op code << 32, or GROUP
+    /// the call in `core::wire`'s words: kinds (or GROUP), count, root and
+    /// op code, PreMulSum's scalar
     head: AtomicU64,
     count: AtomicU64,
     root: AtomicU64,
-    /// PreMulSum's scalar, as bits
     scalar: AtomicU64,
     first: [AtomicU64; FIRST_WORDS],
     // second line onwards
@@ -71,49 +71,11 @@ pub struct Mailbox {
     slots: [Slot; 2],
 }
 
-fn op_parts(op: RedOp) -> (u64, f64) {
-    match op {
-        RedOp::Sum => (0, 0.0),
-        RedOp::Prod => (1, 0.0),
-        RedOp::Max => (2, 0.0),
-        RedOp::Min => (3, 0.0),
-        RedOp::Avg => (4, 0.0),
-        RedOp::PreMulSum(s) => (5, s),
-    }
-}
-
-// Decoding a head word. `post` writes only a real call's fields, so every
+// A slot holds a call in `core::wire`'s four words (kinds, count, root
+// and op code, scalar). `post` writes only a real call's words, so every
 // field has a meaning; a value outside them would mean the slot was not
-// written by `post` (a bug in this module), and guessing a datatype or an op
-// would then move or reduce the wrong bytes. The decoders stop instead.
-
-fn head_func(head: u64) -> Func {
-    let index = (head & 0xFF) as usize;
-    Func::ALL.get(index).copied().unwrap_or_else(|| {
-        unreachable!("mailbox head {head:#x}: op kind index {index} is not one `post` writes")
-    })
-}
-
-fn head_datatype(head: u64) -> DataType {
-    let code = ((head >> 8) & 0xFF) as i32;
-    DataType::from_code(code).unwrap_or_else(|| {
-        unreachable!("mailbox head {head:#x}: datatype code {code} is not one `post` writes")
-    })
-}
-
-fn head_op(head: u64, scalar: impl FnOnce() -> f64) -> RedOp {
-    match (head >> 16) & 0xFF {
-        0 => RedOp::Sum,
-        1 => RedOp::Prod,
-        2 => RedOp::Max,
-        3 => RedOp::Min,
-        4 => RedOp::Avg,
-        5 => RedOp::PreMulSum(scalar()),
-        kind => {
-            unreachable!("mailbox head {head:#x}: reduction kind {kind} is not one `post` writes")
-        }
-    }
-}
+// written by `post` (a bug in this module), and guessing a datatype or an
+// op would then move or reduce the wrong bytes. Decoding stops instead.
 
 impl Mailbox {
     /// Posts launch `seq`: `call` when it is a single call (None: a group,
@@ -125,16 +87,11 @@ impl Mailbox {
         match call {
             None => s.head.store(GROUP, Relaxed),
             Some(c) => {
-                let func = c.func.index() as u64;
-                let (kind, scalar) = op_parts(c.op);
-                let head = func
-                    | (c.datatype.code() as u64) << 8
-                    | kind << 16
-                    | (c.op_code as u32 as u64) << 32;
+                let [head, count, root, scalar] = wire::call_words(c);
                 s.head.store(head, Relaxed);
-                s.count.store(c.count as u64, Relaxed);
-                s.root.store(c.root as u64, Relaxed);
-                s.scalar.store(scalar.to_bits(), Relaxed);
+                s.count.store(count, Relaxed);
+                s.root.store(root, Relaxed);
+                s.scalar.store(scalar, Relaxed);
                 s.sendbuff.store(c.sendbuff as u64, Relaxed);
                 s.recvbuff.store(c.recvbuff as u64, Relaxed);
             }
@@ -167,16 +124,17 @@ impl Mailbox {
         if head == GROUP {
             return false;
         }
-        let call = Call {
-            func: head_func(head),
-            sendbuff: s.sendbuff.load(Relaxed) as usize,
-            recvbuff: s.recvbuff.load(Relaxed) as usize,
-            count: s.count.load(Relaxed) as usize,
-            datatype: head_datatype(head),
-            op: head_op(head, || f64::from_bits(s.scalar.load(Relaxed))),
-            op_code: (head >> 32) as u32 as i32,
-            root: s.root.load(Relaxed) as usize,
-        };
+        let words = [
+            head,
+            s.count.load(Relaxed),
+            s.root.load(Relaxed),
+            s.scalar.load(Relaxed),
+        ];
+        let mut call = wire::read_call(&words).unwrap_or_else(|e| {
+            unreachable!("mailbox head {head:#x}: {e}: not what `post` writes")
+        });
+        call.sendbuff = s.sendbuff.load(Relaxed) as usize;
+        call.recvbuff = s.recvbuff.load(Relaxed) as usize;
         into.calls.clear();
         into.calls.push(call);
         true
@@ -184,16 +142,17 @@ impl Mailbox {
 
     /// What agreement compares of posted single call `seq`, as raw words:
     /// func, datatype, op kind, count, root, scalar (not the op's code,
-    /// which may legitimately differ between ranks). Equal keys mean equal
+    /// which may legitimately differ between ranks, and sits beside the
+    /// root in `core::wire`'s words). Equal keys mean equal
     /// signatures; different keys need the full comparison, which ignores
     /// fields the call does not use (a root, an op).
     pub fn key(&self, seq: u64) -> [u64; 4] {
         use Ordering::Relaxed;
         let s = &self.slots[(seq % 2) as usize];
         [
-            s.head.load(Relaxed) & 0xFFFF_FFFF,
+            s.head.load(Relaxed),
             s.count.load(Relaxed),
-            s.root.load(Relaxed),
+            s.root.load(Relaxed) & 0xFFFF_FFFF,
             s.scalar.load(Relaxed),
         ]
     }
@@ -211,6 +170,7 @@ impl Mailbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::{DataType, Func, RedOp};
 
     #[test]
     fn a_post_reads_back_whole_and_slots_alternate() {
@@ -301,19 +261,19 @@ mod tests {
     /// A head whose datatype byte is no datatype is never read as Int8 (or
     /// as anything): decoding stops and says why.
     #[test]
-    #[should_panic(expected = "datatype code 12 is not one `post` writes")]
+    #[should_panic(expected = "datatype code 12 is no code this build writes")]
     fn an_unknown_datatype_code_is_not_read_as_int8() {
         corrupted(1, 12).load(0, &mut Posted::default());
     }
 
     #[test]
-    #[should_panic(expected = "reduction kind 6 is not one `post` writes")]
+    #[should_panic(expected = "op kind 6 is no code this build writes")]
     fn an_unknown_reduction_kind_is_not_read_as_premulsum() {
         corrupted(2, 6).load(0, &mut Posted::default());
     }
 
     #[test]
-    #[should_panic(expected = "op kind index 10 is not one `post` writes")]
+    #[should_panic(expected = "function index 10 is no code this build writes")]
     fn an_unknown_op_kind_is_not_indexed() {
         corrupted(0, 10).load(0, &mut Posted::default());
     }

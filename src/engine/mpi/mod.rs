@@ -27,9 +27,9 @@ mod ffi;
 mod notice;
 mod ops;
 mod p2p;
-mod wire;
 
-use crate::core::{Call, Error, ErrorKind, Launch, Posted, Result, agree};
+use crate::agreement;
+use crate::core::{Call, Error, ErrorKind, Launch, Posted, Result, agree, wire};
 use crate::engine::host_memory::Registry;
 use crate::engine::{Capabilities, Engine, Memory};
 use crate::transport::lane::{self, Lane};
@@ -366,9 +366,10 @@ impl MpiEngine {
     }
 
     /// Every rank's `mine` (at most [`SLOT_WORDS`], zero-padded to it), in
-    /// rank order, through the communicator's ring: this rank's words
-    /// posted, every rank's read, the wait hearing other ranks' notices
-    /// every 10 ms once it has lasted 2 ms.
+    /// rank order, through the communicator's ring (a round of
+    /// `agreement::lane`): this rank's words posted, every rank's read, the
+    /// wait hearing other ranks' notices every 10 ms once it has lasted
+    /// 2 ms.
     fn ring_words(
         &mut self,
         mine: &[u64],
@@ -380,7 +381,6 @@ impl MpiEngine {
         let Some(ring) = &self.ring else {
             return Err(Error::new(ErrorKind::Internal, "no ring to post on"));
         };
-        ring.post_words(self.rank, seq, mine);
         let deadline = deadline_after(self.timeout);
         let heard = |_: &[usize]| match self.notices.blocking(self.program, self.id, on, what) {
             Ok(None) => None,
@@ -388,7 +388,8 @@ impl MpiEngine {
         };
         let mut all = vec![0u64; self.size * SLOT_WORDS];
         let mut lens = vec![0usize; self.size];
-        match ring.wait_words(seq, deadline, heard, &mut all, &mut lens) {
+        let me = self.rank;
+        match agreement::lane::words(ring, me, seq, mine, deadline, heard, &mut all, &mut lens) {
             // a root's post may be longer than the slot read here (its
             // input to a root-sent call, read later where it lies)
             Ok(()) => match lens.iter().position(|l| *l > POST_BYTES) {
@@ -399,7 +400,6 @@ impl MpiEngine {
                 )),
             },
             Err(stopped) => {
-                ring.withdraw(self.rank, seq);
                 if let Some(e) = stopped.by {
                     return Err(e);
                 }

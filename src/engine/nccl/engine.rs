@@ -1,8 +1,9 @@
 //! One rank's end of an NCCL communicator: the [`Engine`] a [`crate::Comm`]
-//! holds. Before each launch the rank's posts cross the side channel and
-//! are compared ([`crate::core::agree`] for collectives, [`super::posts`]
-//! for Send/Recv pairs), so a mismatched program is an error that names the
-//! ranks, never an NCCL hang. Then the calls go to NCCL as one group on a
+//! holds. Before each launch the ranks agree ([`crate::agreement`]: the
+//! collectives compared, every Send/Recv pair met, and the peers' verdicts
+//! heard, through the side channel or, when every rank is on this host,
+//! the shared-memory lane), so a mismatched program is an error that names
+//! the ranks, never an NCCL hang. Then the calls go to NCCL as one group on a
 //! non-blocking communicator; every wait polls `ncclCommGetAsyncError` and
 //! the stream under the launch's deadline, and a deadline that passes ends
 //! in `ncclCommAbort` and a Timeout error, never in an endless wait.
@@ -11,10 +12,11 @@ use super::cuda::{Device, Stream};
 use super::ffi::{self, IN_PROGRESS, SUCCESS, ncclComm_t, ncclUniqueId};
 use super::library::{self, Nccl};
 use super::memory::{Gpu, Table};
-use super::posts;
-use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp, Result, agree};
+use crate::agreement::{self, Link, Peers, keys, missing::missing_error};
+use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp, Result, wire};
 use crate::engine::{Capabilities, Engine, Memory};
-use crate::transport::store::{Item, Missing, Read, SideChannel, gathered};
+use crate::transport::lane;
+use crate::transport::store::SideChannel;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
@@ -40,12 +42,11 @@ pub struct NcclEngine {
     /// this communicator's name in the side channel
     key: String,
     chan: Arc<dyn SideChannel>,
-    /// each rank's owner id in the side channel: its rank
-    owners: Vec<usize>,
+    /// the agreement with the other ranks, whose owner ids in the side
+    /// channel are their ranks
+    peers: Peers,
     opts: Options,
     comm_id: u64,
-    exchanges: u64,
-    pairs: posts::PairCounts,
     /// PreMulSum ops made on this communicator, by (scalar bits, datatype)
     premul: HashMap<(u64, i32), c_int>,
     failed: Option<Error>,
@@ -53,13 +54,6 @@ pub struct NcclEngine {
     memory: Table<Gpu>,
     stream: Stream,
     device: Rc<Device>,
-}
-
-fn hash(bytes: &[u8]) -> u64 {
-    // FNV-1a
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// The error NCCL reported, with its last-error text.
@@ -152,7 +146,7 @@ impl NcclEngine {
         let dev = Rc::new(Device::open(device)?);
         let deadline = Instant::now() + opts.timeout;
         let key = "c0".to_string();
-        let id_key = format!("{key}/id");
+        let id_key = keys::unique_id(&key);
         let mut id = ncclUniqueId { internal: [0; 128] };
         if rank == 0 {
             // SAFETY: writes one ncclUniqueId through the pointer.
@@ -171,7 +165,7 @@ impl NcclEngine {
             let bytes = match chan.get(&id_key, 0, deadline)? {
                 Ok(b) => b,
                 Err(m) => {
-                    return Err(posts::missing_error(
+                    return Err(missing_error(
                         &[(0, m)],
                         "the ncclUniqueId (ncclCommInitRank)",
                         opts.timeout,
@@ -186,7 +180,7 @@ impl NcclEngine {
                 *d = *s as std::ffi::c_char;
             }
         }
-        let comm_id = hash(&id.internal.iter().map(|c| *c as u8).collect::<Vec<_>>());
+        let comm_id = wire::fnv1a(&id.internal.iter().map(|c| *c as u8).collect::<Vec<_>>());
         let mut config = ffi::config(false);
         let mut comm: ncclComm_t = std::ptr::null_mut();
         // SAFETY: comm and config are valid pointers; id is passed by value.
@@ -205,6 +199,7 @@ impl NcclEngine {
         Self::ready(nccl, comm, deadline, "ncclCommInitRankConfig", opts.timeout)
             .map_err(|e| e.on_rank(rank))?;
         let stream = Stream::new()?;
+        let peers = Self::peers(&chan, &key, rank, size, opts, deadline);
         Ok(NcclEngine {
             nccl,
             comm,
@@ -213,11 +208,9 @@ impl NcclEngine {
             size,
             key,
             chan,
-            owners: (0..size).collect(),
+            peers,
             opts,
             comm_id,
-            exchanges: 0,
-            pairs: posts::PairCounts::new(size),
             premul: HashMap::new(),
             failed: None,
             dups: 0,
@@ -225,6 +218,25 @@ impl NcclEngine {
             stream,
             device: dev,
         })
+    }
+
+    /// The agreement of rank `rank` of `size` on the communicator named
+    /// `key`: on the shared-memory lane when every rank is on this host
+    /// (set up here, a step every rank makes at the same point), else
+    /// through `chan`.
+    fn peers(
+        chan: &Arc<dyn SideChannel>,
+        key: &str,
+        rank: usize,
+        size: usize,
+        opts: Options,
+        deadline: Instant,
+    ) -> Peers {
+        let mut link = Link::new(chan.clone(), key.to_string(), (0..size).collect());
+        if opts.check_agreement {
+            link.join_lane(rank, lane::wanted(), deadline);
+        }
+        Peers::new(rank, size, Some(link))
     }
 
     /// Waits for a freshly made communicator; aborts it at the deadline.
@@ -267,7 +279,7 @@ impl NcclEngine {
             // ranks polling NCCL for this communicator look here
             let _ = self
                 .chan
-                .set(&format!("{}/failed", self.key), e.to_string().as_bytes());
+                .set(&keys::failed(&self.key), e.to_string().as_bytes());
         }
         e
     }
@@ -341,50 +353,6 @@ impl NcclEngine {
         }
     }
 
-    /// Pairs this launch's Sends and Recvs with their peers' through the
-    /// side channel, all in one request; a rank's Sends to itself pair with
-    /// its own Recvs here.
-    fn pair_p2p(&mut self, launch: &Launch) -> Result<()> {
-        let deadline = Instant::now() + self.opts.timeout;
-        let me = self.rank;
-        let sides = self.pairs.number(me, launch)?;
-        if sides.is_empty() {
-            return Ok(());
-        }
-        // the engine's owner ids are the ranks themselves
-        let keyed: Vec<(String, [usize; 2], usize, Vec<u8>)> = sides
-            .iter()
-            .map(|(side, seq)| {
-                let (src, dst, party) = posts::ends(me, side);
-                (
-                    posts::pair_key(&self.key, src, dst, *seq),
-                    [src, dst],
-                    party,
-                    posts::encode_side(side),
-                )
-            })
-            .collect();
-        let items: Vec<Item<'_>> = keyed
-            .iter()
-            .map(|(key, owners, party, value)| Item {
-                key,
-                owners,
-                me: *party,
-                value: Some(value),
-                read: Read::Now,
-            })
-            .collect();
-        let answers = self.chan.exchange(&items, None, deadline)?;
-        for ((side, seq), (party, shares)) in
-            sides.iter().zip(keyed.iter().map(|k| k.2).zip(answers))
-        {
-            let theirs = shares.into_iter().nth(1 - party);
-            let theirs = theirs.unwrap_or(Err(Missing::Timeout));
-            posts::meet(me, side, *seq, theirs, self.opts.timeout)?;
-        }
-        Ok(())
-    }
-
     /// Waits for the launch's work on the stream, polling NCCL's async
     /// error, and (after the first second) whether another rank failed.
     fn wait_stream(&mut self, deadline: Instant, what: &str) -> Result<()> {
@@ -416,7 +384,7 @@ impl NcclEngine {
             }
             if now >= next_look {
                 next_look = now + Duration::from_millis(250);
-                let k = format!("{}/failed", self.key);
+                let k = keys::failed(&self.key);
                 if let Ok(Ok(why)) = self.chan.get(&k, self.rank, now) {
                     self.abort();
                     return Err(Error::new(
@@ -542,30 +510,7 @@ impl Engine for NcclEngine {
     }
 
     fn exchange(&mut self, mine: &Posted) -> Result<Vec<Posted>> {
-        let seq = self.exchanges;
-        self.exchanges += 1;
-        let key = format!("{}/x{seq}", self.key);
-        let value = posts::encode_posted(mine);
-        let item = Item {
-            key: &key,
-            owners: &self.owners,
-            me: self.rank,
-            value: Some(&value),
-            read: Read::Now,
-        };
-        let deadline = Instant::now() + self.opts.timeout;
-        let shares = self.chan.exchange(&[item], None, deadline)?.remove(0);
-        match gathered(shares) {
-            Ok(all) => all.iter().map(|b| posts::decode_posted(b)).collect(),
-            Err(missing) => {
-                let what = mine
-                    .calls
-                    .first()
-                    .map(|c| format!("{} #{}", c.func, mine.op_count))
-                    .unwrap_or_else(|| "a group".into());
-                Err(posts::missing_error(&missing, &what, self.opts.timeout))
-            }
-        }
+        self.peers.exchange(mine, self.opts.timeout)
     }
 
     fn execute(&mut self, launch: &Launch) -> Result<()> {
@@ -586,18 +531,10 @@ impl Engine for NcclEngine {
 
     fn launch(&mut self, launch: &Launch) -> Result<()> {
         if self.opts.check_agreement {
-            let agreed = (|| {
-                // one rank agrees with itself; only its own Send/Recv pairs are checked
-                if !launch.colls.is_empty() && self.size > 1 {
-                    let all = self.exchange(&launch.posted())?;
-                    agree::collectives(&all)?;
-                }
-                if !launch.p2p.is_empty() {
-                    self.pair_p2p(launch)?;
-                }
-                Ok(())
-            })();
-            agreed.map_err(|e| self.fail(e))?;
+            // a single rank agrees with itself: only its own Send/Recv
+            // pairs are checked, and nothing is exchanged
+            let agreed = agreement::agree(&mut [(&mut self.peers, launch)], self.opts.timeout);
+            agreed.map_err(|f| self.fail(f.error))?;
         }
         self.execute(launch)
     }
@@ -644,19 +581,19 @@ impl Engine for NcclEngine {
             "ncclCommSplit",
             self.opts.timeout,
         )?;
+        let key = format!("{}.{}", self.key, self.dups);
+        let peers = Self::peers(&self.chan, &key, self.rank, self.size, self.opts, deadline);
         Ok(Box::new(NcclEngine {
             nccl: self.nccl,
             comm,
             handle: comm as usize,
             rank: self.rank,
             size: self.size,
-            key: format!("{}.{}", self.key, self.dups),
+            key,
             chan: self.chan.clone(),
-            owners: self.owners.clone(),
+            peers,
             opts: self.opts,
-            comm_id: hash(&[self.comm_id.to_le_bytes(), self.dups.to_le_bytes()].concat()),
-            exchanges: 0,
-            pairs: posts::PairCounts::new(self.size),
+            comm_id: wire::fnv1a(&[self.comm_id.to_le_bytes(), self.dups.to_le_bytes()].concat()),
             premul: HashMap::new(),
             failed: None,
             dups: 0,
@@ -673,7 +610,7 @@ impl Engine for NcclEngine {
 
     fn finish(&mut self, error: Option<&Error>) {
         let why = error.map(|e| e.to_string());
-        let _ = self.chan.finish(self.rank, why.as_deref());
+        let _ = self.peers.leave(why.as_deref());
     }
 }
 
@@ -722,11 +659,5 @@ mod tests {
             half::f16::from_f64(0.5).to_le_bytes()
         );
         assert_eq!(scalar_bytes(DataType::Float8e4m3, 1.0).len(), 1);
-    }
-
-    #[test]
-    fn communicator_ids_differ_per_unique_id() {
-        assert_ne!(hash(&[0; 128]), hash(&[1; 128]));
-        assert_eq!(hash(b""), 0xcbf2_9ce4_8422_2325);
     }
 }

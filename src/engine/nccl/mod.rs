@@ -10,8 +10,6 @@
 //!   cudarc's `driver::result`;
 //! - `memory`: device allocations behind [`crate::engine::Memory`], with the
 //!   allocation table the shared checks read;
-//! - `posts`: what ranks show each other through the side channel, and
-//!   Send/Recv pairing;
 //! - `engine`: one rank's communicator ([`NcclEngine`]).
 //!
 //! The launchers make the ranks: one process each (`launch::process`, the
@@ -23,7 +21,6 @@ pub mod engine;
 pub mod ffi;
 pub mod library;
 pub mod memory;
-pub mod posts;
 pub mod raw;
 
 pub use engine::{NcclEngine, Options};

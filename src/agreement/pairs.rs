@@ -1,106 +1,15 @@
-//! What the NCCL engine's ranks show each other through the side channel
-//! before NCCL is called: a launch's collective posts (compared by
-//! [`crate::core::agree`]), and each Send and Recv, paired per (sender,
-//! receiver) in order, the way NCCL pairs them. A pair whose two sides
-//! disagree, or whose other side never comes, is an error on both ranks
-//! instead of an NCCL hang or a truncated message.
-//!
-//! In the side channel ([`crate::transport::store`]) a launch's collectives are
-//! one exchange among all ranks, and each pair one exchange between its
-//! sender (party 0) and receiver (party 1) under [`pair_key`]; the engine
-//! and the interposer post all of a launch's in one request.
+//! Send/Recv pairing, as NCCL pairs them: the k-th Send from s to d meets
+//! the k-th Recv on d from s. Each rank numbers its sides per peer and
+//! direction ([`PairCounts`]); the two ends of a pair swap their [`Side`]
+//! (the call and its launch's opCount) and [`meet`] compares count and
+//! datatype. A pair whose sides disagree, or whose other side never comes,
+//! is an error on both ranks instead of an NCCL hang or a truncated
+//! message. In the store each pair is one exchange between its sender
+//! (party 0) and receiver (party 1), under [`super::keys::pair`].
 
-use crate::core::{Call, DataType, Error, ErrorKind, Func, Launch, Posted, RedOp};
+use crate::core::{Call, Error, ErrorKind, Func, Launch, wire};
 use crate::transport::store::{Missing, Share};
 use std::time::Duration;
-
-/// Words of one encoded call.
-const CALL_WORDS: usize = 9;
-
-fn op_words(op: RedOp) -> (u64, u64) {
-    match op {
-        RedOp::PreMulSum(s) => (5, s.to_bits()),
-        o => (o.builtin_code().unwrap_or(0) as u64, 0),
-    }
-}
-
-fn op_of(kind: u64, bits: u64) -> Option<RedOp> {
-    if kind == 5 {
-        Some(RedOp::PreMulSum(f64::from_bits(bits)))
-    } else {
-        RedOp::from_builtin_code(kind as i32)
-    }
-}
-
-fn put_call(out: &mut Vec<u8>, c: &Call) {
-    let (k, bits) = op_words(c.op);
-    for w in [
-        c.func.index() as u64,
-        c.sendbuff as u64,
-        c.recvbuff as u64,
-        c.count as u64,
-        c.datatype.code() as u64,
-        k,
-        bits,
-        c.op_code as i64 as u64,
-        c.root as u64,
-    ] {
-        out.extend_from_slice(&w.to_le_bytes());
-    }
-}
-
-fn words(b: &[u8]) -> Vec<u64> {
-    b.chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-        .collect()
-}
-
-fn get_call(w: &[u64]) -> Option<Call> {
-    Some(Call {
-        func: *Func::ALL.get(w[0] as usize)?,
-        sendbuff: w[1] as usize,
-        recvbuff: w[2] as usize,
-        count: w[3] as usize,
-        datatype: DataType::from_code(w[4] as i32)?,
-        op: op_of(w[5], w[6])?,
-        op_code: w[7] as i64 as i32,
-        root: w[8] as usize,
-    })
-}
-
-fn garbled(what: &str) -> Error {
-    Error::new(
-        ErrorKind::Internal,
-        format!("the side channel carried a garbled {what}"),
-    )
-}
-
-/// A launch's collective posts as bytes.
-pub fn encode_posted(p: &Posted) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + p.calls.len() * CALL_WORDS * 8);
-    out.extend_from_slice(&p.op_count.to_le_bytes());
-    out.extend_from_slice(&(p.calls.len() as u64).to_le_bytes());
-    for c in &p.calls {
-        put_call(&mut out, c);
-    }
-    out
-}
-
-pub fn decode_posted(b: &[u8]) -> Result<Posted, Error> {
-    let w = words(b);
-    if w.len() < 2 || w.len() != 2 + w[1] as usize * CALL_WORDS {
-        return Err(garbled("post"));
-    }
-    let calls = w[2..]
-        .chunks_exact(CALL_WORDS)
-        .map(get_call)
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| garbled("post"))?;
-    Ok(Posted {
-        op_count: w[0],
-        calls,
-    })
-}
 
 /// One side of a Send/Recv pair: the call and the launch it is in.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,21 +18,14 @@ pub struct Side {
     pub op_count: u64,
 }
 
+/// A side as bytes: a post of its one call.
 pub fn encode_side(s: &Side) -> Vec<u8> {
-    let mut out = s.op_count.to_le_bytes().to_vec();
-    put_call(&mut out, &s.call);
-    out
+    wire::encode_call(s.op_count, &s.call)
 }
 
 pub fn decode_side(b: &[u8]) -> Result<Side, Error> {
-    let w = words(b);
-    if w.len() != 1 + CALL_WORDS {
-        return Err(garbled("Send/Recv"));
-    }
-    Ok(Side {
-        op_count: w[0],
-        call: get_call(&w[1..]).ok_or_else(|| garbled("Send/Recv"))?,
-    })
+    let (op_count, call) = wire::decode_call(b)?;
+    Ok(Side { call, op_count })
 }
 
 /// How many Sends a rank has made to each peer and Recvs from each: the
@@ -186,12 +88,6 @@ pub fn ends(me: usize, side: &Side) -> (usize, usize, usize) {
     } else {
         (side.call.root, me, 1)
     }
-}
-
-/// The exchange of the `seq`-th Send from `src` to `dst` with the `seq`-th
-/// Recv at `dst` from `src`, on the communicator named `scope`.
-pub fn pair_key(scope: &str, src: usize, dst: usize, seq: u64) -> String {
-    format!("{scope}/p{src}>{dst}/{seq}")
 }
 
 /// Rank `me`'s side against what its peer posted for the same pair: the
@@ -269,48 +165,16 @@ pub fn unmatched(side: &Side, seq: u64, m: Missing, timeout: Duration) -> Error 
     )
 }
 
-/// Why a wait for other ranks' posts ended without them, naming each rank:
-/// `rank 3 finished its program without entering AllReduce #4`.
-pub fn missing_error(missing: &[(usize, Missing)], what: &str, timeout: Duration) -> Error {
-    let mut timed_out = Vec::new();
-    let mut parts = Vec::new();
-    let mut kind = ErrorKind::Timeout;
-    for (r, m) in missing {
-        match m {
-            Missing::Timeout => timed_out.push(r.to_string()),
-            Missing::Finished { reason: None } => {
-                if kind == ErrorKind::Timeout {
-                    kind = ErrorKind::Deadlock;
-                }
-                parts.push(format!(
-                    "rank {r} finished its program without entering {what}"
-                ));
-            }
-            Missing::Finished { reason: Some(why) } => {
-                kind = ErrorKind::RemoteError;
-                parts.push(format!("rank {r} failed: {why}"));
-            }
-        }
-    }
-    if !timed_out.is_empty() {
-        let who = if timed_out.len() == 1 {
-            format!("rank {}", timed_out[0])
-        } else {
-            format!("ranks {}", timed_out.join(","))
-        };
-        parts.insert(0, format!("{who} did not enter {what} within {timeout:?}"));
-    }
-    Error::new(kind, parts.join("; "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::{DataType, RedOp};
 
     fn call(func: Func, count: usize, dt: DataType, op: RedOp, root: usize) -> Call {
         Call {
             func,
-            sendbuff: 0x7f00_0000_1000,
+            // buffer addresses are never compared, so they do not travel
+            sendbuff: 0,
             recvbuff: 0,
             count,
             datatype: dt,
@@ -322,37 +186,6 @@ mod tests {
             },
             root,
         }
-    }
-
-    #[test]
-    fn posts_cross_the_channel_intact() {
-        let p = Posted {
-            op_count: 41,
-            calls: vec![
-                call(
-                    Func::AllReduce,
-                    1024,
-                    DataType::Float32,
-                    RedOp::PreMulSum(0.25),
-                    0,
-                ),
-                call(Func::Scatter, 3, DataType::Float8e5m2, RedOp::Sum, 3),
-                call(
-                    Func::Reduce,
-                    usize::MAX >> 4,
-                    DataType::Uint64,
-                    RedOp::Avg,
-                    1,
-                ),
-            ],
-        };
-        assert_eq!(decode_posted(&encode_posted(&p)).unwrap(), p);
-        let empty = Posted::default();
-        assert_eq!(decode_posted(&encode_posted(&empty)).unwrap(), empty);
-        assert!(decode_posted(&[1, 2, 3]).is_err());
-        let mut bad = encode_posted(&p);
-        bad.truncate(bad.len() - 8);
-        assert_eq!(decode_posted(&bad).unwrap_err().kind, ErrorKind::Internal);
     }
 
     #[test]
@@ -430,7 +263,7 @@ mod tests {
         assert!(e.message.contains("rank 0's Send #1 to rank 0"), "{e}");
         let send = &counts.number(0, &p2p(&[(Func::Send, 5, 2)])).unwrap()[0];
         assert_eq!(ends(0, &send.0), (0, 2, 0));
-        assert_eq!(pair_key("c", 0, 2, send.1), "c/p0>2/0");
+        assert_eq!(super::super::keys::pair("c", 0, 2, send.1), "c/p0>2/0");
     }
 
     #[test]
@@ -461,46 +294,6 @@ mod tests {
         assert!(
             e.message
                 .starts_with("Send/Recv mismatch: rank 0's Send #0"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn waits_that_end_without_a_post_say_who_and_why() {
-        let e = missing_error(
-            &[(3, Missing::Timeout)],
-            "AllReduce #4",
-            Duration::from_secs(2),
-        );
-        assert_eq!(e.kind, ErrorKind::Timeout);
-        assert_eq!(e.message, "rank 3 did not enter AllReduce #4 within 2s");
-        let e = missing_error(
-            &[
-                (1, Missing::Timeout),
-                (2, Missing::Timeout),
-                (3, Missing::Finished { reason: None }),
-            ],
-            "Broadcast #0",
-            Duration::from_secs(30),
-        );
-        assert_eq!(e.kind, ErrorKind::Deadlock);
-        assert_eq!(
-            e.message,
-            "ranks 1,2 did not enter Broadcast #0 within 30s; rank 3 finished its program without entering Broadcast #0"
-        );
-        let e = missing_error(
-            &[(
-                0,
-                Missing::Finished {
-                    reason: Some("ncclInvalidArgument on rank 0: x".into()),
-                },
-            )],
-            "AllGather #1",
-            Duration::from_secs(1),
-        );
-        assert_eq!(e.kind, ErrorKind::RemoteError);
-        assert!(
-            e.message.starts_with("rank 0 failed: ncclInvalidArgument"),
             "{e}"
         );
     }

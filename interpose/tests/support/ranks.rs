@@ -1,0 +1,327 @@
+//! The interposer's tests' harness: the libraries (`librankwise_nccl.so`
+//! and the stand-in NCCL), rank processes of the test binary that runs
+//! them, and the NCCL API as a program sees it.
+#![allow(dead_code)]
+
+use crate::support_standin;
+pub use crate::support_sym::sym;
+use std::ffi::{c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------- the libraries
+
+/// `librankwise_nccl.so` beside this test in `target/<profile>/deps` (cargo
+/// builds it there for the tests: the crate is an rlib as well), or in
+/// `target/<profile>` after a `cargo build`.
+pub fn interposer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    for p in [
+        deps.join("librankwise_nccl.so"),
+        deps.parent().unwrap().join("librankwise_nccl.so"),
+    ] {
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "librankwise_nccl.so is not next to {} (cargo build --release -p rankwise-nccl)",
+        exe.display()
+    );
+}
+
+/// The stand-in NCCL, built once per test run with the same rustc.
+pub fn standin() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join(format!("standin-nccl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        support_standin::build(&dir)
+    })
+}
+
+// ---------------------------------------------------------------- running ranks
+
+pub struct Run {
+    pub outputs: Vec<Output>,
+    pub dir: tempfile::TempDir,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn stderr(&self, r: usize) -> String {
+        String::from_utf8_lossy(&self.outputs[r].stderr).into_owned()
+    }
+    pub fn stdout(&self, r: usize) -> String {
+        String::from_utf8_lossy(&self.outputs[r].stdout).into_owned()
+    }
+    /// Every rank exited 0 (its own assertions held).
+    pub fn assert_ok(&self) {
+        for (r, o) in self.outputs.iter().enumerate() {
+            assert!(
+                o.status.success(),
+                "rank {r} failed: {}\nstdout:\n{}\nstderr:\n{}",
+                o.status,
+                self.stdout(r),
+                self.stderr(r)
+            );
+        }
+    }
+    /// The interposer's error lines of rank `r`.
+    pub fn errors(&self, r: usize) -> Vec<String> {
+        self.stderr(r)
+            .lines()
+            .filter(|l| l.starts_with("rankwise: nccl"))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Runs `scenario` on `n` rank processes, the interposer preloaded unless
+/// `preload` is false, with extra environment `env`.
+pub fn run(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let start = Instant::now();
+    let children: Vec<_> = (0..n)
+        .map(|r| {
+            let mut c = Command::new(&exe);
+            c.args([
+                "--exact",
+                "rank_main",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
+            .env("RANKWISE_TEST_RANK", r.to_string())
+            .env("RANKWISE_TEST_NRANKS", n.to_string())
+            .env("RANKWISE_TEST_SCENARIO", scenario)
+            .env("RANKWISE_TEST_DIR", dir.path())
+            .env("RANKWISE_STANDIN_DIR", dir.path())
+            .env("RANKWISE_STANDIN_LIB", standin())
+            .env("RANKWISE_STANDIN_TIMEOUT", "10")
+            .env_remove("RANKWISE_DEBUG")
+            .env_remove("RANKWISE_DEBUG_FILE")
+            .env_remove("RANKWISE_CHECK")
+            .env_remove("RANKWISE_NCCL_LIBRARY")
+            .env("RANKWISE_TIMEOUT", "20");
+            if preload {
+                c.env("LD_PRELOAD", interposer());
+            }
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    Run {
+        outputs,
+        dir,
+        elapsed: start.elapsed(),
+    }
+}
+
+// ---------------------------------------------------------------- the NCCL API, as a program sees it
+
+pub type Res = c_int;
+pub type Comm = *mut c_void;
+pub type Ptr = *mut c_void;
+pub const NULL: Ptr = std::ptr::null_mut();
+pub const INT32: c_int = 2;
+pub const INT64: c_int = 4;
+pub const FLOAT: c_int = 7;
+pub const SUM: c_int = 0;
+pub const MAX: c_int = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueId(pub [u8; 128]);
+
+/// NCCL's functions as the process's global lookup finds them: the
+/// interposer's when it is preloaded, the stand-in's otherwise.
+pub struct Nccl {
+    pub get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> Res,
+    pub init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> Res,
+    pub split: unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, Ptr) -> Res,
+    pub destroy: unsafe extern "C" fn(Comm) -> Res,
+    pub last_error: unsafe extern "C" fn(Comm) -> *const c_char,
+    pub mem_alloc: unsafe extern "C" fn(*mut Ptr, usize) -> Res,
+    pub group_start: unsafe extern "C" fn() -> Res,
+    pub group_end: unsafe extern "C" fn() -> Res,
+    pub all_reduce: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+    pub reduce: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, c_int, Comm, Ptr) -> Res,
+    pub broadcast: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+    pub all_gather: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, Comm, Ptr) -> Res,
+    pub reduce_scatter: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+    pub all_to_all: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, Comm, Ptr) -> Res,
+    pub gather: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+    pub scatter: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+    pub send: unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+    pub recv: unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+}
+
+impl Nccl {
+    pub fn load() -> Nccl {
+        let lib = std::env::var("RANKWISE_STANDIN_LIB").unwrap();
+        let c = std::ffi::CString::new(lib).unwrap();
+        // SAFETY: loading the stand-in, whose initialisers are Rust's std's.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        assert!(!h.is_null(), "dlopen of the stand-in failed");
+        Nccl {
+            get_unique_id: sym("ncclGetUniqueId"),
+            init_rank: sym("ncclCommInitRank"),
+            split: sym("ncclCommSplit"),
+            destroy: sym("ncclCommDestroy"),
+            last_error: sym("ncclGetLastError"),
+            mem_alloc: sym("ncclMemAlloc"),
+            group_start: sym("ncclGroupStart"),
+            group_end: sym("ncclGroupEnd"),
+            all_reduce: sym("ncclAllReduce"),
+            reduce: sym("ncclReduce"),
+            broadcast: sym("ncclBroadcast"),
+            all_gather: sym("ncclAllGather"),
+            reduce_scatter: sym("ncclReduceScatter"),
+            all_to_all: sym("ncclAlltoAll"),
+            gather: sym("ncclGather"),
+            scatter: sym("ncclScatter"),
+            send: sym("ncclSend"),
+            recv: sym("ncclRecv"),
+        }
+    }
+}
+
+/// One rank's view: its communicator and typed host buffers from ncclMemAlloc.
+pub struct Rank {
+    pub nccl: Nccl,
+    pub rank: usize,
+    pub n: usize,
+    pub comm: Comm,
+}
+
+/// A buffer of `len` elements of T from ncclMemAlloc (host memory here).
+pub fn alloc<T: Copy>(nc: &Nccl, len: usize) -> *mut T {
+    let mut p: Ptr = NULL;
+    // SAFETY: an out-pointer and a size.
+    let rc = unsafe { (nc.mem_alloc)(&mut p, len.max(1) * std::mem::size_of::<T>()) };
+    assert_eq!(rc, 0, "ncclMemAlloc");
+    p as *mut T
+}
+
+pub fn fill<T: Copy>(p: *mut T, v: &[T]) {
+    // SAFETY: p holds at least v.len() elements (allocated for them).
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), p, v.len()) }
+}
+
+pub fn read<T: Copy>(p: *const T, len: usize) -> Vec<T> {
+    // SAFETY: p holds len elements the call wrote.
+    unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+}
+
+pub fn vec_of<T: Copy>(nc: &Nccl, v: &[T]) -> *mut T {
+    let p = alloc::<T>(nc, v.len());
+    fill(p, v);
+    p
+}
+
+impl Rank {
+    pub fn start() -> Rank {
+        let var = |k: &str| std::env::var(k).unwrap();
+        let (rank, n): (usize, usize) = (
+            var("RANKWISE_TEST_RANK").parse().unwrap(),
+            var("RANKWISE_TEST_NRANKS").parse().unwrap(),
+        );
+        let dir = PathBuf::from(var("RANKWISE_TEST_DIR"));
+        let nccl = Nccl::load();
+        let idf = dir.join("id");
+        let mut id = UniqueId([0; 128]);
+        if rank == 0 {
+            // SAFETY: an out-pointer to a whole id.
+            assert_eq!(unsafe { (nccl.get_unique_id)(&mut id) }, 0);
+            std::fs::write(dir.join("id.tmp"), id.0).unwrap();
+            std::fs::rename(dir.join("id.tmp"), &idf).unwrap();
+        } else {
+            let t = Instant::now();
+            loop {
+                if let Ok(b) = std::fs::read(&idf) {
+                    id.0.copy_from_slice(&b);
+                    break;
+                }
+                assert!(t.elapsed() < Duration::from_secs(20), "no id from rank 0");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let mut comm: Comm = NULL;
+        // SAFETY: out-pointer, size, id, rank.
+        let rc = unsafe { (nccl.init_rank)(&mut comm, n as c_int, id, rank as c_int) };
+        assert_eq!(rc, 0, "ncclCommInitRank");
+        Rank {
+            nccl,
+            rank,
+            n,
+            comm,
+        }
+    }
+
+    pub fn last_error(&self) -> String {
+        // SAFETY: a live communicator; the answer is a NUL-terminated string.
+        let p = unsafe { (self.nccl.last_error)(self.comm) };
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: as above.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    pub fn all_reduce_i32(&self, v: &[i32]) -> (Res, Vec<i32>) {
+        let s = vec_of(&self.nccl, v);
+        let r = alloc::<i32>(&self.nccl, v.len());
+        // SAFETY: buffers of v.len() int32 each.
+        let rc = unsafe {
+            (self.nccl.all_reduce)(s as Ptr, r as Ptr, v.len(), INT32, SUM, self.comm, NULL)
+        };
+        (rc, read(r, v.len()))
+    }
+}
+
+pub fn expect_eq<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    got: T,
+    want: T,
+) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what}: got {got:?}, expected {want:?}"))
+    }
+}
+
+/// Whether rank 0's ncclUniqueId carries a side channel's address (its
+/// last 64 bytes, zero in NCCL's own ids).
+pub fn id_names_a_side_channel(run: &Run) -> bool {
+    let id = std::fs::read(run.dir.path().join("id")).unwrap();
+    id[64..].iter().any(|b| *b != 0)
+}
+
+/// Every rank's journal, concatenated.
+pub fn journals(dir: &std::path::Path) -> String {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect()
+}

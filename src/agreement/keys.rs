@@ -1,0 +1,51 @@
+//! Every name the agreement gives a value in the store, in one place: what
+//! a communicator's ranks post and read there is found only through these.
+//!
+//! A communicator has a name of its own in the store (`comm`): the NCCL
+//! engine's `c0` (and `c0.1`, … for its duplicates), the checker's hex of
+//! its commId (`…​.s1c0` for a split's child). Under it:
+
+/// The ncclUniqueId rank 0 hands the others (the NCCL engine).
+pub fn unique_id(comm: &str) -> String {
+    format!("{comm}/id")
+}
+
+/// A rank's failure, which ranks waiting on NCCL for this communicator
+/// look for (the NCCL engine).
+pub fn failed(comm: &str) -> String {
+    format!("{comm}/failed")
+}
+
+/// The exchange of the communicator's `seq`-th collective round.
+pub fn collectives(comm: &str, seq: u64) -> String {
+    format!("{comm}/x{seq}")
+}
+
+/// `rank`'s post of lane round `seq` when it is too large for a slot.
+pub fn overflow(comm: &str, seq: u64, rank: usize) -> String {
+    format!("{comm}/x{seq}.r{rank}")
+}
+
+/// The exchange of the `seq`-th Send from `src` to `dst` with the `seq`-th
+/// Recv at `dst` from `src`.
+pub fn pair(comm: &str, src: usize, dst: usize, seq: u64) -> String {
+    format!("{comm}/p{src}>{dst}/{seq}")
+}
+
+/// The verdicts two ranks swap on the launches (`lo` with opCount
+/// `lo_op`, `hi` with `hi_op`; `lo` < `hi`) that paired their Sends and
+/// Recvs.
+pub fn verdict(comm: &str, (lo, lo_op): (usize, u64), (hi, hi_op): (usize, u64)) -> String {
+    format!("{comm}/v{lo}.{lo_op:x}>{hi}.{hi_op:x}")
+}
+
+/// A key nobody sets: a read of it with an immediate deadline says whether
+/// its owner has left.
+pub fn gone(comm: &str) -> String {
+    format!("{comm}/gone")
+}
+
+/// Round `round` of setting up the shared-memory lane.
+pub fn lane_setup(comm: &str, round: u32) -> String {
+    format!("{comm}/ring.{round}")
+}

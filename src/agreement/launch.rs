@@ -1,0 +1,239 @@
+//! The first round of a launch's agreement: its collectives and every one
+//! of its Send/Recv pairs posted in one round, then the collectives
+//! compared by `core::agree` and each pair met ([`super::pairs::meet`]).
+
+use super::missing::{missing_error, whereabouts};
+use super::pairs::{self, Side};
+use super::round::{self, Parties, Posting, Round};
+use super::{Failure, Link, Peers, keys};
+use crate::core::{Call, Error, Launch, Posted, agree, wire};
+use crate::transport::store::{Missing, Share, gathered};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// One communicator's share of a launch in flight.
+struct InFlight {
+    /// its collectives' exchange (first in `postings`), when it has one
+    colls: bool,
+    /// its Sends and Recvs to other ranks with their pair numbers, each
+    /// with its posting after the collectives'
+    sides: Vec<(Side, u64)>,
+    postings: Vec<Posting>,
+    /// `AllReduce (opCount 3)`: where this rank is
+    note: String,
+}
+
+/// What a rank found of its Send/Recv pairs: the first failure (in call
+/// order), and each peer it heard from with the opCount of the peer's
+/// launch (whose verdict it reads, and which reads its own).
+pub struct Pairing {
+    pub verdict: Result<(), Failure>,
+    pub peers: BTreeSet<(usize, u64)>,
+}
+
+impl Peers {
+    /// The number of the next collective round.
+    fn next_round(&mut self) -> u64 {
+        self.rounds += 1;
+        self.rounds - 1
+    }
+}
+
+/// The posting of a round of collectives: every rank a party, on the lane
+/// when there is one.
+fn collectives(link: &Link, me: usize, seq: u64, value: Vec<u8>) -> Posting {
+    Posting {
+        key: keys::collectives(&link.key, seq),
+        parties: Parties::All,
+        party: me,
+        value,
+        lane_round: link.lane.is_some().then_some(seq),
+    }
+}
+
+/// Numbers a launch's Sends and Recvs and makes its postings: its
+/// collectives, then its pairs. Sends to self pair with this rank's own
+/// Recvs from self here, with or without a link.
+fn post(p: &mut Peers, l: &Launch) -> Result<InFlight, Error> {
+    let me = p.me;
+    let sides = p.pairs.number(me, l)?;
+    let mut f = InFlight {
+        colls: false,
+        sides: Vec::new(),
+        postings: Vec::new(),
+        note: String::new(),
+    };
+    if p.link.is_none() {
+        return Ok(f);
+    }
+    if !l.colls.is_empty() && p.nranks > 1 {
+        let seq = p.next_round();
+        let link = p.link.as_ref().expect("checked above");
+        f.colls = true;
+        let value = wire::encode_calls(l.op_count, &l.colls);
+        f.postings.push(collectives(link, me, seq, value));
+    }
+    let link = p.link.as_ref().expect("checked above");
+    for (sd, seq) in &sides {
+        let (src, dst, party) = pairs::ends(me, sd);
+        f.postings.push(Posting {
+            key: keys::pair(&link.key, src, dst, *seq),
+            parties: Parties::Two([link.owner(src), link.owner(dst)]),
+            party,
+            value: pairs::encode_side(sd),
+            lane_round: None,
+        });
+    }
+    f.sides = sides;
+    if !f.postings.is_empty() {
+        f.note = l.describe();
+    }
+    Ok(f)
+}
+
+/// Every rank's post of the collectives from their exchange's shares, or
+/// why some did not come (named with where they were last).
+fn posts_of(
+    link: &Link,
+    shares: Vec<Share>,
+    what: impl FnOnce() -> String,
+    timeout: Duration,
+) -> Result<Vec<Posted>, Failure> {
+    match gathered(shares) {
+        Ok(all) => Ok(all
+            .iter()
+            .map(|b| wire::decode(b))
+            .collect::<Result<Vec<_>, _>>()?),
+        Err(missing) => {
+            let error = missing_error(&missing, &what(), timeout);
+            let late: Vec<usize> = missing
+                .iter()
+                .filter(|(_, m)| *m == Missing::Timeout)
+                .map(|(r, _)| *r)
+                .collect();
+            let detail = (!late.is_empty()).then(|| whereabouts(link, &late));
+            Err(Failure { error, detail })
+        }
+    }
+}
+
+/// `AllReduce #3`, or `a group`: what a wait for collectives names.
+fn what(op_count: u64, calls: &[Call]) -> String {
+    calls
+        .first()
+        .map(|c| format!("{} #{op_count}", c.func))
+        .unwrap_or_else(|| "a group".into())
+}
+
+/// Compares a launch's collectives with every rank's and pairs its Sends
+/// and Recvs with their peers', from the first round's answers.
+fn judge(
+    p: &Peers,
+    l: &Launch,
+    f: &InFlight,
+    shares: Vec<Vec<Share>>,
+    timeout: Duration,
+) -> Result<Pairing, Failure> {
+    let mut pairing = Pairing {
+        verdict: Ok(()),
+        peers: BTreeSet::new(),
+    };
+    let Some(link) = &p.link else {
+        return Ok(pairing);
+    };
+    let mut shares = shares.into_iter();
+    if f.colls {
+        let name = || what(l.op_count, &l.colls);
+        let all = posts_of(link, shares.next().unwrap_or_default(), name, timeout)?;
+        if let Err(error) = agree::collectives(&all) {
+            let detail = Some(agree::sides(&all));
+            return Err(Failure { error, detail });
+        }
+    }
+    for ((sd, seq), posting) in f.sides.iter().zip(&f.postings[usize::from(f.colls)..]) {
+        let peer = sd.call.root;
+        let theirs = shares
+            .next()
+            .and_then(|sh| sh.into_iter().nth(1 - posting.party))
+            .unwrap_or(Err(Missing::Timeout));
+        let late = theirs == Err(Missing::Timeout);
+        if let Ok(b) = &theirs
+            && let Ok(t) = pairs::decode_side(b)
+        {
+            pairing.peers.insert((peer, t.op_count));
+        }
+        if pairing.verdict.is_ok()
+            && let Err(error) = pairs::meet(p.me, sd, *seq, theirs, timeout)
+        {
+            let detail = late.then(|| whereabouts(link, &[peer]));
+            pairing.verdict = Err(Failure { error, detail });
+        }
+    }
+    Ok(pairing)
+}
+
+/// The first round on every communicator of a launch: each one's
+/// pairing (None where nothing was exchanged), or the first failure of
+/// its collectives.
+pub fn first_round(
+    launches: &mut [(&mut Peers, &Launch)],
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Vec<Option<Pairing>>, Failure> {
+    let mut flights = Vec::with_capacity(launches.len());
+    for (p, l) in launches.iter_mut() {
+        flights.push(post(p, l)?);
+    }
+    let answers = {
+        let rounds: Vec<Round<'_>> = launches
+            .iter()
+            .zip(&flights)
+            .filter_map(|((p, _), f)| {
+                let link = p.link.as_ref()?;
+                (!f.postings.is_empty()).then(|| Round {
+                    link,
+                    me: p.me,
+                    postings: &f.postings,
+                    reads: true,
+                    note: Some(f.note.as_bytes()),
+                })
+            })
+            .collect();
+        round::exchange(&rounds, deadline)?
+    };
+    let mut answers = answers.into_iter();
+    let mut pairings = Vec::with_capacity(launches.len());
+    for ((p, l), f) in launches.iter().zip(&flights) {
+        pairings.push(if p.link.is_none() || f.postings.is_empty() {
+            None
+        } else {
+            let shares = answers.next().unwrap_or_default();
+            Some(judge(p, l, f, shares, timeout)?)
+        });
+    }
+    Ok(pairings)
+}
+
+/// [`Peers::exchange`]: one round of collectives, every rank's post back.
+pub fn exchange(p: &mut Peers, mine: &Posted, timeout: Duration) -> Result<Vec<Posted>, Failure> {
+    if p.link.is_none() || p.nranks < 2 {
+        return Ok(vec![mine.clone()]);
+    }
+    let deadline = Instant::now() + timeout;
+    let seq = p.next_round();
+    let link = p.link.as_ref().expect("checked above");
+    let postings = [collectives(link, p.me, seq, wire::encode(mine))];
+    let name = what(mine.op_count, &mine.calls);
+    let round = Round {
+        link,
+        me: p.me,
+        postings: &postings,
+        reads: true,
+        note: Some(name.as_bytes()),
+    };
+    let shares = round::exchange(&[round], deadline)?
+        .pop()
+        .and_then(|mut r| r.pop())
+        .unwrap_or_default();
+    posts_of(link, shares, || name.clone(), timeout)
+}

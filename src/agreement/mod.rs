@@ -1,0 +1,184 @@
+//! How the ranks of a communicator agree on a launch before any data
+//! moves, over the transports: what each rank posts, in which rounds,
+//! through which channel, and what a rank concludes from what came back.
+//! Comparing posts and wording a mismatch is `core::agree`'s; moving bytes
+//! is `transport`'s; this floor is everything in between, written once for
+//! the NCCL engine and the checker (`librankwise_nccl.so`), and, for its
+//! lane rounds, the mpi engine.
+//!
+//! A launch (one call, or the calls of a group) makes at most two rounds
+//! per communicator ([`agree`]):
+//!
+//! 1. **Posts and pairs.** The launch's collectives are one exchange among
+//!    all ranks (on the shared-memory lane when the communicator has one,
+//!    else in the store); each of its Sends and Recvs to another rank is an
+//!    exchange with that peer in the store ([`pairs`]). Everything this
+//!    rank has for the store goes in one request. Then `core::agree`
+//!    compares the collectives and [`pairs::meet`] each pair.
+//! 2. **Verdicts**, only for launches with Sends or Recvs: each rank tells
+//!    every peer it heard from what it found, and a rank whose own pairs
+//!    matched reads its peers' findings, so a pair that failed between two
+//!    other ranks stops this one too.
+//!
+//! A rank that does not come is a Timeout naming where it was last; a rank
+//! that left (its owner finished in the store) ends the wait at once
+//! ([`missing`]). Calls on several communicators in one group post on every
+//! one before reading any, so ranks that list them in different orders do
+//! not wait on each other.
+//!
+//! Rooms: [`keys`] names every value in the store; `round` makes one round
+//! of exchanges on any number of communicators; [`lane`] is the
+//! shared-memory path (set-up through the store, posting, waiting, taking a
+//! post back); `launch` the first round of a launch, `verdicts` the second;
+//! [`pairs`] pairs Sends with Recvs; [`missing`] words a wait that ended
+//! without a post. Every wait of the agreement is in `round` and [`lane`].
+
+pub mod keys;
+pub mod lane;
+mod launch;
+pub mod missing;
+pub mod pairs;
+mod round;
+mod verdicts;
+
+#[cfg(test)]
+mod tests;
+
+use crate::core::{Error, Launch, Posted, Result};
+use crate::transport::lane::Lane;
+use crate::transport::store::SideChannel;
+use pairs::PairCounts;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A communicator's channel to its peers, as one rank holds it.
+pub struct Link {
+    /// The side channel: the store, in this process or over TCP.
+    pub chan: Arc<dyn SideChannel>,
+    /// The communicator's name in the store ([`keys`]).
+    pub key: String,
+    /// Each rank's owner id in the store, in rank order: the store marks
+    /// owners finished, and a wait for a rank that finished ends at once.
+    pub owners: Vec<usize>,
+    /// The lane through shared memory, when every rank is on this host: a
+    /// launch's collectives agree there instead of in the store.
+    pub lane: Option<Lane>,
+}
+
+impl Link {
+    pub fn new(chan: Arc<dyn SideChannel>, key: String, owners: Vec<usize>) -> Link {
+        Link {
+            chan,
+            key,
+            owners,
+            lane: None,
+        }
+    }
+
+    /// Sets up the lane when every rank of the communicator can map it
+    /// ([`lane::join`]). Every rank must call it at the same point, after
+    /// no launch or after the same ones.
+    pub fn join_lane(&mut self, me: usize, wanted: bool, deadline: Instant) {
+        self.lane = lane::join(
+            &crate::transport::lane::segment_dir(),
+            &*self.chan,
+            &self.key,
+            me,
+            &self.owners,
+            wanted,
+            deadline,
+        );
+    }
+
+    /// Rank `rank`'s owner id in the store.
+    pub fn owner(&self, rank: usize) -> usize {
+        self.owners[rank]
+    }
+}
+
+/// One rank of a communicator as the agreement sees it: its channel to
+/// the others (None: only what this rank can check alone, its Sends to
+/// itself against its Recvs from itself), and how its rounds and pairs
+/// are numbered so far.
+pub struct Peers {
+    me: usize,
+    nranks: usize,
+    link: Option<Link>,
+    /// collective rounds made: round k is the lane's round k and the
+    /// store's exchange [`keys::collectives`] k, alike on every rank
+    rounds: u64,
+    pairs: PairCounts,
+}
+
+impl Peers {
+    pub fn new(me: usize, nranks: usize, link: Option<Link>) -> Peers {
+        Peers {
+            me,
+            nranks,
+            link,
+            rounds: 0,
+            pairs: PairCounts::new(nranks),
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.me
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    pub fn link(&self) -> Option<&Link> {
+        self.link.as_ref()
+    }
+
+    /// Collective rounds made so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// This rank leaves (its program ended, or it failed with `why`): ranks
+    /// waiting for its posts stop waiting and say so.
+    pub fn leave(&self, why: Option<&str>) -> Result<()> {
+        match &self.link {
+            Some(l) => l.chan.finish(l.owner(self.me), why),
+            None => Ok(()),
+        }
+    }
+
+    /// Every rank's post of a round of collectives, in rank order: this
+    /// rank's `mine` shown to the others (the first round of [`agree`]
+    /// without the comparison). A rank without a link has only its own.
+    pub fn exchange(&mut self, mine: &Posted, timeout: Duration) -> Result<Vec<Posted>> {
+        launch::exchange(self, mine, timeout).map_err(|f| f.error)
+    }
+}
+
+/// Why a launch did not agree: the error every rank returns, and for the
+/// checker's error line, what else is known (both sides of a mismatch in
+/// full, or where a missing rank was last).
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub error: Error,
+    pub detail: Option<String>,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure {
+            error,
+            detail: None,
+        }
+    }
+}
+
+/// The cross-rank agreement of one launch per communicator (see the
+/// module doc), each wait bounded by `timeout`: Ok when every rank posted
+/// the same collectives and every pair matched, on this rank and, for
+/// launches with Sends or Recvs, on every peer it paired with.
+pub fn agree(launches: &mut [(&mut Peers, &Launch)], timeout: Duration) -> Result<(), Failure> {
+    let deadline = Instant::now() + timeout;
+    let pairings = launch::first_round(launches, deadline, timeout)?;
+    verdicts::second_round(launches, &pairings, deadline, timeout)
+}
