@@ -33,6 +33,7 @@
 //! what they share: the [`SideChannel`] every engine and the interposer talk
 //! to, and the shapes of its answers.
 
+mod auth;
 mod client;
 mod codec;
 mod server;
@@ -40,6 +41,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub use auth::Key;
 pub use client::Client;
 pub use server::Hub;
 pub use state::Store;
