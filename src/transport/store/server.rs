@@ -1,171 +1,714 @@
-//! The store served over TCP: one thread accepts, one thread serves each
-//! connection, answering its requests in order until it closes.
+//! The store served over TCP by one thread: an event loop (mio) over
+//! non-blocking sockets, whatever the number of connections.
+//!
+//! A connection is first a handshake ([`super::auth`]): the hello goes out
+//! at once, a client that does not prove the job's key within
+//! [`HANDSHAKE_TIME`] (or proves another) is closed with nothing kept, and
+//! when [`MAX_HANDSHAKES`] are under way the oldest gives way to the newest,
+//! so strangers that open connections and say nothing cannot lock the
+//! job's ranks out. A proven connection is bound to the owner it proved:
+//! FINISH marks that owner only, an exchange item's party must be it, its
+//! notes are kept under it.
+//!
+//! Then requests, one at a time per connection: the next is not read
+//! before the answer to the last is written out. A request the state can
+//! answer is answered at once; a GET or EXCHANGE that must wait is parked
+//! in the state under its keys and answered when a post or a finish wakes
+//! it, or when its deadline passes. Answers are built under the store's
+//! lock and written by the loop after it is released: a client that does
+//! not read its answer holds up nobody, and is closed once it has read
+//! nothing for [`WRITE_STALL`]. Peer bytes are decoded by [`super::codec`]'s
+//! pure functions, bounded; nothing a peer sends can panic the loop.
 
-use super::Item;
-use super::codec::*;
+use super::auth::{self, Key};
+use super::codec::{self, HEAD, MAX_ANSWER, MAX_FRAME, Request};
 use super::state::Store;
 use crate::core::{Error, ErrorKind, Result};
-use std::io::{BufReader, BufWriter, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::cell::Cell;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io::{ErrorKind as Io, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+/// Connections at once, handshakes included; more are closed at accept.
+pub(super) const MAX_CONNECTIONS: usize = 4096;
+/// Handshakes under way at once; a new one closes the oldest beyond.
+pub(super) const MAX_HANDSHAKES: usize = 256;
+/// How long a new connection has to prove the key.
+pub(super) const HANDSHAKE_TIME: Duration = Duration::from_secs(5);
+/// How long a client may leave its answer unread before it is closed.
+pub(super) const WRITE_STALL: Duration = Duration::from_secs(30);
+/// Bytes read from a socket at a time.
+const CHUNK: usize = 64 << 10;
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+
+thread_local! {
+    /// This thread is a hub's event loop: changes it makes to its store
+    /// need no waking, it looks at its parked requests after each turn.
+    static IN_LOOP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is a hub's event loop.
+pub(super) fn in_loop() -> bool {
+    IN_LOOP.with(Cell::get)
+}
+
+/// What a hub has seen, for its owner and for tests.
+#[derive(Default)]
+struct Counts {
+    /// connections that proved the key and are open now
+    open: AtomicUsize,
+    /// connections closed before or at the handshake: wrong key, too slow,
+    /// beyond the bounds
+    refused: AtomicUsize,
+}
 
 /// The store served over TCP (127.0.0.1 unless [`Hub::start_on`] says
-/// otherwise), one thread per connection. It lives as long as the process
-/// that started it (the launcher's parent, or the interposed process that
-/// made a communicator's ncclUniqueId).
+/// otherwise) to the holders of its key, by one thread. It serves until
+/// dropped (the interposer's hubs live as long as their process).
 pub struct Hub {
     addr: SocketAddr,
     store: Arc<Store>,
-    /// connections being served now
-    open: Arc<std::sync::atomic::AtomicUsize>,
+    counts: Arc<Counts>,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn system(what: &str, e: std::io::Error) -> Error {
+    Error::new(ErrorKind::System, format!("{what}: {e}"))
 }
 
 impl Hub {
-    /// Listens on an ephemeral port of 127.0.0.1.
-    pub fn start() -> Result<Hub> {
-        Hub::start_on(std::net::Ipv4Addr::LOCALHOST.into())
+    /// Listens on an ephemeral port of 127.0.0.1, for holders of `key`.
+    pub fn start(key: Key) -> Result<Hub> {
+        Hub::start_on(Ipv4Addr::LOCALHOST.into(), key)
     }
 
     /// Listens on an ephemeral port of `ip` (the interposer serves ranks on
-    /// other hosts from the address NCCL's own bootstrap listens on).
-    pub fn start_on(ip: std::net::IpAddr) -> Result<Hub> {
-        let listener = TcpListener::bind((ip, 0)).map_err(|e| {
-            Error::new(
-                ErrorKind::System,
-                format!("cannot listen on {ip} for the ranks' side channel: {e}"),
+    /// other hosts from the address NCCL's own bootstrap listens on), for
+    /// holders of `key`.
+    pub fn start_on(ip: IpAddr, key: Key) -> Result<Hub> {
+        let std_listener = std::net::TcpListener::bind((ip, 0)).map_err(|e| {
+            system(
+                &format!("cannot listen on {ip} for the ranks' side channel"),
+                e,
             )
         })?;
-        let addr = listener
+        let addr = std_listener
             .local_addr()
-            .map_err(|e| Error::new(ErrorKind::System, format!("side channel address: {e}")))?;
+            .map_err(|e| system("side channel address", e))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|e| system("side channel listener", e))?;
+        let mut listener = TcpListener::from_std(std_listener);
+        let poll = Poll::new().map_err(|e| system("side channel event loop", e))?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| system("side channel event loop", e))?;
+        let waker = Arc::new(
+            Waker::new(poll.registry(), WAKER).map_err(|e| system("side channel waker", e))?,
+        );
         let store = Store::new();
-        let served = store.clone();
-        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = open.clone();
-        std::thread::Builder::new()
+        let counts = Arc::new(Counts::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut server = Server {
+            poll,
+            listener,
+            key,
+            store: store.clone(),
+            counts: counts.clone(),
+            conns: HashMap::new(),
+            next: 2,
+            handshakes: VecDeque::new(),
+            shaking: 0,
+            timers: BTreeSet::new(),
+            accept_again: None,
+            scratch: vec![0; CHUNK],
+        };
+        let (stopped, attached) = (stop.clone(), waker.clone());
+        let thread = std::thread::Builder::new()
             .name("rankwise-hub".into())
             .spawn(move || {
-                use std::sync::atomic::Ordering::SeqCst;
-                for conn in listener.incoming() {
-                    let Ok(conn) = conn else { continue };
-                    let store = served.clone();
-                    let open = counted.clone();
-                    open.fetch_add(1, SeqCst);
-                    // a connection that cannot get a thread is dropped: its rank
-                    // sees the closed connection as an error
-                    let gone = open.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("rankwise-hub-conn".into())
-                        .spawn(move || {
-                            serve(conn, &store);
-                            gone.fetch_sub(1, SeqCst);
-                        });
-                    if spawned.is_err() {
-                        open.fetch_sub(1, SeqCst);
-                    }
-                }
+                IN_LOOP.with(|c| c.set(true));
+                server.store.attach(attached);
+                server.run(&stopped);
             })
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::System,
-                    format!("cannot start the side channel's thread: {e}"),
-                )
-            })?;
-        Ok(Hub { addr, store, open })
+            .map_err(|e| system("cannot start the side channel's thread", e))?;
+        Ok(Hub {
+            addr,
+            store,
+            counts,
+            stop,
+            waker,
+            thread: Some(thread),
+        })
     }
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
-    /// Connections being served now: a process that serves ranks of other
-    /// processes waits for this to reach 0 before it exits.
+    /// Connections that proved the key and are open now: a process that
+    /// serves ranks of other processes waits for this to reach 0 before it
+    /// exits.
     pub fn open_connections(&self) -> usize {
-        self.open.load(std::sync::atomic::Ordering::SeqCst)
+        self.counts.open.load(SeqCst)
+    }
+    /// Connections closed before or at the handshake so far.
+    pub fn refused_connections(&self) -> usize {
+        self.counts.refused.load(SeqCst)
     }
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
 }
 
-/// Answers one connection's requests until it closes.
-fn serve(conn: TcpStream, store: &Store) {
-    let _ = conn.set_nodelay(true);
-    let Ok(read_half) = conn.try_clone() else {
-        return;
-    };
-    let mut r = BufReader::new(read_half);
-    let mut w = BufWriter::new(conn);
-    let answer =
-        |r: &mut BufReader<TcpStream>, w: &mut BufWriter<TcpStream>| -> std::io::Result<()> {
-            match get_u8(r)? {
-                SET => {
-                    let key = get_string(r)?;
-                    let value = get_bytes(r)?;
-                    store.set_value(&key, &value);
-                    w.write_all(&[OK])?;
-                }
-                GET => {
-                    let key = get_string(r)?;
-                    let owner = get_u32(r)? as usize;
-                    let deadline = deadline_in(get_u64(r)?);
-                    put_share(w, &store.wait(&key, owner, deadline))?;
-                }
-                FINISH => {
-                    let rank = get_u32(r)? as usize;
-                    let failed = get_u8(r)? != 0;
-                    let reason = get_string(r)?;
-                    store.mark_finished(rank, failed.then_some(reason.as_str()));
-                    w.write_all(&[OK])?;
-                }
-                EXCHANGE => {
-                    let deadline = deadline_in(get_u64(r)?);
-                    let note = match get_u8(r)? {
-                        0 => None,
-                        _ => Some((get_u32(r)? as usize, get_bytes(r)?)),
-                    };
-                    let n = get_count(r)?;
-                    let owned = (0..n)
-                        .map(|_| get_item(r))
-                        .collect::<std::io::Result<Vec<_>>>()?;
-                    let items: Vec<Item<'_>> = owned
-                        .iter()
-                        .map(|o| Item {
-                            key: &o.key,
-                            owners: &o.owners,
-                            me: o.me,
-                            value: o.value.as_deref(),
-                            read: o.read,
-                        })
-                        .collect();
-                    let note = note.as_ref().map(|(o, b)| (*o, b.as_slice()));
-                    match store.run_exchange(&items, note, deadline) {
-                        Ok(answers) => {
-                            w.write_all(&[OK])?;
-                            for shares in &answers {
-                                put_u32(w, shares.len())?;
-                                for s in shares {
-                                    put_share(w, s)?;
-                                }
-                            }
-                        }
-                        Err(why) => {
-                            w.write_all(&[ERROR])?;
-                            put_bytes(w, why.as_bytes())?;
-                        }
-                    }
-                }
-                LAST_NOTE => {
-                    let owner = get_u32(r)? as usize;
-                    match store.note_of(owner) {
-                        Some(b) => {
-                            w.write_all(&[VALUE])?;
-                            put_bytes(w, &b)?;
-                        }
-                        None => w.write_all(&[NONE])?,
-                    }
-                }
-                op => return Err(std::io::Error::other(format!("unknown request {op}"))),
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.stop.store(true, SeqCst);
+        let _ = self.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where a connection is.
+enum Phase {
+    /// Waiting for the client's proof; the nonce the hello carried.
+    Handshake { nonce: [u8; auth::NONCE] },
+    /// Proven: every request speaks for this owner.
+    Ready { owner: usize },
+}
+
+/// A GET or EXCHANGE waiting for its keys.
+struct Waiting {
+    request: Request,
+    deadline: Instant,
+}
+
+impl Waiting {
+    fn keys(&self) -> Vec<&str> {
+        match &self.request {
+            Request::Get { key, .. } => vec![key.as_str()],
+            Request::Exchange { items, .. } => items
+                .iter()
+                .filter(|i| i.read == super::Read::Now)
+                .map(|i| i.key.as_str())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    phase: Phase,
+    /// bytes read and not yet taken: at most one message and one chunk
+    input: Vec<u8>,
+    /// the answer being written, and how much of it is out
+    output: Vec<u8>,
+    sent: usize,
+    waiting: Option<Waiting>,
+    /// the connection's one timer: its handshake's end, its wait's
+    /// deadline, or how long its unread answer may sit
+    timer: Option<Instant>,
+}
+
+/// What a connection's turn ends in.
+enum Turn {
+    Keep,
+    Close,
+}
+
+struct Server {
+    poll: Poll,
+    listener: TcpListener,
+    key: Key,
+    store: Arc<Store>,
+    counts: Arc<Counts>,
+    conns: HashMap<usize, Conn>,
+    /// tokens are never reused, so a stale one in the state's index is
+    /// only a needless look
+    next: usize,
+    /// connections in their handshake, oldest first (some may be past it),
+    /// and how many are in it
+    handshakes: VecDeque<usize>,
+    shaking: usize,
+    timers: BTreeSet<(Instant, usize)>,
+    /// accepting failed for want of descriptors: try again then
+    accept_again: Option<Instant>,
+    scratch: Vec<u8>,
+}
+
+impl Server {
+    fn run(&mut self, stop: &AtomicBool) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let now = Instant::now();
+            let next = self.timers.first().map(|(t, _)| *t);
+            let next = match (next, self.accept_again) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout = next.map(|t| t.saturating_duration_since(now));
+            if let Err(e) = self.poll.poll(&mut events, timeout)
+                && e.kind() != Io::Interrupted
+            {
+                // nothing to serve with: the ranks see their connections
+                // close and say so
+                return;
             }
-            w.flush()
+            if stop.load(SeqCst) {
+                return;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept_all(),
+                    WAKER => {}
+                    Token(t) if ev.is_error() => self.close(t),
+                    Token(t) => self.turn(t),
+                }
+            }
+            if self.accept_again.is_some_and(|t| t <= Instant::now()) {
+                self.accept_again = None;
+                self.accept_all();
+            }
+            self.wake_ready();
+            self.expire(Instant::now());
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.admit(stream),
+                Err(e) if e.kind() == Io::WouldBlock => return,
+                Err(e) if e.kind() == Io::Interrupted => {}
+                Err(_) => {
+                    // out of descriptors (or memory): the connection waits
+                    // in the backlog; try again shortly
+                    self.accept_again = Some(Instant::now() + Duration::from_millis(50));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A new connection: refused beyond the bounds, else sent the hello.
+    fn admit(&mut self, mut stream: TcpStream) {
+        if self.conns.len() >= MAX_CONNECTIONS {
+            self.counts.refused.fetch_add(1, SeqCst);
+            return;
+        }
+        while self
+            .handshakes
+            .front()
+            .is_some_and(|t| !self.in_handshake(*t))
+        {
+            self.handshakes.pop_front();
+        }
+        while self.shaking >= MAX_HANDSHAKES {
+            let Some(oldest) = self.handshakes.pop_front() else {
+                break;
+            };
+            if self.in_handshake(oldest) {
+                self.counts.refused.fetch_add(1, SeqCst);
+                self.close(oldest);
+            }
+        }
+        let mut nonce = [0u8; auth::NONCE];
+        if auth::fill_random(&mut nonce).is_err() {
+            self.counts.refused.fetch_add(1, SeqCst);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive());
+        let t = self.next;
+        self.next += 1;
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if self
+            .poll
+            .registry()
+            .register(&mut stream, Token(t), interest)
+            .is_err()
+        {
+            self.counts.refused.fetch_add(1, SeqCst);
+            return;
+        }
+        let deadline = Instant::now() + HANDSHAKE_TIME;
+        self.conns.insert(
+            t,
+            Conn {
+                stream,
+                phase: Phase::Handshake { nonce },
+                input: Vec::new(),
+                output: auth::hello(&nonce).to_vec(),
+                sent: 0,
+                waiting: None,
+                timer: Some(deadline),
+            },
+        );
+        self.timers.insert((deadline, t));
+        self.handshakes.push_back(t);
+        self.shaking += 1;
+        self.turn(t);
+    }
+
+    fn in_handshake(&self, t: usize) -> bool {
+        self.conns
+            .get(&t)
+            .is_some_and(|c| matches!(c.phase, Phase::Handshake { .. }))
+    }
+
+    fn set_timer(&mut self, t: usize, when: Option<Instant>) {
+        let Some(c) = self.conns.get_mut(&t) else {
+            return;
         };
-    while answer(&mut r, &mut w).is_ok() {}
+        if c.timer == when {
+            return;
+        }
+        if let Some(old) = c.timer.take() {
+            self.timers.remove(&(old, t));
+        }
+        if let Some(w) = when {
+            self.timers.insert((w, t));
+        }
+        c.timer = when;
+    }
+
+    fn close(&mut self, t: usize) {
+        let Some(mut c) = self.conns.remove(&t) else {
+            return;
+        };
+        if let Some(old) = c.timer {
+            self.timers.remove(&(old, t));
+        }
+        if let Some(w) = &c.waiting {
+            self.store.with(|s| s.unpark(t, &w.keys()));
+        }
+        match c.phase {
+            Phase::Ready { .. } => {
+                self.counts.open.fetch_sub(1, SeqCst);
+            }
+            Phase::Handshake { .. } => self.shaking -= 1,
+        }
+        let _ = self.poll.registry().deregister(&mut c.stream);
+    }
+
+    /// Serves connection `t` as far as it can go now.
+    fn turn(&mut self, t: usize) {
+        if let Turn::Close = self.step(t) {
+            self.close(t);
+        }
+    }
+
+    fn step(&mut self, t: usize) -> Turn {
+        // reads stop once a read comes back short: the socket was empty
+        // then, and epoll (edge-triggered) reports any byte that comes later
+        let mut drained = false;
+        loop {
+            let Some(c) = self.conns.get_mut(&t) else {
+                return Turn::Keep;
+            };
+            if c.sent < c.output.len() {
+                match c.stream.write(&c.output[c.sent..]) {
+                    Ok(0) => return Turn::Close,
+                    Ok(n) => {
+                        c.sent += n;
+                        if matches!(c.phase, Phase::Ready { .. }) {
+                            self.set_timer(t, None);
+                        }
+                    }
+                    Err(e) if e.kind() == Io::WouldBlock => {
+                        if matches!(c.phase, Phase::Ready { .. }) && c.timer.is_none() {
+                            self.set_timer(t, Some(Instant::now() + WRITE_STALL));
+                        }
+                        return Turn::Keep;
+                    }
+                    Err(e) if e.kind() == Io::Interrupted => {}
+                    Err(_) => return Turn::Close,
+                }
+                continue;
+            }
+            if !c.output.is_empty() {
+                c.output.clear();
+                c.sent = 0;
+                if c.output.capacity() > CHUNK {
+                    c.output.shrink_to(CHUNK);
+                }
+            }
+            if c.waiting.is_some() {
+                return Turn::Keep;
+            }
+            match self.take_message(t) {
+                Some(Ok(())) => continue,
+                Some(Err(())) => return Turn::Close,
+                None => {}
+            }
+            if drained {
+                return Turn::Keep;
+            }
+            let c = self.conns.get_mut(&t).expect("looked up above");
+            match c.stream.read(&mut self.scratch) {
+                Ok(0) => return Turn::Close,
+                Ok(n) => {
+                    c.input.extend_from_slice(&self.scratch[..n]);
+                    drained = n < self.scratch.len();
+                }
+                Err(e) if e.kind() == Io::WouldBlock => return Turn::Keep,
+                Err(e) if e.kind() == Io::Interrupted => {}
+                Err(_) => return Turn::Close,
+            }
+        }
+    }
+
+    /// Takes one whole message off `t`'s input and acts on it: Some(Ok)
+    /// when it did, Some(Err) when the connection must close, None when
+    /// no whole message is there yet.
+    fn take_message(&mut self, t: usize) -> Option<std::result::Result<(), ()>> {
+        let c = self.conns.get_mut(&t)?;
+        match c.phase {
+            Phase::Handshake { nonce } => {
+                let proof: &[u8; auth::PROOF_LEN] =
+                    c.input.get(..auth::PROOF_LEN)?.try_into().ok()?;
+                let Some((owner, client_nonce)) = auth::check_proof(&self.key, &nonce, proof)
+                else {
+                    self.counts.refused.fetch_add(1, SeqCst);
+                    return Some(Err(()));
+                };
+                c.input.drain(..auth::PROOF_LEN);
+                c.output = auth::accept(&self.key, &nonce, &client_nonce, owner).to_vec();
+                c.sent = 0;
+                c.phase = Phase::Ready {
+                    owner: owner as usize,
+                };
+                self.counts.open.fetch_add(1, SeqCst);
+                self.shaking -= 1;
+                self.set_timer(t, None);
+                Some(Ok(()))
+            }
+            Phase::Ready { owner } => {
+                let len = match codec::frame_len(c.input.get(..HEAD)?, MAX_FRAME) {
+                    Ok(n) => n,
+                    // a frame the store will not read cannot be skipped
+                    Err(_) => return Some(Err(())),
+                };
+                let body = c.input.get(HEAD..HEAD + len)?;
+                let decoded = codec::decode_request(body);
+                c.input.drain(..HEAD + len);
+                if c.input.capacity() > 2 * CHUNK && c.input.len() <= CHUNK {
+                    c.input.shrink_to(CHUNK);
+                }
+                match decoded {
+                    Ok(request) => self.serve(t, owner, request),
+                    Err(why) => self.answer(t, |out| codec::put_error(out, &why)),
+                }
+                Some(Ok(()))
+            }
+        }
+    }
+
+    /// Writes an answer into `t`'s output (the loop sends it).
+    fn answer(&mut self, t: usize, put: impl FnOnce(&mut Vec<u8>)) {
+        if let Some(c) = self.conns.get_mut(&t) {
+            codec::begin(&mut c.output);
+            put(&mut c.output);
+            if let Err(why) = codec::seal(&mut c.output, MAX_ANSWER) {
+                codec::begin(&mut c.output);
+                codec::put_error(&mut c.output, &why);
+                let _ = codec::seal(&mut c.output, MAX_ANSWER);
+            }
+            c.sent = 0;
+        }
+    }
+
+    /// One request of owner `owner` on connection `t`.
+    fn serve(&mut self, t: usize, owner: usize, request: Request) {
+        let store = self.store.clone();
+        match request {
+            Request::Set { key, value } => {
+                let r = store.with(|s| s.set(Some(owner), &key, &value));
+                self.answer(t, |out| match r {
+                    Ok(()) => out.push(codec::OK),
+                    Err(why) => codec::put_error(out, &why),
+                });
+            }
+            Request::Finish { owner: o, reason } => {
+                if o != owner {
+                    let why = format!(
+                        "FINISH for owner {o} on a connection of owner {owner}: a rank can only say it finished itself"
+                    );
+                    return self.answer(t, |out| codec::put_error(out, &why));
+                }
+                store.with(|s| s.finish(owner, reason.as_deref()));
+                self.answer(t, |out| out.push(codec::OK));
+            }
+            Request::LastNote { owner: o } => {
+                let note = store.with(|s| s.note_of(o));
+                self.answer(t, |out| codec::put_note(out, note.as_deref()));
+            }
+            Request::Get { .. } | Request::Exchange { .. } => {
+                let deadline = match &request {
+                    Request::Get { wait_ms, .. } | Request::Exchange { wait_ms, .. } => {
+                        codec::deadline_in(*wait_ms)
+                    }
+                    _ => unreachable!("matched above"),
+                };
+                let w = Waiting { request, deadline };
+                if let Request::Exchange { items, note, .. } = &w.request {
+                    let views: Vec<super::Item<'_>> = items.iter().map(|i| i.view()).collect();
+                    let note = note.as_ref().map(|(o, b)| (*o, b.as_slice()));
+                    if let Err(why) = store.with(|s| s.post(&views, note, Some(owner))) {
+                        return self.answer(t, |out| codec::put_error(out, &why));
+                    }
+                }
+                let keys = w.keys();
+                let parked = store.with(|s| {
+                    if settled(s, &w.request) || Instant::now() >= w.deadline {
+                        false
+                    } else {
+                        s.park(t, &keys);
+                        true
+                    }
+                });
+                drop(keys);
+                if parked {
+                    self.set_timer(t, Some(w.deadline));
+                    if let Some(c) = self.conns.get_mut(&t) {
+                        c.waiting = Some(w);
+                    }
+                } else {
+                    self.finish_wait(t, w);
+                }
+            }
+        }
+    }
+
+    /// Answers a wait now, settled or not (its deadline passed).
+    fn finish_wait(&mut self, t: usize, w: Waiting) {
+        match w.request {
+            Request::Get { key, owner, .. } => {
+                let share = self
+                    .store
+                    .with(|s| s.lookup(&key, owner))
+                    .unwrap_or(Err(super::Missing::Timeout));
+                self.answer(t, |out| codec::put_share(out, &share));
+            }
+            Request::Exchange { items, .. } => {
+                let views: Vec<super::Item<'_>> = items.iter().map(|i| i.view()).collect();
+                let answers = self.store.with(|s| s.answers(&views));
+                let n = 1 + codec::shares_len(&answers);
+                self.answer(t, |out| {
+                    if n > MAX_ANSWER {
+                        let why = format!(
+                            "an answer of {n} bytes, more than the side channel sends ({MAX_ANSWER})"
+                        );
+                        codec::put_error(out, &why);
+                    } else {
+                        codec::put_shares(out, &answers);
+                    }
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Looks at `t`'s parked request: answers it when it is settled, or
+    /// when `expired`.
+    fn look(&mut self, t: usize, expired: bool) {
+        let Some(c) = self.conns.get_mut(&t) else {
+            return;
+        };
+        let Some(w) = &c.waiting else { return };
+        let keys = w.keys();
+        let done = self.store.with(|s| {
+            let done = expired || settled(s, &w.request);
+            if done {
+                s.unpark(t, &keys);
+            }
+            done
+        });
+        drop(keys);
+        if !done {
+            return;
+        }
+        let w = c.waiting.take().expect("looked at above");
+        self.set_timer(t, None);
+        self.finish_wait(t, w);
+        self.turn(t);
+    }
+
+    /// Looks at the parked requests a change may have settled.
+    fn wake_ready(&mut self) {
+        loop {
+            let (ready, everyone) = self.store.with(|s| s.take_ready());
+            if ready.is_empty() && !everyone {
+                return;
+            }
+            let mut tokens: Vec<usize> = if everyone {
+                self.conns
+                    .iter()
+                    .filter(|(_, c)| c.waiting.is_some())
+                    .map(|(t, _)| *t)
+                    .collect()
+            } else {
+                ready
+            };
+            tokens.sort_unstable();
+            tokens.dedup();
+            for t in tokens {
+                self.look(t, false);
+            }
+        }
+    }
+
+    /// Acts on the timers that are due: a handshake too slow, a wait past
+    /// its deadline, an answer left unread too long.
+    fn expire(&mut self, now: Instant) {
+        while let Some(&(when, t)) = self.timers.first() {
+            if when > now {
+                return;
+            }
+            self.timers.remove(&(when, t));
+            let Some(c) = self.conns.get_mut(&t) else {
+                continue;
+            };
+            c.timer = None;
+            match c.phase {
+                Phase::Handshake { .. } => {
+                    self.counts.refused.fetch_add(1, SeqCst);
+                    self.close(t);
+                }
+                Phase::Ready { .. } if c.waiting.is_some() => self.look(t, true),
+                Phase::Ready { .. } => self.close(t),
+            }
+        }
+    }
+}
+
+/// Whether a GET or EXCHANGE can be answered now.
+fn settled(s: &super::state::State, request: &Request) -> bool {
+    match request {
+        Request::Get { key, owner, .. } => s.can_get(key, *owner),
+        Request::Exchange { items, .. } => {
+            let views: Vec<super::Item<'_>> = items.iter().map(|i| i.view()).collect();
+            s.all_settled(&views)
+        }
+        _ => true,
+    }
+}
+
+/// Probes for a peer that went quiet: its connection fails within about
+/// 10 s of silence, whatever the deadlines.
+pub(super) fn keepalive() -> socket2::TcpKeepalive {
+    socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(5))
+        .with_interval(Duration::from_secs(1))
+        .with_retries(5)
 }

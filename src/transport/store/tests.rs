@@ -11,6 +11,21 @@ fn soon(ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(ms)
 }
 
+/// A job's key, the same in every test (each hub is its own job).
+pub(super) fn job_key() -> Key {
+    Key::from_bytes(*b"a key for the side channel tests")
+}
+
+/// A connection to `hub` as `owner`.
+pub(super) fn client(hub: &Hub, owner: usize) -> Client {
+    Client::connect(hub.addr(), &job_key(), owner, soon(5_000)).unwrap()
+}
+
+/// Four ranks' connections to `hub`, owners 0 to 3.
+fn clients(hub: &Hub) -> Vec<Arc<dyn SideChannel>> {
+    (0..4).map(|r| Arc::new(client(hub, r)) as _).collect()
+}
+
 const ALL: [usize; 4] = [0, 1, 2, 3];
 
 /// Rank `me` of 4 posts `value` under `key` and reads everyone's.
@@ -164,10 +179,8 @@ fn threads_share_one_store() {
 
 #[test]
 fn processes_reach_the_hub_over_tcp() {
-    let hub = Hub::start().unwrap();
-    let chans: Vec<Arc<dyn SideChannel>> = (0..4)
-        .map(|_| Arc::new(Client::connect(hub.addr(), soon(5_000)).unwrap()) as _)
-        .collect();
+    let hub = Hub::start(job_key()).unwrap();
+    let chans = clients(&hub);
     reads(&chans);
     assert_eq!(hub.store().key_count(), 0);
     exercise(chans);
@@ -176,7 +189,7 @@ fn processes_reach_the_hub_over_tcp() {
         Some(Some("rank 1 failed: boom".into()))
     );
     // what clients set, the parent reads directly; large values cross intact
-    let c = Client::connect(hub.addr(), soon(5_000)).unwrap();
+    let c = client(&hub, 9);
     c.set("counted", b"").unwrap();
     assert_eq!(hub.store().peek("counted"), Some(vec![]));
     assert!(hub.open_connections() >= 1);
@@ -275,10 +288,8 @@ fn spent_exchanges_are_dropped_so_memory_follows_the_calls_in_flight() {
     let most = most.into_inner();
     assert!(most <= 18, "{most} keys held at once");
     // the same over TCP
-    let hub = Hub::start().unwrap();
-    let chans: Vec<Arc<dyn SideChannel>> = (0..4)
-        .map(|_| Arc::new(Client::connect(hub.addr(), soon(5_000)).unwrap()) as _)
-        .collect();
+    let hub = Hub::start(job_key()).unwrap();
+    let chans = clients(&hub);
     launches(&chans, 1_000, |_| {});
     assert_eq!(hub.store().key_count(), 0);
 }
@@ -291,9 +302,11 @@ fn a_closed_hub_is_an_error_not_a_hang() {
         // accept one connection and drop it at once
         let _ = listener.accept();
     });
-    let c = Client::connect(addr, soon(5_000)).unwrap();
+    let e = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap_err();
     t.join().unwrap();
-    let e = c.get("k", 0, soon(60_000)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::RemoteError);
-    assert!(e.message.contains("side channel"), "{e}");
+    assert!(
+        e.message.contains(&format!("side channel at {addr}")),
+        "{e}"
+    );
 }
