@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 /// store answers at the deadline, and the answer has to travel.
 pub(super) const SLACK: Duration = Duration::from_secs(1);
 /// The bound of a request that has no deadline of its own (SET, FINISH,
-/// LAST_NOTE), and of the handshake.
+/// LAST_NOTE).
 pub(super) const PLAIN_WAIT: Duration = Duration::from_secs(10);
 /// Longest single try to connect (the hub may still be starting).
 const CONNECT_TRY: Duration = Duration::from_secs(1);
@@ -59,7 +59,8 @@ struct Conn {
 
 impl Client {
     /// Connects to the hub at `addr` as `owner` and proves `key`, retrying
-    /// the connection until `deadline` (the parent may still be starting).
+    /// the connection until `deadline` (the parent may still be starting);
+    /// the handshake ends by `deadline` + 1 s.
     pub fn connect(addr: SocketAddr, key: &Key, owner: usize, deadline: Instant) -> Result<Client> {
         let owner32 = u32::try_from(owner).map_err(|_| {
             Error::new(
@@ -82,7 +83,13 @@ impl Client {
             write_timeout: None,
             broken: None,
         };
-        handshake(&mut conn, addr, key, owner32)?;
+        handshake(
+            &mut conn,
+            addr,
+            key,
+            owner32,
+            deadline.max(Instant::now()) + SLACK,
+        )?;
         Ok(Client {
             conn: Mutex::new(conn),
             addr,
@@ -151,8 +158,7 @@ fn try_connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream
 }
 
 /// The handshake: the hub's hello, this rank's proof, the hub's proof.
-fn handshake(c: &mut Conn, addr: SocketAddr, key: &Key, owner: u32) -> Result<()> {
-    let until = Instant::now() + PLAIN_WAIT;
+fn handshake(c: &mut Conn, addr: SocketAddr, key: &Key, owner: u32, until: Instant) -> Result<()> {
     let io = |e: std::io::Error| match e.kind() {
         Io::TimedOut => silent(addr),
         _ => lost(addr, &e),
