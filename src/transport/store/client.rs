@@ -22,8 +22,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long past its deadline a request may take to come back: the
-/// store answers at the deadline, and the answer has to travel.
-pub(super) const SLACK: Duration = Duration::from_secs(1);
+/// store answers at the deadline, and the answer has to travel. Under a
+/// second, so a rank whose store went quiet has failed by the deadline
+/// + 1 s even when its thread is woken late.
+pub(super) const SLACK: Duration = Duration::from_millis(750);
 /// The bound of a request that has no deadline of its own (SET, FINISH,
 /// LAST_NOTE).
 pub(super) const PLAIN_WAIT: Duration = Duration::from_secs(10);
@@ -60,7 +62,7 @@ struct Conn {
 impl Client {
     /// Connects to the hub at `addr` as `owner` and proves `key`, retrying
     /// the connection until `deadline` (the parent may still be starting);
-    /// the handshake ends by `deadline` + 1 s.
+    /// the handshake ends by `deadline` + [`SLACK`].
     pub fn connect(addr: SocketAddr, key: &Key, owner: usize, deadline: Instant) -> Result<Client> {
         let owner32 = u32::try_from(owner).map_err(|_| {
             Error::new(
@@ -350,7 +352,7 @@ impl SideChannel for Client {
         self.request(
             deadline + SLACK,
             |b| codec::put_exchange(b, items, note, deadline),
-            |body| codec::read_shares(body, items.len()),
+            |body| codec::read_shares(body, items),
         )
     }
     fn last_note(&self, owner: usize) -> Result<Option<Vec<u8>>> {

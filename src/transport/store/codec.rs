@@ -456,17 +456,30 @@ pub(super) fn read_share(body: &[u8]) -> Result<Share, Bad> {
     ended(c, s)
 }
 
-/// An exchange's answer to a request of `items` items.
-pub(super) fn read_shares(body: &[u8], items: usize) -> Result<Vec<Vec<Share>>, Bad> {
+/// An exchange's answer to a request of `items`: per item, a share per
+/// party of those it reads now, none for the others (any other count is
+/// refused, so what is allocated follows the request, not the answer).
+pub(super) fn read_shares(body: &[u8], items: &[Item<'_>]) -> Result<Vec<Vec<Share>>, Bad> {
     let mut c = Cursor { b: body };
     match c.u8("an answer")? {
         OK => {}
         ERROR => return Err(refused(&mut c)),
         x => return Err(Bad::Garbled(format!("unexpected answer {x}"))),
     }
-    let mut answers = Vec::with_capacity(items.min(MAX_ITEMS));
-    for _ in 0..items {
+    let mut answers = Vec::with_capacity(items.len());
+    for it in items {
+        let want = if it.read == Read::Now {
+            it.owners.len()
+        } else {
+            0
+        };
         let n = c.count(MAX_PARTIES, 1, "shares")?;
+        if n != want {
+            return Err(Bad::Garbled(format!(
+                "{n} shares of exchange {}, which has {want} to read",
+                it.key
+            )));
+        }
         let mut shares = Vec::with_capacity(n);
         for _ in 0..n {
             shares.push(share(&mut c)?);

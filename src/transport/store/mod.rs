@@ -43,6 +43,10 @@
 mod auth;
 mod client;
 mod codec;
+#[cfg(test)]
+mod hostile;
+#[cfg(test)]
+mod liveness;
 mod server;
 mod state;
 #[cfg(test)]

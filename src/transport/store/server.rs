@@ -125,6 +125,7 @@ impl Hub {
             store: store.clone(),
             counts: counts.clone(),
             conns: HashMap::new(),
+            owners: HashMap::new(),
             next: 2,
             handshakes: VecDeque::new(),
             shaking: 0,
@@ -223,8 +224,32 @@ struct Conn {
 /// What a connection's turn ends in.
 enum Turn {
     Keep,
-    Close,
+    Close(Gone),
 }
+
+/// Why a connection closed.
+enum Gone {
+    /// the peer closed it, or it failed
+    Peer,
+    /// the hub closed it: what the peer did
+    Dropped(String),
+}
+
+impl Gone {
+    /// The reason the store gives for an owner whose last connection
+    /// closed this way before it said it finished.
+    fn reason(&self) -> String {
+        match self {
+            Gone::Peer => LOST.to_string(),
+            Gone::Dropped(why) => {
+                format!("the side channel closed its connection before it finished: {why}")
+            }
+        }
+    }
+}
+
+/// What a rank whose connection closed without a FINISH is marked with.
+pub(super) const LOST: &str = "its connection to the side channel closed without finishing (its process was killed, crashed, or exited without saying so)";
 
 struct Server {
     poll: Poll,
@@ -233,6 +258,9 @@ struct Server {
     store: Arc<Store>,
     counts: Arc<Counts>,
     conns: HashMap<usize, Conn>,
+    /// proven connections open per owner: when an owner's last one closes
+    /// before it said it finished, its peers hear that it left
+    owners: HashMap<usize, usize>,
     /// tokens are never reused, so a stale one in the state's index is
     /// only a needless look
     next: usize,
@@ -271,7 +299,7 @@ impl Server {
                 match ev.token() {
                     LISTENER => self.accept_all(),
                     WAKER => {}
-                    Token(t) if ev.is_error() => self.close(t),
+                    Token(t) if ev.is_error() => self.close(t, Gone::Peer),
                     Token(t) => self.turn(t),
                 }
             }
@@ -319,7 +347,7 @@ impl Server {
             };
             if self.in_handshake(oldest) {
                 self.counts.refused.fetch_add(1, SeqCst);
-                self.close(oldest);
+                self.close(oldest, Gone::Peer);
             }
         }
         let mut nonce = [0u8; auth::NONCE];
@@ -382,7 +410,9 @@ impl Server {
         c.timer = when;
     }
 
-    fn close(&mut self, t: usize) {
+    /// Closes connection `t`; the last connection of an owner that had not
+    /// said it finished marks it finished with `why`.
+    fn close(&mut self, t: usize, why: Gone) {
         let Some(mut c) = self.conns.remove(&t) else {
             return;
         };
@@ -393,8 +423,16 @@ impl Server {
             self.store.with(|s| s.unpark(t, &w.keys()));
         }
         match c.phase {
-            Phase::Ready { .. } => {
+            Phase::Ready { owner } => {
                 self.counts.open.fetch_sub(1, SeqCst);
+                let left = self.owners.get_mut(&owner).map_or(0, |n| {
+                    *n -= 1;
+                    *n
+                });
+                if left == 0 {
+                    self.owners.remove(&owner);
+                    self.store.with(|s| s.lost(owner, &why.reason()));
+                }
             }
             Phase::Handshake { .. } => self.shaking -= 1,
         }
@@ -403,8 +441,8 @@ impl Server {
 
     /// Serves connection `t` as far as it can go now.
     fn turn(&mut self, t: usize) {
-        if let Turn::Close = self.step(t) {
-            self.close(t);
+        if let Turn::Close(why) = self.step(t) {
+            self.close(t, why);
         }
     }
 
@@ -418,7 +456,7 @@ impl Server {
             };
             if c.sent < c.output.len() {
                 match c.stream.write(&c.output[c.sent..]) {
-                    Ok(0) => return Turn::Close,
+                    Ok(0) => return Turn::Close(Gone::Peer),
                     Ok(n) => {
                         c.sent += n;
                         if matches!(c.phase, Phase::Ready { .. }) {
@@ -432,7 +470,7 @@ impl Server {
                         return Turn::Keep;
                     }
                     Err(e) if e.kind() == Io::Interrupted => {}
-                    Err(_) => return Turn::Close,
+                    Err(_) => return Turn::Close(Gone::Peer),
                 }
                 continue;
             }
@@ -448,7 +486,7 @@ impl Server {
             }
             match self.take_message(t) {
                 Some(Ok(())) => continue,
-                Some(Err(())) => return Turn::Close,
+                Some(Err(why)) => return Turn::Close(why),
                 None => {}
             }
             if drained {
@@ -456,14 +494,14 @@ impl Server {
             }
             let c = self.conns.get_mut(&t).expect("looked up above");
             match c.stream.read(&mut self.scratch) {
-                Ok(0) => return Turn::Close,
+                Ok(0) => return Turn::Close(Gone::Peer),
                 Ok(n) => {
                     c.input.extend_from_slice(&self.scratch[..n]);
                     drained = n < self.scratch.len();
                 }
                 Err(e) if e.kind() == Io::WouldBlock => return Turn::Keep,
                 Err(e) if e.kind() == Io::Interrupted => {}
-                Err(_) => return Turn::Close,
+                Err(_) => return Turn::Close(Gone::Peer),
             }
         }
     }
@@ -471,7 +509,7 @@ impl Server {
     /// Takes one whole message off `t`'s input and acts on it: Some(Ok)
     /// when it did, Some(Err) when the connection must close, None when
     /// no whole message is there yet.
-    fn take_message(&mut self, t: usize) -> Option<std::result::Result<(), ()>> {
+    fn take_message(&mut self, t: usize) -> Option<std::result::Result<(), Gone>> {
         let c = self.conns.get_mut(&t)?;
         match c.phase {
             Phase::Handshake { nonce } => {
@@ -480,7 +518,7 @@ impl Server {
                 let Some((owner, client_nonce)) = auth::check_proof(&self.key, &nonce, proof)
                 else {
                     self.counts.refused.fetch_add(1, SeqCst);
-                    return Some(Err(()));
+                    return Some(Err(Gone::Peer));
                 };
                 c.input.drain(..auth::PROOF_LEN);
                 c.output = auth::accept(&self.key, &nonce, &client_nonce, owner).to_vec();
@@ -489,6 +527,7 @@ impl Server {
                     owner: owner as usize,
                 };
                 self.counts.open.fetch_add(1, SeqCst);
+                *self.owners.entry(owner as usize).or_default() += 1;
                 self.shaking -= 1;
                 self.set_timer(t, None);
                 Some(Ok(()))
@@ -497,7 +536,7 @@ impl Server {
                 let len = match codec::frame_len(c.input.get(..HEAD)?, MAX_FRAME) {
                     Ok(n) => n,
                     // a frame the store will not read cannot be skipped
-                    Err(_) => return Some(Err(())),
+                    Err(why) => return Some(Err(Gone::Dropped(why))),
                 };
                 let body = c.input.get(HEAD..HEAD + len)?;
                 let decoded = codec::decode_request(body);
@@ -683,10 +722,13 @@ impl Server {
             match c.phase {
                 Phase::Handshake { .. } => {
                     self.counts.refused.fetch_add(1, SeqCst);
-                    self.close(t);
+                    self.close(t, Gone::Peer);
                 }
                 Phase::Ready { .. } if c.waiting.is_some() => self.look(t, true),
-                Phase::Ready { .. } => self.close(t),
+                Phase::Ready { .. } => {
+                    let why = format!("it left an answer unread for {WRITE_STALL:?}");
+                    self.close(t, Gone::Dropped(why));
+                }
             }
         }
     }

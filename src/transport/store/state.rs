@@ -13,8 +13,8 @@
 
 use super::{Item, Missing, Read, Share, SideChannel};
 use crate::core::{Error, ErrorKind, Result};
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -96,6 +96,10 @@ pub(super) struct State {
     exchange_bytes: usize,
     notes: HashMap<usize, Vec<u8>>,
     finished: HashMap<usize, Option<String>>,
+    /// owners marked finished because their connection closed, not by
+    /// their own word: a later report (the launcher's, from the process's
+    /// exit status) says it better and replaces the mark
+    lost: HashSet<usize>,
     parked: Parked,
     /// something changed that this process's waiting ranks may want
     changed: bool,
@@ -405,11 +409,32 @@ impl State {
     }
 
     /// Marks `owner` finished; the first report wins (a process that said
-    /// why it failed keeps its reason when it then exits).
+    /// why it failed keeps its reason when it then exits), except over a
+    /// mark its closed connection made.
     pub(super) fn finish(&mut self, owner: usize, reason: Option<&str>) {
-        self.finished
-            .entry(owner)
-            .or_insert_with(|| reason.map(str::to_string));
+        if self.lost.remove(&owner) {
+            self.finished.insert(owner, reason.map(str::to_string));
+        } else {
+            self.finished
+                .entry(owner)
+                .or_insert_with(|| reason.map(str::to_string));
+        }
+        self.announce_finish();
+    }
+
+    /// `owner`'s last connection closed with `reason` before it said it
+    /// finished: it is marked finished, so that its peers stop waiting for
+    /// it now.
+    pub(super) fn lost(&mut self, owner: usize, reason: &str) {
+        if self.finished.contains_key(&owner) {
+            return;
+        }
+        self.finished.insert(owner, Some(reason.to_string()));
+        self.lost.insert(owner);
+        self.announce_finish();
+    }
+
+    fn announce_finish(&mut self) {
         self.changed = true;
         if self.parked.count > 0 {
             self.parked.everyone = true;

@@ -16,6 +16,21 @@ pub(super) fn job_key() -> Key {
     Key::from_bytes(*b"a key for the side channel tests")
 }
 
+/// Runs `f` on a thread and gives it `secs` to finish: its result, or a
+/// failed test naming `what`.
+pub(super) fn within<T: Send + 'static>(
+    secs: u64,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{what} did not finish within {secs} s"))
+}
+
 /// A connection to `hub` as `owner`.
 pub(super) fn client(hub: &Hub, owner: usize) -> Client {
     Client::connect(hub.addr(), &job_key(), owner, soon(5_000)).unwrap()
@@ -213,7 +228,11 @@ fn processes_reach_the_hub_over_tcp() {
 /// AllReduce's exchange, a ring of Send/Recv pairs in the same request,
 /// then the pairs' verdicts, every 7th with rank 0 posting its verdict
 /// only (as a rank that failed does).
-fn launches(chans: &[Arc<dyn SideChannel>], rounds: usize, watch: impl Fn(usize) + Sync) {
+pub(super) fn launches(
+    chans: &[Arc<dyn SideChannel>],
+    rounds: usize,
+    watch: impl Fn(usize) + Sync,
+) {
     std::thread::scope(|s| {
         for (me, ch) in chans.iter().enumerate() {
             let watch = &watch;
