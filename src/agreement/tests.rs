@@ -68,7 +68,8 @@ fn ranks(
             let (first, path) = Lane::create(dir, n).unwrap();
             let nonce = first.nonce();
             let mut all = vec![Some(first)];
-            all.extend((1..n).map(|_| Some(Lane::open(&path, nonce, n).unwrap())));
+            let name = path.file_name().unwrap().as_encoded_bytes();
+            all.extend((1..n).map(|_| Some(Lane::open(dir, name, nonce, n).unwrap())));
             std::fs::remove_file(path).unwrap();
             all
         }

@@ -435,3 +435,87 @@ fn a_finish_sent_by_hand_for_another_owner_is_refused_too() {
     assert_eq!(answer_op(&mut s), super::codec::ERROR);
     assert_eq!(hub.store().finished(1), None);
 }
+
+/// Rank `me` of 2 sets up the shared-memory lane in `dir` through `ch`, its
+/// allgathers being exchanges of the store under `key`'s rounds.
+fn join_lane(
+    ch: &dyn SideChannel,
+    dir: &std::path::Path,
+    key: &str,
+    me: usize,
+    value: Option<Vec<u8>>,
+) -> (Option<crate::transport::lane::Lane>, Vec<Vec<u8>>) {
+    let mut round = 0;
+    let mut seen = Vec::new();
+    let mut allgather = |mine: &[u8]| {
+        round += 1;
+        let k = format!("{key}/ring.{round}");
+        let mine = match (&value, round) {
+            (Some(v), 1) => v.as_slice(),
+            _ => mine,
+        };
+        let it = Item {
+            key: &k,
+            owners: &[0, 1],
+            me,
+            value: Some(mine),
+            read: Read::Now,
+        };
+        let a = ch.exchange(&[it], None, soon(10_000)).ok()?;
+        let all: Vec<Vec<u8>> = a
+            .into_iter()
+            .next()?
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .ok()?;
+        seen.push(all[1 - me].clone());
+        Some(all)
+    };
+    let lane = crate::transport::lane::join_with(dir, me, 2, true, &mut allgather);
+    (lane, seen)
+}
+
+#[test]
+fn a_segment_path_posted_by_a_peer_is_never_opened() {
+    // rank 0 (a process holding the id, or a forged post if one could be
+    // made) names a real segment outside rank 1's directory, by an
+    // absolute path, by `..`, and by a link under a segment's name
+    let hub = Hub::start(job_key()).unwrap();
+    let (dir, outside) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (seg, target) = crate::transport::lane::Lane::create(outside.path(), 2).unwrap();
+    let file_name = target.file_name().unwrap().to_str().unwrap().to_string();
+    let out_dir = outside.path().file_name().unwrap().to_str().unwrap();
+    let link = "rankwise-1-00000000000000ab";
+    std::os::unix::fs::symlink(&target, dir.path().join(link)).unwrap();
+    let injected = [
+        target.to_str().unwrap().to_string(),
+        format!("../{out_dir}/{file_name}"),
+        link.to_string(),
+    ];
+    let (zero, one) = (Arc::new(client(&hub, 0)), Arc::new(client(&hub, 1)));
+    for (i, name) in injected.iter().enumerate() {
+        let key = format!("c{i}");
+        let post = [&[1u8][..], &seg.nonce().to_le_bytes(), name.as_bytes()].concat();
+        let (z, k, d) = (zero.clone(), key.clone(), dir.path().to_path_buf());
+        let rank0 = std::thread::spawn(move || join_lane(&*z, &d, &k, 0, Some(post)).1);
+        let (o, k, d) = (one.clone(), key.clone(), dir.path().to_path_buf());
+        let (lane, _) = within(20, "rank 1's lane set-up", move || {
+            join_lane(&*o, &d, &k, 1, None)
+        });
+        let said = rank0.join().unwrap();
+        assert!(lane.is_none(), "rank 1 mapped {name:?}");
+        assert_eq!(
+            said.get(1),
+            Some(&vec![0u8]),
+            "rank 1 says it mapped nothing for {name:?}"
+        );
+    }
+    // the link is still a link, and the hub serves on
+    assert!(
+        std::fs::symlink_metadata(dir.path().join(link))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    honest_ranks_work(&hub, 5, 30);
+}
