@@ -44,6 +44,8 @@ mod auth;
 mod client;
 mod codec;
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod hostile;
 #[cfg(test)]
 mod liveness;
