@@ -30,7 +30,8 @@
 //! one host go through shared memory instead, and use the store only to
 //! set that up and to hear of ranks that left). Everything it keeps or
 //! reads for a peer is bounded, and no wait outlives its deadline
-//! (`docs/design/side-channel.md` gives the protocol and the bounds).
+//! (`docs/design/agreement.md` gives the protocol, `docs/reference/limits.md`
+//! the bounds).
 //!
 //! Five rooms: [`state`] is the store itself (exchanges, keys, notes, who
 //! finished, parked requests) for ranks in one process; [`auth`] the key
