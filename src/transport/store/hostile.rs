@@ -1,10 +1,10 @@
 //! The store against peers that do not play by its rules, one test per
 //! attack, each against a real [`Hub`] over TCP: the hub keeps serving,
-//! the honest ranks get their answers, nothing kept grows past its bound,
-//! and a rank whose store goes quiet fails within its deadline + 1 s.
+//! the honest ranks get their answers, and nothing kept grows past its
+//! bound. (A store that goes quiet, and ranks that vanish: `liveness`.)
 //!
-//! Every wait a test makes runs on a thread of its own and is given a
-//! bound, so a store that hangs fails the test instead of hanging it.
+//! Every wait a test makes has a bound (a thread of its own, or a socket
+//! timeout), so a store that hangs fails the test instead of hanging it.
 
 use super::auth;
 use super::codec::{EXCHANGE, FINISH, GET, LAST_NOTE, SET};
