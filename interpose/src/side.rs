@@ -11,14 +11,17 @@
 //! (a magic number and the root's socket address) in its first bytes and
 //! zeros after; `ncclGetUniqueId` here starts a store on the address NCCL's
 //! bootstrap listens on (an ephemeral port) and writes that address into
-//! the id's last 32 bytes, and `ncclCommInitRank*` reads it and restores the
-//! zeros before NCCL sees the id, so NCCL gets exactly the id it made. A
-//! communicator split from another (`ncclCommSplit`) uses its parent's
-//! store under a key of its own. An id whose tail is not zero, or one made
+//! the id's last 32 bytes and the store's key (32 random bytes drawn by
+//! this process) into the 32 before them, and `ncclCommInitRank*` reads
+//! both and restores the zeros before NCCL sees the id, so NCCL gets
+//! exactly the id it made. Only holders of the id, the job's ranks, hold
+//! the key, and the store serves no one else. A communicator split from
+//! another (`ncclCommSplit`) uses its parent's store and key under a name
+//! of its own. An id whose tail is not zero, or one made
 //! without the interposer, carries no address: that communicator gets the
 //! local checks only, and a line on stderr says so.
 
-use rankwise::transport::store::{Hub, Store};
+use rankwise::transport::store::{Hub, Key, Store};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
@@ -26,12 +29,26 @@ use std::sync::{Mutex, OnceLock};
 const MARK: &[u8; 4] = b"rkw1";
 /// Where the store's address goes in the id.
 const AT: usize = 96;
-/// From here on NCCL's id is zeros (its handle is 36 bytes or so).
+/// From here on NCCL's id is zeros (its handle is 36 bytes or so); the
+/// store's key goes here.
 const FREE: usize = 64;
 
+/// A store a communicator's id names: where it listens, and its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreAt {
+    pub addr: SocketAddr,
+    pub key: Key,
+}
+
+/// A store this process serves, and its key.
+struct Served {
+    hub: Hub,
+    key: Key,
+}
+
 /// The stores this process serves, one per address.
-fn hubs() -> &'static Mutex<HashMap<IpAddr, Hub>> {
-    static H: OnceLock<Mutex<HashMap<IpAddr, Hub>>> = OnceLock::new();
+fn hubs() -> &'static Mutex<HashMap<IpAddr, Served>> {
+    static H: OnceLock<Mutex<HashMap<IpAddr, Served>>> = OnceLock::new();
     H.get_or_init(Default::default)
 }
 
@@ -46,7 +63,7 @@ extern "C" fn linger() {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .map(Hub::open_connections)
+            .map(|s| s.hub.open_connections())
             .sum();
         if open == 0 || std::time::Instant::now() >= deadline {
             return;
@@ -55,12 +72,14 @@ extern "C" fn linger() {
     }
 }
 
-/// The store at `addr` when this process serves it: its own ranks use it
+/// The store at `at` when this process serves it: its own ranks use it
 /// directly rather than through a socket to themselves.
-pub fn served_here(addr: SocketAddr) -> Option<std::sync::Arc<Store>> {
+pub fn served_here(at: &StoreAt) -> Option<std::sync::Arc<Store>> {
     let hubs = hubs().lock().unwrap_or_else(|p| p.into_inner());
-    let hub = hubs.get(&addr.ip()).filter(|h| h.addr() == addr)?;
-    Some(hub.store().clone())
+    let s = hubs
+        .get(&at.addr.ip())
+        .filter(|s| s.hub.addr() == at.addr && s.key == at.key)?;
+    Some(s.hub.store().clone())
 }
 
 /// Whether this process serves a store (it made a unique id).
@@ -83,8 +102,8 @@ pub fn nccl_address(id: &[u8; 128]) -> Option<IpAddr> {
     (!ip.is_unspecified()).then_some(ip)
 }
 
-/// Starts (or reuses) this process's store and writes its address into
-/// `id`; the address, or why the id cannot carry one.
+/// Starts (or reuses) this process's store and writes its key and address
+/// into `id`; the address, or why the id cannot carry one.
 pub fn stamp(id: &mut [u8; 128]) -> Result<SocketAddr, String> {
     if id[FREE..].iter().any(|b| *b != 0) {
         return Err(
@@ -94,16 +113,24 @@ pub fn stamp(id: &mut [u8; 128]) -> Result<SocketAddr, String> {
     }
     let ip = nccl_address(id).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let mut hubs = hubs().lock().unwrap_or_else(|p| p.into_inner());
-    let addr = match hubs.get(&ip) {
-        Some(h) => h.addr(),
+    let (addr, key) = match hubs.get(&ip) {
+        Some(s) => (s.hub.addr(), s.key.clone()),
         None => {
-            let h = Hub::start_on(ip).map_err(|e| e.message)?;
-            let a = h.addr();
-            hubs.insert(ip, h);
+            let key = Key::random().map_err(|e| e.message)?;
+            let hub = Hub::start_on(ip, key.clone()).map_err(|e| e.message)?;
+            let a = hub.addr();
+            hubs.insert(
+                ip,
+                Served {
+                    hub,
+                    key: key.clone(),
+                },
+            );
             crate::real::at_exit(linger);
-            a
+            (a, key)
         }
     };
+    id[FREE..AT].copy_from_slice(key.as_bytes());
     id[AT..AT + 4].copy_from_slice(MARK);
     let (family, octets): (u8, [u8; 16]) = match addr.ip() {
         IpAddr::V4(v4) => {
@@ -119,21 +146,25 @@ pub fn stamp(id: &mut [u8; 128]) -> Result<SocketAddr, String> {
     Ok(addr)
 }
 
-/// The store address `stamp` wrote, if any; the id is restored to NCCL's
-/// own bytes either way.
-pub fn unstamp(id: &mut [u8; 128]) -> Option<SocketAddr> {
+/// The store `stamp` wrote (address and key), if any; the id is restored
+/// to NCCL's own bytes either way.
+pub fn unstamp(id: &mut [u8; 128]) -> Option<StoreAt> {
     if &id[AT..AT + 4] != MARK {
         return None;
     }
     let port = u16::from_le_bytes([id[AT + 6], id[AT + 7]]);
     let o: [u8; 16] = id[AT + 8..AT + 24].try_into().ok()?;
+    let key: [u8; 32] = id[FREE..AT].try_into().ok()?;
     let ip = match id[AT + 4] {
         4 => IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3])),
         6 => IpAddr::V6(Ipv6Addr::from(o)),
         _ => return None,
     };
-    id[AT..].fill(0);
-    Some(SocketAddr::new(ip, port))
+    id[FREE..].fill(0);
+    Some(StoreAt {
+        addr: SocketAddr::new(ip, port),
+        key: Key::from_bytes(key),
+    })
 }
 
 /// Communicator ids as rankwise's trace prints them (FNV-1a).
@@ -154,9 +185,23 @@ mod tests {
         assert_eq!(nccl_address(&id), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         let addr = stamp(&mut id).unwrap();
         assert_ne!(id, nccls);
-        assert_eq!(unstamp(&mut id), Some(addr));
+        assert!(id[FREE..AT].iter().any(|b| *b != 0), "the key is in the id");
+        let at = unstamp(&mut id).unwrap();
+        assert_eq!(at.addr, addr);
         assert_eq!(id, nccls, "NCCL gets its own id back");
         assert_eq!(unstamp(&mut id), None);
+        // the key is the store's: this process's ranks use the store
+        // itself, and a wrong key finds nothing
+        assert!(served_here(&at).is_some());
+        let wrong = StoreAt {
+            key: Key::from_bytes([0; 32]),
+            ..at.clone()
+        };
+        assert!(served_here(&wrong).is_none());
+        // a second id of this process names the same store and key
+        let mut again = nccls;
+        assert_eq!(stamp(&mut again).unwrap(), addr);
+        assert_eq!(unstamp(&mut again), Some(at));
         let mut used = nccls;
         used[100] = 1;
         assert!(stamp(&mut used).is_err());

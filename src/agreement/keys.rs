@@ -21,9 +21,13 @@ pub fn collectives(comm: &str, seq: u64) -> String {
     format!("{comm}/x{seq}")
 }
 
-/// `rank`'s post of lane round `seq` when it is too large for a slot.
+/// `rank`'s post of lane round `seq` when it is too large for a slot:
+/// one key per rank and slot (`seq % 2`), written over as the lane's slot
+/// is, so the store keeps two per rank however many launches. That is
+/// safe for the reason the slot is: a rank posts round `seq + 2` only
+/// after every rank posted `seq + 1`, which each did after reading `seq`.
 pub fn overflow(comm: &str, seq: u64, rank: usize) -> String {
-    format!("{comm}/x{seq}.r{rank}")
+    format!("{comm}/overflow{}.r{rank}", seq % 2)
 }
 
 /// The exchange of the `seq`-th Send from `src` to `dst` with the `seq`-th

@@ -9,6 +9,8 @@
 //! same functions.
 
 pub mod agree;
+#[cfg(test)]
+pub mod allocations;
 pub mod bytes;
 pub mod call;
 pub mod check;

@@ -1,7 +1,10 @@
 //! One process per rank: rankwise starts itself N times, as mpirun would,
 //! each child running one rank of a named job, and serves the children a
 //! side channel ([`crate::transport::store::Hub`] on 127.0.0.1) for the NCCL unique id,
-//! every launch's posts and the Send/Recv pairing.
+//! every launch's posts and the Send/Recv pairing. The hub serves only the
+//! holders of a key the parent draws for the job and hands to its children
+//! in their environment (readable by the same user only); each child
+//! proves it as its rank.
 //!
 //! A job is a name and JSON arguments; the child looks the name up in the
 //! table its `main` passes to [`serve_if_worker`] and runs the handler on
@@ -19,7 +22,7 @@
 use super::{EngineKind, LaunchOptions};
 use crate::api::Comm;
 use crate::core::{Error, ErrorKind, Result};
-use crate::transport::store::{Client, Hub, SideChannel};
+use crate::transport::store::{Client, Hub, Key, SideChannel};
 use serde::{Deserialize, Serialize};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -29,6 +32,8 @@ use std::time::{Duration, Instant};
 pub const ENV_RANK: &str = "RANKWISE_WORKER_RANK";
 pub const ENV_SIZE: &str = "RANKWISE_WORKER_SIZE";
 pub const ENV_HUB: &str = "RANKWISE_WORKER_HUB";
+/// The job's key to the hub, 64 hex digits.
+pub const ENV_KEY: &str = "RANKWISE_WORKER_KEY";
 pub const ENV_DEVICE: &str = "RANKWISE_WORKER_DEVICE";
 pub const ENV_JOB: &str = "RANKWISE_WORKER_JOB";
 pub const ENV_ENGINE: &str = "RANKWISE_WORKER_ENGINE";
@@ -94,12 +99,15 @@ fn result_key(rank: usize) -> String {
 }
 
 /// The environment a child runs with, besides what it inherits: rank,
-/// side channel, GPU, and NCCL's variables for ranks that share a GPU.
+/// side channel and its key, GPU, and NCCL's variables for ranks that
+/// share a GPU.
+#[allow(clippy::too_many_arguments)]
 pub fn child_env(
     rank: usize,
     n: usize,
     gpus: usize,
     hub: &str,
+    key: &Key,
     job: &str,
     opts: &LaunchOptions,
     tag: &str,
@@ -108,6 +116,7 @@ pub fn child_env(
         (ENV_RANK.into(), rank.to_string()),
         (ENV_SIZE.into(), n.to_string()),
         (ENV_HUB.into(), hub.to_string()),
+        (ENV_KEY.into(), key.to_hex()),
         (ENV_DEVICE.into(), (rank % gpus.max(1)).to_string()),
         (ENV_JOB.into(), job.to_string()),
         (ENV_ENGINE.into(), "nccl".into()),
@@ -170,7 +179,8 @@ pub fn run_job(
             format!("cannot find rankwise's own executable to start the ranks: {e}"),
         )
     })?;
-    let hub = Hub::start()?;
+    let key = Key::random()?;
+    let hub = Hub::start(key.clone())?;
     let job_text = serde_json::to_string(job)
         .map_err(|e| Error::new(ErrorKind::Internal, format!("job: {e}")))?;
     let tag = format!("{}-{}", std::process::id(), unique());
@@ -183,6 +193,7 @@ pub fn run_job(
             n,
             gpus,
             &hub.addr().to_string(),
+            &key,
             &job_text,
             opts,
             &tag,
@@ -334,8 +345,12 @@ fn serve(rank: usize, jobs: &[(&str, Handler)]) -> Result<()> {
     })?;
     let job: Job = serde_json::from_str(&var(ENV_JOB)?)
         .map_err(|e| Error::new(ErrorKind::InvalidUsage, format!("{ENV_JOB}: {e}")))?;
+    let key = Key::from_hex(&var(ENV_KEY)?)
+        .map_err(|e| Error::new(ErrorKind::InvalidUsage, format!("{ENV_KEY}: {e}")))?;
     let chan: Arc<dyn SideChannel> = Arc::new(Client::connect(
         hub,
+        &key,
+        rank,
         Instant::now() + Duration::from_secs(60),
     )?);
     let mut opts = LaunchOptions {
@@ -433,7 +448,8 @@ mod tests {
     #[test]
     fn ranks_sharing_a_gpu_get_their_own_host_id_and_loopback_sockets() {
         let opts = LaunchOptions::default().with_timeout(Duration::from_secs(7));
-        let env = |rank, n, gpus| child_env(rank, n, gpus, "127.0.0.1:9", "{}", &opts, "t");
+        let key = Key::from_bytes([3; 32]);
+        let env = |rank, n, gpus| child_env(rank, n, gpus, "127.0.0.1:9", &key, "{}", &opts, "t");
         let get = |e: &[(String, String)], k: &str| {
             e.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
         };

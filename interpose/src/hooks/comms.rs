@@ -11,7 +11,6 @@ use rankwise::core::{Error, Group, RawCall};
 use rankwise::trace::{RankTracer, Tracer};
 use rankwise::transport::store::{Client, SideChannel};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,8 +19,9 @@ pub struct CommState {
     pub rank: usize,
     pub nranks: usize,
     pub comm_id: u64,
-    /// the store its ranks agree through (None: the local checks only)
-    pub store: Option<SocketAddr>,
+    /// the store its ranks agree through, and its key (None: the local
+    /// checks only); a split's children use them too
+    pub store: Option<side::StoreAt>,
     pub peers: Peers,
     pub group: Group,
     /// the calls of the queued launch, as made, in order: what NCCL gets
@@ -55,25 +55,33 @@ pub fn lock(s: &Shared) -> MutexGuard<'_, CommState> {
     s.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn connect(addr: SocketAddr) -> Result<Arc<dyn SideChannel>, String> {
-    if let Some(store) = side::served_here(addr) {
+/// The store at `at`, as owner `owner`: itself when this process serves
+/// it, else a connection that proved its key.
+fn connect(at: &side::StoreAt, owner: usize) -> Result<Arc<dyn SideChannel>, String> {
+    if let Some(store) = side::served_here(at) {
         return Ok(store);
     }
     let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
-    Client::connect(addr, deadline)
+    Client::connect(at.addr, &at.key, owner, deadline)
         .map(|c| Arc::new(c) as Arc<dyn SideChannel>)
         .map_err(|e| e.message)
 }
 
-/// The link of rank `me` of the communicator named `key` through `chan`:
-/// the store marks ranks finished by owner number, and communicators share
-/// a store, so each communicator's ranks get numbers of their own. The
-/// lane is set up here when every rank is on this host.
-fn link(chan: Arc<dyn SideChannel>, key: String, me: usize, nranks: usize) -> Link {
+/// The store owners of the ranks of the communicator named `key`: the
+/// store marks ranks finished by owner number, and communicators share a
+/// store, so each communicator's ranks get numbers of their own. A
+/// connection proves one of them and speaks for it only.
+fn owners(key: &str, nranks: usize) -> Vec<usize> {
     let base = side::hash(key.as_bytes()) as u32;
-    let owners = (0..nranks)
+    (0..nranks)
         .map(|r| base.wrapping_add(r as u32) as usize)
-        .collect();
+        .collect()
+}
+
+/// The link of rank `me` of the communicator named `key` through `chan`;
+/// the lane is set up here when every rank is on this host.
+fn link(chan: Arc<dyn SideChannel>, key: String, me: usize, nranks: usize) -> Link {
+    let owners = owners(&key, nranks);
     let mut link = Link::new(chan, key, owners);
     let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
     link.join_lane(me, settings().shm, deadline);
@@ -86,24 +94,27 @@ fn register(
     nranks: usize,
     comm_id: u64,
     key: String,
-    addr: Option<SocketAddr>,
+    at: Option<side::StoreAt>,
 ) {
-    let link = addr.and_then(|addr| match connect(addr) {
-        Ok(chan) => Some(link(chan, key, rank, nranks)),
-        Err(e) => {
-            say(&format!(
-                "rankwise: rank {rank} of comm {handle:#x}: cannot reach the side channel at {addr} ({e}): this communicator gets the local checks only"
-            ));
-            None
+    let link = at.as_ref().and_then(|at| {
+        match connect(at, owners(&key, nranks)[rank]) {
+            Ok(chan) => Some(link(chan, key, rank, nranks)),
+            Err(e) => {
+                say(&format!(
+                    "rankwise: rank {rank} of comm {handle:#x}: cannot reach the side channel at {} ({e}): this communicator gets the local checks only",
+                    at.addr
+                ));
+                None
+            }
         }
     });
-    let store = link.as_ref().and(addr);
+    let store = link.as_ref().and(at);
     let tracer = Tracer::from_env().for_rank(rank);
     tracer.init(handle, nranks, comm_id);
-    if let (Some(l), Some(addr)) = (&link, store) {
+    if let (Some(l), Some(at)) = (&link, &store) {
         let through = match l.lane {
             Some(_) => "shared memory (every rank is on this host)".to_string(),
-            None => format!("the store at {addr}"),
+            None => format!("the store at {}", at.addr),
         };
         tracer.init_info(&format!(
             "rankwise: comm {handle:#x} rank {rank} agrees with its peers through {through}"
@@ -144,7 +155,7 @@ pub fn unique_id_made(id: &mut [u8; 128]) {
 
 /// Before the real `ncclCommInitRank*`: NCCL's own id back, and the store
 /// the id named (none when only the local checks are made).
-pub fn init_id(id: &mut [u8; 128]) -> Option<SocketAddr> {
+pub fn init_id(id: &mut [u8; 128]) -> Option<side::StoreAt> {
     match settings().checks {
         Checks::Off => None,
         Checks::Local => {
@@ -161,14 +172,14 @@ pub fn initialised(
     rank: i32,
     nranks: i32,
     nccl_id: &[u8; 128],
-    addr: Option<SocketAddr>,
+    at: Option<side::StoreAt>,
 ) {
     let checks = settings().checks;
     if checks == Checks::Off || handle == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
         return;
     }
     let comm_id = side::hash(nccl_id);
-    if addr.is_none() && nranks > 1 && checks == Checks::Full {
+    if at.is_none() && nranks > 1 && checks == Checks::Full {
         say(&format!(
             "rankwise: rank {rank} of comm {handle:#x} (commId {comm_id:#x}): its ncclUniqueId was not made through the interposer, so it names no side channel: this communicator gets the local checks only"
         ));
@@ -179,7 +190,7 @@ pub fn initialised(
         nranks as usize,
         comm_id,
         format!("{comm_id:016x}"),
-        addr,
+        at,
     );
 }
 
@@ -197,7 +208,7 @@ pub fn split(parent: usize, color: i32, child: usize, rank_count: Option<(i32, i
             .link()
             .map(|l| format!("{}.s{}c{color}", l.key, p.splits));
         let id = side::hash(&[p.comm_id.to_le_bytes(), p.splits.to_le_bytes()].concat());
-        (key, p.store, id ^ color as u64)
+        (key, p.store.clone(), id ^ color as u64)
     };
     let Some((rank, nranks)) = rank_count else {
         return;

@@ -117,17 +117,58 @@ fn fnv1a_is_the_published_function() {
 }
 
 proptest! {
-    /// Any bytes at all: a post or an error, never a panic; and a post
-    /// that decodes encodes back to the same bytes.
+    /// Any bytes at all: a post or an error, never a panic nor more held
+    /// than a small multiple of the bytes; and a post that decodes encodes
+    /// back to the same bytes.
     #[test]
     fn any_bytes_decode_to_a_post_or_an_error(b in proptest::collection::vec(any::<u8>(), 0..200)) {
-        if let Ok(p) = decode(&b) {
+        let (decoded, peak) = crate::core::allocations::peak_of(|| decode(&b));
+        prop_assert!(peak <= 8 * b.len() + 1024, "{peak} bytes for {}", b.len());
+        if let Ok(p) = decoded {
             // only the buffer addresses are not carried, and they decode as 0;
             // bits no field uses (above a datatype, an op kind) are dropped
             let again = encode(&p);
             prop_assert_eq!(encode(&decode(&again).unwrap()), again);
         }
         let _ = decode_call(&b);
+    }
+
+    /// Valid posts, then bytes flipped, cut, inserted or a word set to
+    /// anything (the call count included): decoded as sent before, and
+    /// after a post or an error, never more held than a small multiple of
+    /// the bytes given.
+    #[test]
+    fn mutated_posts_decode_or_are_refused_within_a_bound(
+        op_count in any::<u64>(),
+        calls in proptest::collection::vec((0..Func::ALL.len(), 0..DataType::ALL.len(), any::<u32>(), any::<u64>()), 1..6),
+        cuts in proptest::collection::vec((any::<usize>(), any::<u64>(), 0u8..3), 1..4),
+    ) {
+        let calls: Vec<Call> = calls
+            .into_iter()
+            .map(|(f, d, root, count)| Call {
+                func: Func::ALL[f],
+                datatype: DataType::ALL[d],
+                count: count as usize,
+                ..call(Func::ALL[f], RedOp::PreMulSum(count as f64), root as usize)
+            })
+            .collect();
+        let post = Posted { op_count, calls };
+        let mut b = encode(&post);
+        prop_assert_eq!(decode(&b).unwrap(), post);
+        for (at, value, how) in cuts {
+            let n = b.len();
+            match how {
+                0 if n > 0 => b[at % n] ^= value as u8 | 1,
+                1 => b.truncate(at % (n + 1)),
+                _ if n >= 8 => {
+                    let at = at % (n - 7);
+                    b[at..at + 8].copy_from_slice(&value.to_le_bytes());
+                }
+                _ => {}
+            }
+        }
+        let (_, peak) = crate::core::allocations::peak_of(|| decode(&b));
+        prop_assert!(peak <= 8 * b.len() + 1024, "{peak} bytes for {}", b.len());
     }
 
     /// Whole posts with any words in them: decoding never panics.

@@ -21,10 +21,12 @@
 //! garbage makes a garbled post, which the decoder rejects.
 //!
 //! Set-up, at communicator init: rank 0 makes the segment (a file in
-//! `/dev/shm`) and sends its path and a random nonce to the others
-//! ([`join_with`], over the store's exchange in `agreement::lane::join` or
-//! over MPI in the mpi engine); every rank maps it and checks the nonce,
-//! which only a rank on the same host can read back;
+//! `/dev/shm`, mode 0600, under a name of its own making: [`file`]) and
+//! sends its name and a random nonce to the others ([`join_with`], over
+//! the store's exchange in `agreement::lane::join` or over MPI in the mpi
+//! engine); every rank opens that name in its own directory, never a path
+//! a peer gave, without following a symbolic link, maps it and checks the
+//! nonce, which only a rank on the same host can read back;
 //! the lane is used only when every rank could (otherwise the communicator
 //! keeps its other channel, on every rank). The file is unlinked once
 //! every rank has mapped it, so nothing is left in `/dev/shm` after the
@@ -35,9 +37,11 @@
 //! collectives) is marked as such in the slot ([`Part::InStore`]); the
 //! agreement then sets it in the store under a key of its own.
 
+mod file;
+
+pub use file::valid_name;
+
 use memmap2::MmapRaw;
-use std::fs::OpenOptions;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -134,7 +138,13 @@ pub fn segment_dir() -> PathBuf {
     }
 }
 
+/// A random tag for a segment's name and nonce: from the operating system,
+/// else from the clock and the process id hashed under std's random keys.
 fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_ok() {
+        return u64::from_le_bytes(b) | 1;
+    }
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -183,19 +193,12 @@ impl Lane {
         }
     }
 
-    /// Makes a segment for `nranks` in `dir`: the ring and its file's path.
+    /// Makes a segment for `nranks` in `dir` (its file private to this
+    /// user: [`file`]): the ring and its file's path.
     pub fn create(dir: &Path, nranks: usize) -> std::io::Result<(Lane, PathBuf)> {
         let nonce = random_u64();
-        let path = dir.join(format!("rankwise-{}-{nonce:016x}", std::process::id()));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        let made = file
-            .set_len(segment_bytes(nranks) as u64)
-            .and_then(|()| Lane::map(&file, nranks));
-        let ring = match made {
+        let (file, path) = file::create(dir, nonce, segment_bytes(nranks) as u64)?;
+        let ring = match Lane::map(&file, nranks) {
             Ok(r) => r,
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
@@ -210,10 +213,11 @@ impl Lane {
         Ok((ring, path))
     }
 
-    /// Maps the segment at `path`, which must be the one with `nonce` made
-    /// for `nranks`.
-    pub fn open(path: &Path, nonce: u64, nranks: usize) -> std::io::Result<Lane> {
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+    /// Maps the segment named `name` (as a peer sent it: refused unless it
+    /// is a segment's name) in this rank's own `dir`, which must be the one
+    /// with `nonce` made for `nranks`.
+    pub fn open(dir: &Path, name: &[u8], nonce: u64, nranks: usize) -> std::io::Result<Lane> {
+        let (file, path) = file::open(dir, name)?;
         let ring = Lane::map(&file, nranks)?;
         let w = ring.words();
         let head = [
@@ -533,7 +537,8 @@ impl Lane {
 /// Two rounds: rank 0 sends `[1, nonce, file name]` when it made a segment
 /// in `dir` and every other rank `[1]` when it wants the lane (`[0]` is a
 /// no); then every rank says whether it mapped the segment of that name
-/// in its own `dir` with that nonce.
+/// (a segment's name, nothing else: [`valid_name`]) in its own `dir` with
+/// that nonce.
 pub fn join_with(
     dir: &Path,
     rank: usize,
@@ -574,11 +579,12 @@ pub fn join_with(
         Some((ring, path)) => Some((ring, Some(path))),
         // no early return from here on: every rank must make round two
         None => {
+            // the name is rank 0's bytes: `Lane::open` takes nothing but a
+            // segment's name, in this rank's own directory
             let nonce = all[0][1..9].try_into().map(u64::from_le_bytes);
-            let path = dir.join(std::ffi::OsStr::from_bytes(&all[0][9..]));
             nonce
                 .ok()
-                .and_then(|nonce| Lane::open(&path, nonce, n).ok())
+                .and_then(|nonce| Lane::open(dir, &all[0][9..], nonce, n).ok())
                 .map(|r| (r, None))
         }
     };

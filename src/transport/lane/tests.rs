@@ -12,7 +12,7 @@ fn soon(ms: u64) -> Instant {
 fn posts_of_any_length_read_back_and_rounds_alternate_slots() {
     let dir = tempfile::tempdir().unwrap();
     let (a, path) = Lane::create(dir.path(), 3).unwrap();
-    let b = Lane::open(&path, a.nonce(), 3).unwrap();
+    let b = Lane::open(dir.path(), name_of(&path), a.nonce(), 3).unwrap();
     for seq in 0..6u64 {
         let v: Vec<u8> = (0..(seq as usize * 5 + 1))
             .map(|i| (i as u8) ^ 0x5a)
@@ -36,9 +36,150 @@ fn posts_of_any_length_read_back_and_rounds_alternate_slots() {
 fn a_segment_with_another_nonce_or_size_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (a, path) = Lane::create(dir.path(), 2).unwrap();
-    assert!(Lane::open(&path, a.nonce() ^ 2, 2).is_err());
-    assert!(Lane::open(&path, a.nonce(), 3).is_err());
-    assert!(Lane::open(&dir.path().join("none"), a.nonce(), 2).is_err());
+    let name = name_of(&path);
+    assert!(Lane::open(dir.path(), name, a.nonce() ^ 2, 2).is_err());
+    assert!(Lane::open(dir.path(), name, a.nonce(), 3).is_err());
+    let absent = file::name(1, 0xab);
+    assert!(Lane::open(dir.path(), absent.as_bytes(), a.nonce(), 2).is_err());
+}
+
+/// Why a segment was not opened.
+fn refusal(opened: std::io::Result<Lane>) -> std::io::Error {
+    match opened {
+        Ok(_) => panic!("the segment was opened"),
+        Err(e) => e,
+    }
+}
+
+fn name_of(path: &Path) -> &[u8] {
+    path.file_name().unwrap().as_encoded_bytes()
+}
+
+/// The permission bits of the file at `path`.
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Sets the process's umask, returning the one before.
+fn umask(mask: u32) -> u32 {
+    // SAFETY: umask takes a mode and cannot fail; it changes only which
+    // permission bits later file creations leave out.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri has no file-backed mappings")]
+fn a_segment_is_private_to_its_user_whatever_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    // the most permissive umasks: nothing taken away, or group write kept
+    for mask in [0o000, 0o002] {
+        let before = umask(mask);
+        let made = Lane::create(dir.path(), 2);
+        umask(before);
+        let (_lane, path) = made.unwrap();
+        assert_eq!(mode_of(&path), 0o600, "under umask {mask:03o}");
+        std::fs::remove_file(path).unwrap();
+    }
+    // the strictest: still readable and writable by its user, so the
+    // other ranks can map it
+    let before = umask(0o277);
+    let made = Lane::create(dir.path(), 2);
+    umask(before);
+    let (a, path) = made.unwrap();
+    assert_eq!(mode_of(&path), 0o600);
+    assert!(Lane::open(dir.path(), name_of(&path), a.nonce(), 2).is_ok());
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri has no file-backed mappings")]
+fn a_symbolic_link_in_a_segments_place_is_never_followed() {
+    let (dir, outside) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // a real segment elsewhere, and a link to it under a segment's name
+    let (a, target) = Lane::create(outside.path(), 2).unwrap();
+    let name = file::name(77, 0x1234);
+    let link = dir.path().join(&name);
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = refusal(Lane::open(dir.path(), name.as_bytes(), a.nonce(), 2));
+    assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+    // making one where a link already is (under this process's name for
+    // the tag): refused, the link's target untouched
+    let before = std::fs::read(&target).unwrap();
+    let mine = dir.path().join(file::name(std::process::id(), 0x1234));
+    std::os::unix::fs::symlink(&target, &mine).unwrap();
+    let e = file::create(dir.path(), 0x1234, 4096).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(std::fs::read(&target).unwrap(), before);
+    assert_eq!(mode_of(&target), 0o600);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri has no file-backed mappings")]
+fn a_file_others_may_read_or_that_is_no_file_is_not_a_segment() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, path) = Lane::create(dir.path(), 2).unwrap();
+    for mode in [0o644, 0o660, 0o606] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let e = refusal(Lane::open(dir.path(), name_of(&path), a.nonce(), 2));
+        assert!(e.to_string().contains(&format!("mode {mode:o}")), "{e}");
+    }
+    let sub = file::name(5, 0xcd);
+    std::fs::create_dir(dir.path().join(&sub)).unwrap();
+    assert!(Lane::open(dir.path(), sub.as_bytes(), a.nonce(), 2).is_err());
+}
+
+#[test]
+fn a_name_from_a_peer_is_a_segments_name_or_nothing() {
+    let made = file::name(4242, 0x0123_4567_89ab_cdef);
+    assert_eq!(made, "rankwise-4242-0123456789abcdef");
+    assert_eq!(valid_name(made.as_bytes()), Some(made.as_str()));
+    assert!(valid_name(file::name(u32::MAX, 1).as_bytes()).is_some());
+    for bad in [
+        "",
+        "/dev/shm/rankwise-4242-0123456789abcdef",
+        "../rankwise-4242-0123456789abcdef",
+        "rankwise-4242-0123456789abcdef/..",
+        "rankwise-4242-../../../etc/pass",
+        "rankwise-../0123456789abcdef",
+        "rankwise-4242-0123456789ABCDEF",
+        "rankwise-4242-0123456789abcde",
+        "rankwise-4242-0123456789abcdef0",
+        "rankwise--0123456789abcdef",
+        "rankwise-12345678901-0123456789abcdef",
+        "rankwise-4242-0123456789abcdef\0",
+        "rankwise-42 2-0123456789abcdef",
+        "rankwise-4242-0123456789abcdeg",
+        "other-4242-0123456789abcdef",
+    ] {
+        assert_eq!(valid_name(bad.as_bytes()), None, "{bad:?}");
+    }
+    assert_eq!(valid_name(b"rankwise-1-0123456789abcd\xff\xfe"), None);
+    assert_eq!(valid_name(b"rankwise-1-0123456789abcde\0"), None);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 500, ..Default::default() })]
+
+    /// Whatever bytes a peer sends, a name taken is one component: no
+    /// separator, no `..`, nothing but the name's own characters.
+    #[test]
+    fn no_bytes_make_a_name_that_leaves_the_directory(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+        pid in proptest::prelude::any::<u32>(),
+        tag in proptest::prelude::any::<u64>(),
+    ) {
+        if let Some(name) = valid_name(&bytes) {
+            proptest::prop_assert!(!name.contains('/') && !name.contains(".."));
+            proptest::prop_assert_eq!(Path::new(name).components().count(), 1);
+        }
+        let made = file::name(pid, tag);
+        proptest::prop_assert_eq!(valid_name(made.as_bytes()), Some(made.as_str()));
+        // a made name with anything added before or after is not a name
+        let mut longer = made.clone().into_bytes();
+        longer.extend_from_slice(&bytes);
+        proptest::prop_assert_eq!(valid_name(&longer).is_some(), bytes.is_empty());
+    }
 }
 
 #[test]

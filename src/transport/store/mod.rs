@@ -19,27 +19,43 @@
 //! last, at no cost of its own.
 //!
 //! [`Store`] serves ranks that are threads of one process; [`Hub`] serves
-//! it over TCP on 127.0.0.1 to ranks that are processes ([`Client`]). The
-//! process launcher starts the hub in the parent; the NCCL engine and the
-//! interposer carry the ncclUniqueId, every launch's posts and every
-//! Send/Recv pairing through it before NCCL is called (the interposer's
-//! collectives between ranks of one host go through shared memory instead,
-//! and use the store only to set that up and to hear of ranks that left).
+//! it over TCP (on 127.0.0.1, or under the interposer on the address of
+//! NCCL's bootstrap) to ranks that are processes ([`Client`]), and only to
+//! holders of the job's [`Key`]: every connection proves it at its start,
+//! and is then bound to the owner it proved, so a rank can post, keep
+//! notes and finish for itself only. The process launcher starts the hub
+//! in the parent; the NCCL engine and the interposer carry the
+//! ncclUniqueId, every launch's posts and every Send/Recv pairing through
+//! it before NCCL is called (the interposer's collectives between ranks of
+//! one host go through shared memory instead, and use the store only to
+//! set that up and to hear of ranks that left). Everything it keeps or
+//! reads for a peer is bounded, and no wait outlives its deadline
+//! (`docs/design/agreement.md` gives the protocol, `docs/reference/limits.md`
+//! the bounds).
 //!
-//! Four rooms: [`state`] is the store itself (exchanges, keys, notes, who
-//! finished) for ranks in one process; [`codec`] is the wire format of a
-//! request and its answer; [`server`] serves a store over TCP ([`Hub`]);
-//! [`client`] is a rank's connection to it ([`Client`]). This module holds
-//! what they share: the [`SideChannel`] every engine and the interposer talk
-//! to, and the shapes of its answers.
+//! Five rooms: [`state`] is the store itself (exchanges, keys, notes, who
+//! finished, parked requests) for ranks in one process; [`auth`] the key
+//! and the handshake; [`codec`] the wire format of a request and its
+//! answer; [`server`] serves a store over TCP from one event loop
+//! ([`Hub`]); [`client`] is a rank's connection to it ([`Client`]). This
+//! module holds what they share: the [`SideChannel`] every engine and the
+//! interposer talk to, and the shapes of its answers.
 
+mod auth;
 mod client;
 mod codec;
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod hostile;
+#[cfg(test)]
+mod liveness;
 mod server;
 mod state;
 #[cfg(test)]
 mod tests;
 
+pub use auth::Key;
 pub use client::Client;
 pub use server::Hub;
 pub use state::Store;
@@ -100,12 +116,16 @@ pub trait SideChannel: Send + Sync {
         owner: usize,
         deadline: Instant,
     ) -> Result<std::result::Result<Vec<u8>, Missing>>;
-    /// Rank `rank`'s program ended, with `error` when it failed.
+    /// Rank `rank`'s program ended, with `error` when it failed. Over a
+    /// [`Client`], `rank` is the owner the connection proved: the hub
+    /// refuses a FINISH for anyone else.
     fn finish(&self, rank: usize, error: Option<&str>) -> Result<()>;
     /// Posts this rank's values of `items`, keeps `note` as owner
     /// `note.0`'s latest, then waits (until `deadline`) for the items it
     /// reads [`Read::Now`]: one answer per item, in order, with every
-    /// party's share for those it reads and nothing for the others.
+    /// party's share for those it reads and nothing for the others. Over a
+    /// [`Client`], each item's party and the note's owner must be the
+    /// connection's owner.
     fn exchange(
         &self,
         items: &[Item<'_>],

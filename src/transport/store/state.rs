@@ -1,28 +1,57 @@
 //! The store itself: keys with blocking reads, exchanges, each owner's
-//! latest note and who has finished, behind one lock and one condition
-//! variable. Ranks that are threads of one process share a [`Store`]
-//! directly; the [`Hub`](super::Hub) serves one to ranks in other processes.
+//! latest note and who has finished, behind one lock. Ranks that are
+//! threads of one process share a [`Store`] directly and wait on its
+//! condition variable; the [`Hub`](super::Hub)'s event loop serves the same
+//! state to ranks in other processes, and its requests that must wait are
+//! parked here, indexed by the key they wait for, so that a change wakes
+//! the loop (through its waker) only for the requests it may answer.
+//!
+//! Everything a peer can make the store keep is bounded: SET keys and bytes
+//! per owner and in all, exchanges and their bytes. A request beyond a
+//! bound is refused whole, before anything is changed. Nothing here does
+//! I/O: the lock is never held across a socket.
 
 use super::{Item, Missing, Read, Share, SideChannel};
 use crate::core::{Error, ErrorKind, Result};
-use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
+/// Bytes of values and keys one owner may keep with SET.
+pub(super) const MAX_OWNER_BYTES: usize = 64 << 20;
+/// Keys one owner may keep with SET.
+pub(super) const MAX_OWNER_KEYS: usize = 4096;
+/// SET bytes and keys of all owners together.
+pub(super) const MAX_SET_BYTES: usize = 1 << 30;
+pub(super) const MAX_SET_KEYS: usize = 1 << 16;
+/// Exchanges held at once (posted, not yet spent), and their bytes.
+pub(super) const MAX_EXCHANGES: usize = 1 << 20;
+pub(super) const MAX_EXCHANGE_BYTES: usize = 1 << 30;
+/// What an exchange or a key costs besides its bytes, in the accounts.
+const OVERHEAD: usize = 64;
+
+/// A parked request's name in the index: the event loop's token of its
+/// connection.
+pub(super) type Token = usize;
+
 /// One exchange while it lives.
-struct Entry {
+struct Exchange {
     owners: Vec<usize>,
     values: Vec<Option<Vec<u8>>>,
     /// parties that posted, will read, and have not yet
     unread: Vec<bool>,
+    /// what it counts for in the store's accounts
+    bytes: usize,
 }
 
-impl Entry {
-    fn new(owners: &[usize]) -> Entry {
-        Entry {
+impl Exchange {
+    fn new(key: &str, owners: &[usize]) -> Exchange {
+        Exchange {
             owners: owners.to_vec(),
             values: vec![None; owners.len()],
             unread: vec![false; owners.len()],
+            bytes: OVERHEAD + key.len() + owners.len() * 10,
         }
     }
     fn all_posted(&self) -> bool {
@@ -33,22 +62,170 @@ impl Entry {
     }
 }
 
+/// A key set with SET, and the owner it is counted against (none for the
+/// ranks of this process).
+struct Set {
+    by: Option<usize>,
+    value: Vec<u8>,
+}
+
+/// One owner's SET account.
+#[derive(Default, Clone, Copy)]
+struct Held {
+    bytes: usize,
+    keys: usize,
+}
+
+/// The event loop's parked requests, indexed by the key each waits for.
 #[derive(Default)]
-struct State {
-    map: HashMap<String, Vec<u8>>,
-    exchanges: HashMap<String, Entry>,
+struct Parked {
+    by_key: HashMap<String, Vec<Token>>,
+    count: usize,
+    /// requests whose key changed, for the loop to look at
+    ready: Vec<Token>,
+    /// an owner finished: every parked request may be answered
+    everyone: bool,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    map: HashMap<String, Set>,
+    held: HashMap<usize, Held>,
+    set_total: Held,
+    exchanges: HashMap<String, Exchange>,
+    exchange_bytes: usize,
     notes: HashMap<usize, Vec<u8>>,
     finished: HashMap<usize, Option<String>>,
+    /// owners marked finished because their connection closed, not by
+    /// their own word: a later report (the launcher's, from the process's
+    /// exit status) says it better and replaces the mark
+    lost: HashSet<usize>,
+    parked: Parked,
+    /// something changed that this process's waiting ranks may want
+    changed: bool,
+    /// the event loop has parked requests to look at
+    wake_loop: bool,
+}
+
+fn refused(what: &str, bound: usize, unit: &str) -> String {
+    format!("{what}: the store keeps at most {bound} {unit}")
 }
 
 impl State {
+    /// The key's parked requests are worth a look.
+    fn touch(&mut self, key: &str) {
+        self.changed = true;
+        if let Some(tokens) = self.parked.by_key.remove(key) {
+            self.parked.ready.extend(tokens);
+            self.wake_loop = true;
+        }
+    }
+
+    /// Sets `key` for `by` (None: a rank of this process, counted in all
+    /// only), or why the store refuses.
+    pub(super) fn set(
+        &mut self,
+        by: Option<usize>,
+        key: &str,
+        value: &[u8],
+    ) -> std::result::Result<(), String> {
+        let cost = OVERHEAD + key.len() + value.len();
+        let old = self
+            .map
+            .get(key)
+            .map(|s| (s.by, OVERHEAD + key.len() + s.value.len()));
+        let freed_total = old.map_or(0, |(_, c)| c);
+        let total = self.set_total;
+        if total.bytes - freed_total + cost > MAX_SET_BYTES {
+            return Err(refused(
+                &format!("SET {key}"),
+                MAX_SET_BYTES,
+                "bytes of keys and values in all",
+            ));
+        }
+        if old.is_none() && total.keys >= MAX_SET_KEYS {
+            return Err(refused(&format!("SET {key}"), MAX_SET_KEYS, "keys in all"));
+        }
+        if let Some(o) = by {
+            let mine = self.held.get(&o).copied().unwrap_or_default();
+            let (freed, same_key) = match old {
+                Some((Some(p), c)) if p == o => (c, true),
+                _ => (0, false),
+            };
+            if mine.bytes - freed + cost > MAX_OWNER_BYTES {
+                return Err(refused(
+                    &format!("SET {key} by owner {o}"),
+                    MAX_OWNER_BYTES,
+                    "bytes of keys and values per owner",
+                ));
+            }
+            if !same_key && mine.keys >= MAX_OWNER_KEYS {
+                return Err(refused(
+                    &format!("SET {key} by owner {o}"),
+                    MAX_OWNER_KEYS,
+                    "keys per owner",
+                ));
+            }
+        }
+        // the previous value leaves its setter's account, the new one
+        // enters the new setter's
+        if let Some((prev, c)) = old {
+            self.set_total.bytes -= c;
+            self.set_total.keys -= 1;
+            if let Some(p) = prev {
+                let h = self.held.entry(p).or_default();
+                h.bytes -= c;
+                h.keys -= 1;
+            }
+        }
+        self.set_total.bytes += cost;
+        self.set_total.keys += 1;
+        if let Some(o) = by {
+            let h = self.held.entry(o).or_default();
+            h.bytes += cost;
+            h.keys += 1;
+        }
+        self.map.insert(
+            key.to_string(),
+            Set {
+                by,
+                value: value.to_vec(),
+            },
+        );
+        self.touch(key);
+        Ok(())
+    }
+
+    /// What a GET of `key` gets now: its value, or that `owner` finished;
+    /// None while it must wait.
+    pub(super) fn lookup(&self, key: &str, owner: usize) -> Option<Share> {
+        if let Some(s) = self.map.get(key) {
+            return Some(Ok(s.value.clone()));
+        }
+        self.finished.get(&owner).map(|reason| {
+            Err(Missing::Finished {
+                reason: reason.clone(),
+            })
+        })
+    }
+
+    /// Whether a GET of `key` can be answered now.
+    pub(super) fn can_get(&self, key: &str, owner: usize) -> bool {
+        self.map.contains_key(key) || self.finished.contains_key(&owner)
+    }
+
+    /// The exchange `it` names, when its parties are the item's.
+    fn entry_of(&self, it: &Item<'_>) -> Option<&Exchange> {
+        self.exchanges.get(it.key).filter(|e| e.owners == it.owners)
+    }
+
     /// Whether a read of `it` can be answered: every party posted, or one
     /// that did not has finished (it never will).
-    fn settled(&self, it: &Item<'_>) -> bool {
-        let values = self.exchanges.get(it.key).map(|e| &e.values);
+    pub(super) fn settled(&self, it: &Item<'_>) -> bool {
+        let values = self.entry_of(it).map(|e| &e.values);
         let mut all = true;
         for (p, owner) in it.owners.iter().enumerate() {
-            if values.is_none_or(|v| v[p].is_none()) {
+            if values.is_none_or(|v| v.get(p).is_none_or(Option::is_none)) {
                 if self.finished.contains_key(owner) {
                     return true;
                 }
@@ -58,15 +235,22 @@ impl State {
         all
     }
 
+    /// Whether every item read now can be answered.
+    pub(super) fn all_settled(&self, items: &[Item<'_>]) -> bool {
+        items
+            .iter()
+            .all(|it| it.read != Read::Now || self.settled(it))
+    }
+
     /// Every party's share of `it` now, the read counted.
     fn answer(&mut self, it: &Item<'_>) -> Vec<Share> {
-        let entry = self.exchanges.get_mut(it.key);
+        let values = self.entry_of(it).map(|e| &e.values);
         let shares = it
             .owners
             .iter()
             .enumerate()
             .map(
-                |(p, owner)| match entry.as_ref().and_then(|e| e.values[p].clone()) {
+                |(p, owner)| match values.and_then(|v| v.get(p)).cloned().flatten() {
                     Some(v) => Ok(v),
                     None => Err(match self.finished.get(owner) {
                         Some(reason) => Missing::Finished {
@@ -77,38 +261,217 @@ impl State {
                 },
             )
             .collect();
-        if let Some(e) = entry {
-            e.unread[it.me] = false;
+        if let Some(e) = self
+            .exchanges
+            .get_mut(it.key)
+            .filter(|e| e.owners == it.owners)
+            && let Some(u) = e.unread.get_mut(it.me)
+        {
+            *u = false;
         }
         self.drop_if_spent(it.key);
         shares
     }
 
+    /// The answer to a request of `items`: every party's share of those it
+    /// reads now, nothing for the others.
+    pub(super) fn answers(&mut self, items: &[Item<'_>]) -> Vec<Vec<Share>> {
+        items
+            .iter()
+            .map(|it| match it.read {
+                Read::Now => self.answer(it),
+                Read::Later | Read::Never => Vec::new(),
+            })
+            .collect()
+    }
+
     fn drop_if_spent(&mut self, key: &str) {
-        if self.exchanges.get(key).is_some_and(Entry::spent) {
-            self.exchanges.remove(key);
+        if self.exchanges.get(key).is_some_and(Exchange::spent)
+            && let Some(e) = self.exchanges.remove(key)
+        {
+            self.exchange_bytes -= e.bytes;
         }
     }
-}
 
-/// An item the store cannot take: the caller's mistake, said plainly.
-fn malformed(it: &Item<'_>, entry: Option<&Entry>) -> Option<String> {
-    if it.me >= it.owners.len() {
-        return Some(format!(
-            "exchange {}: party {} of {}",
-            it.key,
-            it.me,
-            it.owners.len()
-        ));
+    /// What is wrong with a request's items, if anything: a party out of
+    /// range, parties that differ from an earlier post's or from another
+    /// item's of the same request, a party that is not `by`'s own, a
+    /// request that would take the store past its bounds.
+    fn refusal(
+        &self,
+        items: &[Item<'_>],
+        note: Option<(usize, &[u8])>,
+        by: Option<usize>,
+    ) -> Option<String> {
+        if let (Some(o), Some((n, _))) = (by, note)
+            && n != o
+        {
+            return Some(format!("a note for owner {n} on a connection of owner {o}"));
+        }
+        let mut in_request: HashMap<&str, &[usize]> = HashMap::new();
+        let (mut new, mut bytes) = (0usize, 0usize);
+        for it in items {
+            if it.me >= it.owners.len() {
+                return Some(format!(
+                    "exchange {}: party {} of {}",
+                    it.key,
+                    it.me,
+                    it.owners.len()
+                ));
+            }
+            if let Some(o) = by
+                && it.owners[it.me] != o
+            {
+                return Some(format!(
+                    "exchange {}: party {} is owner {}, not this connection's owner {o}",
+                    it.key, it.me, it.owners[it.me]
+                ));
+            }
+            let earlier = self.exchanges.get(it.key).map(|e| e.owners.as_slice());
+            let earlier = earlier.or_else(|| in_request.get(it.key).copied());
+            match earlier {
+                Some(e) if e != it.owners => {
+                    return Some(format!(
+                        "exchange {}: its parties differ between posts ({} and {})",
+                        it.key,
+                        e.len(),
+                        it.owners.len()
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    in_request.insert(it.key, it.owners);
+                    new += 1;
+                    bytes += OVERHEAD + it.key.len() + it.owners.len() * 10;
+                }
+            }
+            bytes += it.value.map_or(0, <[u8]>::len);
+        }
+        if self.exchanges.len() + new > MAX_EXCHANGES {
+            return Some(refused(
+                "a new exchange",
+                MAX_EXCHANGES,
+                "exchanges at once",
+            ));
+        }
+        if self.exchange_bytes + bytes > MAX_EXCHANGE_BYTES {
+            return Some(refused(
+                "a post",
+                MAX_EXCHANGE_BYTES,
+                "bytes of exchanges at once",
+            ));
+        }
+        None
     }
-    match entry {
-        Some(e) if e.owners != it.owners => Some(format!(
-            "exchange {}: its parties differ between posts ({} and {})",
-            it.key,
-            e.owners.len(),
-            it.owners.len()
-        )),
-        _ => None,
+
+    /// Posts a request's values and keeps its note, for `by` (None: a rank
+    /// of this process), or why the store refuses it (then nothing changed).
+    pub(super) fn post(
+        &mut self,
+        items: &[Item<'_>],
+        note: Option<(usize, &[u8])>,
+        by: Option<usize>,
+    ) -> std::result::Result<(), String> {
+        if let Some(why) = self.refusal(items, note, by) {
+            return Err(why);
+        }
+        if let Some((owner, note)) = note {
+            self.notes.insert(owner, note.to_vec());
+        }
+        for it in items {
+            let Some(v) = it.value else { continue };
+            let e = match self.exchanges.entry(it.key.to_string()) {
+                Entry::Occupied(o) => o.into_mut(),
+                Entry::Vacant(slot) => {
+                    let e = Exchange::new(it.key, it.owners);
+                    self.exchange_bytes += e.bytes;
+                    slot.insert(e)
+                }
+            };
+            // the refusal checked the party against these very owners
+            let old = e.values[it.me].replace(v.to_vec()).map_or(0, |o| o.len());
+            e.bytes = e.bytes - old + v.len();
+            self.exchange_bytes = self.exchange_bytes - old + v.len();
+            e.unread[it.me] = it.read != Read::Never;
+            // waiters can only be answered once an exchange is complete
+            // (or a party finished): only the last post wakes them
+            if e.all_posted() {
+                self.touch(it.key);
+            }
+            self.drop_if_spent(it.key);
+        }
+        Ok(())
+    }
+
+    /// The latest note `owner` left with an exchange.
+    pub(super) fn note_of(&self, owner: usize) -> Option<Vec<u8>> {
+        self.notes.get(&owner).cloned()
+    }
+
+    /// Marks `owner` finished; the first report wins (a process that said
+    /// why it failed keeps its reason when it then exits), except over a
+    /// mark its closed connection made.
+    pub(super) fn finish(&mut self, owner: usize, reason: Option<&str>) {
+        if self.lost.remove(&owner) {
+            self.finished.insert(owner, reason.map(str::to_string));
+        } else {
+            self.finished
+                .entry(owner)
+                .or_insert_with(|| reason.map(str::to_string));
+        }
+        self.announce_finish();
+    }
+
+    /// `owner`'s last connection closed with `reason` before it said it
+    /// finished: it is marked finished, so that its peers stop waiting for
+    /// it now.
+    pub(super) fn lost(&mut self, owner: usize, reason: &str) {
+        if self.finished.contains_key(&owner) {
+            return;
+        }
+        self.finished.insert(owner, Some(reason.to_string()));
+        self.lost.insert(owner);
+        self.announce_finish();
+    }
+
+    fn announce_finish(&mut self) {
+        self.changed = true;
+        if self.parked.count > 0 {
+            self.parked.everyone = true;
+            self.wake_loop = true;
+        }
+    }
+
+    /// The event loop's request on `token` waits for `keys`.
+    pub(super) fn park(&mut self, token: Token, keys: &[&str]) {
+        self.parked.count += 1;
+        for k in keys {
+            self.parked
+                .by_key
+                .entry(k.to_string())
+                .or_default()
+                .push(token);
+        }
+    }
+
+    /// `token`'s request that waited for `keys` is answered (or gone).
+    pub(super) fn unpark(&mut self, token: Token, keys: &[&str]) {
+        self.parked.count -= 1;
+        for k in keys {
+            if let Some(tokens) = self.parked.by_key.get_mut(*k) {
+                tokens.retain(|t| *t != token);
+                if tokens.is_empty() {
+                    self.parked.by_key.remove(*k);
+                }
+            }
+        }
+    }
+
+    /// The parked requests worth a look since the last call, and whether
+    /// every parked request is.
+    pub(super) fn take_ready(&mut self) -> (Vec<Token>, bool) {
+        let everyone = std::mem::take(&mut self.parked.everyone);
+        (std::mem::take(&mut self.parked.ready), everyone)
     }
 }
 
@@ -117,6 +480,8 @@ fn malformed(it: &Item<'_>, entry: Option<&Entry>) -> Option<String> {
 pub struct Store {
     state: Mutex<State>,
     changed: Condvar,
+    /// the waker of the event loop serving this store, when a hub does
+    event_loop: OnceLock<Arc<mio::Waker>>,
 }
 
 impl Store {
@@ -126,9 +491,35 @@ impl Store {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+    /// Tells whoever waits that the state changed: this process's ranks
+    /// (the condition variable) and the event loop (its waker).
+    fn announce(&self, s: &mut State) {
+        if std::mem::take(&mut s.changed) {
+            self.changed.notify_all();
+        }
+        // the loop looks at its parked requests after each of its turns:
+        // only changes made by other threads need to wake it
+        if std::mem::take(&mut s.wake_loop)
+            && let Some(waker) = self.event_loop.get()
+            && !super::server::in_loop()
+        {
+            let _ = waker.wake();
+        }
+    }
+    /// Runs `f` on the state under the lock, then tells whoever waits.
+    pub(super) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let mut s = self.lock();
+        let r = f(&mut s);
+        self.announce(&mut s);
+        r
+    }
+    /// An event loop serves this store and wakes by `waker`.
+    pub(super) fn attach(&self, waker: Arc<mio::Waker>) {
+        let _ = self.event_loop.set(waker);
+    }
     /// The value of `key` now, if set.
     pub fn peek(&self, key: &str) -> Option<Vec<u8>> {
-        self.lock().map.get(key).cloned()
+        self.lock().map.get(key).map(|s| s.value.clone())
     }
     /// Whether rank `rank` has finished, and its error.
     pub fn finished(&self, rank: usize) -> Option<Option<String>> {
@@ -141,9 +532,10 @@ impl Store {
         let s = self.lock();
         s.map.len() + s.exchanges.len()
     }
-    pub(super) fn set_value(&self, key: &str, value: &[u8]) {
-        self.lock().map.insert(key.to_string(), value.to_vec());
-        self.changed.notify_all();
+    /// Bytes held for SET keys and for exchanges, as the store counts them.
+    pub fn held_bytes(&self) -> usize {
+        let s = self.lock();
+        s.set_total.bytes + s.exchange_bytes
     }
     /// Sleeps until something changes or `deadline`; false once it has passed.
     fn wait_for_change<'s>(
@@ -162,21 +554,11 @@ impl Store {
             .0;
         (s, true)
     }
-    pub(super) fn wait(
-        &self,
-        key: &str,
-        owner: usize,
-        deadline: Instant,
-    ) -> std::result::Result<Vec<u8>, Missing> {
+    fn wait(&self, key: &str, owner: usize, deadline: Instant) -> Share {
         let mut s = self.lock();
         loop {
-            if let Some(v) = s.map.get(key) {
-                return Ok(v.clone());
-            }
-            if let Some(reason) = s.finished.get(&owner) {
-                return Err(Missing::Finished {
-                    reason: reason.clone(),
-                });
+            if let Some(share) = s.lookup(key, owner) {
+                return share;
             }
             let more;
             (s, more) = self.wait_for_change(s, deadline);
@@ -185,45 +567,19 @@ impl Store {
             }
         }
     }
-    /// [`SideChannel::exchange`], or what is wrong with an item.
-    pub(super) fn run_exchange(
+    /// [`SideChannel::exchange`] for a rank of this process, or what is
+    /// wrong with an item.
+    fn run_exchange(
         &self,
         items: &[Item<'_>],
         note: Option<(usize, &[u8])>,
         deadline: Instant,
     ) -> std::result::Result<Vec<Vec<Share>>, String> {
         let mut s = self.lock();
-        if let Some(why) = items
-            .iter()
-            .find_map(|it| malformed(it, s.exchanges.get(it.key)))
-        {
-            return Err(why);
-        }
-        if let Some((owner, note)) = note {
-            s.notes.insert(owner, note.to_vec());
-        }
-        // waiters can only be answered once an exchange is complete (or a
-        // party finished): only the last post wakes them, not every post
-        let mut completed = false;
-        for it in items {
-            let Some(v) = it.value else { continue };
-            let e = s
-                .exchanges
-                .entry(it.key.to_string())
-                .or_insert_with(|| Entry::new(it.owners));
-            e.values[it.me] = Some(v.to_vec());
-            e.unread[it.me] = it.read != Read::Never;
-            completed |= e.all_posted();
-            s.drop_if_spent(it.key);
-        }
-        if completed {
-            self.changed.notify_all();
-        }
+        s.post(items, note, None)?;
+        self.announce(&mut s);
         loop {
-            let waiting = items
-                .iter()
-                .any(|it| it.read == Read::Now && !s.settled(it));
-            if !waiting {
+            if s.all_settled(items) {
                 break;
             }
             let more;
@@ -232,26 +588,12 @@ impl Store {
                 break;
             }
         }
-        Ok(items
-            .iter()
-            .map(|it| match it.read {
-                Read::Now => s.answer(it),
-                Read::Later | Read::Never => Vec::new(),
-            })
-            .collect())
-    }
-    /// The latest note `owner` left with an exchange.
-    pub(super) fn note_of(&self, owner: usize) -> Option<Vec<u8>> {
-        self.lock().notes.get(&owner).cloned()
+        Ok(s.answers(items))
     }
     /// Marks `rank` finished; the first report wins (a process that said
     /// why it failed keeps its reason when it then exits).
     pub fn mark_finished(&self, rank: usize, error: Option<&str>) {
-        self.lock()
-            .finished
-            .entry(rank)
-            .or_insert_with(|| error.map(str::to_string));
-        self.changed.notify_all();
+        self.with(|s| s.finish(rank, error));
     }
 }
 
@@ -264,8 +606,7 @@ pub(super) fn misused(why: String) -> Error {
 
 impl SideChannel for Store {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.set_value(key, value);
-        Ok(())
+        self.with(|s| s.set(None, key, value)).map_err(misused)
     }
     fn get(
         &self,
@@ -288,6 +629,6 @@ impl SideChannel for Store {
         self.run_exchange(items, note, deadline).map_err(misused)
     }
     fn last_note(&self, owner: usize) -> Result<Option<Vec<u8>>> {
-        Ok(self.note_of(owner))
+        Ok(self.with(|s| s.note_of(owner)))
     }
 }

@@ -11,6 +11,36 @@ fn soon(ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(ms)
 }
 
+/// A job's key, the same in every test (each hub is its own job).
+pub(super) fn job_key() -> Key {
+    Key::from_bytes(*b"a key for the side channel tests")
+}
+
+/// Runs `f` on a thread and gives it `secs` to finish: its result, or a
+/// failed test naming `what`.
+pub(super) fn within<T: Send + 'static>(
+    secs: u64,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{what} did not finish within {secs} s"))
+}
+
+/// A connection to `hub` as `owner`.
+pub(super) fn client(hub: &Hub, owner: usize) -> Client {
+    Client::connect(hub.addr(), &job_key(), owner, soon(5_000)).unwrap()
+}
+
+/// Four ranks' connections to `hub`, owners 0 to 3.
+fn clients(hub: &Hub) -> Vec<Arc<dyn SideChannel>> {
+    (0..4).map(|r| Arc::new(client(hub, r)) as _).collect()
+}
+
 const ALL: [usize; 4] = [0, 1, 2, 3];
 
 /// Rank `me` of 4 posts `value` under `key` and reads everyone's.
@@ -164,10 +194,8 @@ fn threads_share_one_store() {
 
 #[test]
 fn processes_reach_the_hub_over_tcp() {
-    let hub = Hub::start().unwrap();
-    let chans: Vec<Arc<dyn SideChannel>> = (0..4)
-        .map(|_| Arc::new(Client::connect(hub.addr(), soon(5_000)).unwrap()) as _)
-        .collect();
+    let hub = Hub::start(job_key()).unwrap();
+    let chans = clients(&hub);
     reads(&chans);
     assert_eq!(hub.store().key_count(), 0);
     exercise(chans);
@@ -176,7 +204,7 @@ fn processes_reach_the_hub_over_tcp() {
         Some(Some("rank 1 failed: boom".into()))
     );
     // what clients set, the parent reads directly; large values cross intact
-    let c = Client::connect(hub.addr(), soon(5_000)).unwrap();
+    let c = client(&hub, 9);
     c.set("counted", b"").unwrap();
     assert_eq!(hub.store().peek("counted"), Some(vec![]));
     assert!(hub.open_connections() >= 1);
@@ -200,7 +228,11 @@ fn processes_reach_the_hub_over_tcp() {
 /// AllReduce's exchange, a ring of Send/Recv pairs in the same request,
 /// then the pairs' verdicts, every 7th with rank 0 posting its verdict
 /// only (as a rank that failed does).
-fn launches(chans: &[Arc<dyn SideChannel>], rounds: usize, watch: impl Fn(usize) + Sync) {
+pub(super) fn launches(
+    chans: &[Arc<dyn SideChannel>],
+    rounds: usize,
+    watch: impl Fn(usize) + Sync,
+) {
     std::thread::scope(|s| {
         for (me, ch) in chans.iter().enumerate() {
             let watch = &watch;
@@ -275,10 +307,8 @@ fn spent_exchanges_are_dropped_so_memory_follows_the_calls_in_flight() {
     let most = most.into_inner();
     assert!(most <= 18, "{most} keys held at once");
     // the same over TCP
-    let hub = Hub::start().unwrap();
-    let chans: Vec<Arc<dyn SideChannel>> = (0..4)
-        .map(|_| Arc::new(Client::connect(hub.addr(), soon(5_000)).unwrap()) as _)
-        .collect();
+    let hub = Hub::start(job_key()).unwrap();
+    let chans = clients(&hub);
     launches(&chans, 1_000, |_| {});
     assert_eq!(hub.store().key_count(), 0);
 }
@@ -291,9 +321,11 @@ fn a_closed_hub_is_an_error_not_a_hang() {
         // accept one connection and drop it at once
         let _ = listener.accept();
     });
-    let c = Client::connect(addr, soon(5_000)).unwrap();
+    let e = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap_err();
     t.join().unwrap();
-    let e = c.get("k", 0, soon(60_000)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::RemoteError);
-    assert!(e.message.contains("side channel"), "{e}");
+    assert!(
+        e.message.contains(&format!("side channel at {addr}")),
+        "{e}"
+    );
 }
