@@ -1,44 +1,78 @@
 //! The cross-rank agreement of a launch, as a client of
 //! `rankwise::agreement`: every rank's collectives compared, every
 //! Send/Recv paired with its peer's, and the peers' verdicts heard, before
-//! NCCL is called. A failure found across ranks fails the communicator.
+//! NCCL is called. No communicator's lock is held while it waits: each
+//! one's agreement is taken out of its state for the wait and put back
+//! after, so an abort from another thread ends the wait at once (its
+//! stop) instead of waiting for it. A failure found across ranks fails the
+//! communicator.
 
-use super::comms::CommState;
+use super::comms::{Agreement, Comm, CommState, Shared, lock};
 use super::settings::settings;
+use super::{leaving, setup};
 use crate::side;
 use rankwise::agreement::{self, Failure, Peers};
 use rankwise::core::{Error, Launch};
 use std::time::Duration;
 
-/// The agreement of a launch on one communicator (a call outside a group).
-pub fn agree_one(s: &mut CommState, launch: &Launch) -> Result<(), Failure> {
-    agreement::agree(&mut [(&mut s.peers, launch)], settings().timeout)
-}
-
-/// The agreement of one launch per communicator (the outermost group
-/// end's calls on each communicator it touched).
-pub fn agree(launches: &mut [(&mut CommState, &Launch)]) -> Result<(), Failure> {
-    let mut peers: Vec<(&mut Peers, &Launch)> = launches
-        .iter_mut()
-        .map(|(s, l)| (&mut s.peers, *l))
+/// Agrees `launches` (one per communicator) with the peers, or, when this
+/// rank refused them (`refused`: why), posts that notice in their place
+/// (`rankwise::agreement::refuse`). Called with no lock held.
+pub fn agree(launches: &[(&Shared, &Launch)], refused: Option<&str>) -> Result<(), Failure> {
+    let taken: Vec<Agreement> = launches
+        .iter()
+        .map(|(c, _)| std::mem::replace(&mut lock(c).agreement, Agreement::Out))
         .collect();
-    agreement::agree(&mut peers, settings().timeout)
+    let mut ready: Vec<Peers> = Vec::with_capacity(taken.len());
+    let mut first_error = None;
+    for ((c, _), a) in launches.iter().zip(taken) {
+        match setup::ready(c, a) {
+            Ok((p, line)) => {
+                if let Some(line) = line {
+                    lock(c).tracer.init_info(&line);
+                }
+                ready.push(p);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+                // its set-up is abandoned: the local checks only, from now on
+                ready.push(Peers::new(c.rank, c.nranks, None));
+            }
+        }
+    }
+    let result = match first_error {
+        Some(e) => Err(e.into()),
+        None => {
+            let mut pairs: Vec<(&mut Peers, &Launch)> = ready
+                .iter_mut()
+                .zip(launches)
+                .map(|(p, (_, l))| (p, *l))
+                .collect();
+            match refused {
+                None => agreement::agree(&mut pairs, settings().timeout),
+                Some(why) => agreement::refuse(&mut pairs, why, settings().timeout),
+            }
+        }
+    };
+    for ((c, _), p) in launches.iter().zip(ready) {
+        lock(c).agreement = Agreement::Ready(p);
+    }
+    result
 }
 
 /// A failure found across ranks fails the communicator, as NCCL's async
 /// errors do: later calls on it are refused, and ranks waiting for this
 /// one's posts stop waiting.
-pub fn fail(s: &mut CommState, e: Error) -> Error {
-    let e = e.on_rank(s.rank);
+pub fn fail(c: &Comm, s: &mut CommState, e: Error) -> Error {
+    let e = e.on_rank(c.rank);
     if s.failed.is_none() {
         s.failed = Some(e.clone());
-        if s.peers.link().is_some() {
-            let _ = s.peers.leave(Some(&e.to_string()));
-            // this process may hold the store and end at once (a program
-            // that exits on the error): give waiting ranks time to hear it
-            if side::serves() {
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        let why = e.to_string();
+        let _ = leaving::leave(c, Some(&why), &format!("this communicator failed: {why}"));
+        // this process may hold the store and end at once (a program
+        // that exits on the error): give waiting ranks time to hear it
+        if c.exit.get().is_some() && side::serves() {
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
     e
