@@ -2,12 +2,14 @@
 //! with a stop ([`super::stop`]), each is counted in flight, refused once
 //! the stop is raised, and one that may wait (it reads now, with a
 //! deadline still ahead) waits on a helper thread, so that the stop ends
-//! it at once. A link without a stop asks the store directly.
+//! it at once; the exchanges it waits on are noted on the stop meanwhile
+//! (a rank that leaves replaces its posts there with a notice). A link
+//! without a stop asks the store directly.
 
 use super::Link;
-use super::stop::detached;
-use crate::core::Result;
-use crate::transport::store::{Item, Read, Share};
+use super::stop::{Waiting, detached};
+use crate::core::{Result, wire};
+use crate::transport::store::{Item, Read, Share, SideChannel};
 use std::time::Instant;
 
 /// An item the helper thread owns.
@@ -59,10 +61,21 @@ impl Link {
             return self.chan.exchange(items, note, deadline);
         }
         let owned: Vec<Owned> = items.iter().map(Owned::of).collect();
+        let held = stop.hold(
+            owned
+                .iter()
+                .filter(|o| o.read != Read::Never)
+                .map(|o| Waiting {
+                    key: o.key.clone(),
+                    owners: o.owners.clone(),
+                    party: o.me,
+                })
+                .collect(),
+        );
         let note = note.map(|(o, b)| (o, b.to_vec()));
         let chan = self.chan.clone();
         detached(&watch, move || {
-            let _busy = busy;
+            let _busy = (busy, held);
             let items: Vec<Item<'_>> = owned.iter().map(Owned::item).collect();
             let note = note.as_ref().map(|(o, b)| (*o, b.as_slice()));
             chan.exchange(&items, note, deadline)
@@ -106,4 +119,27 @@ impl Link {
         };
         self.chan.last_note(owner)
     }
+}
+
+/// Replaces this rank's posts in the exchanges `waiting` (those a request
+/// of its waited on when it left) with a notice giving `why`, through
+/// `chan` (the link's own connection may be held by that request): a peer
+/// that comes later fails naming this rank, instead of finding its post
+/// and entering NCCL alone.
+pub fn give_notice(chan: &dyn SideChannel, waiting: &[Waiting], why: &str) -> Result<()> {
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    let notice = wire::encode_notice(why);
+    let items: Vec<Item<'_>> = waiting
+        .iter()
+        .map(|w| Item {
+            key: &w.key,
+            owners: &w.owners,
+            me: w.party,
+            value: Some(&notice),
+            read: Read::Never,
+        })
+        .collect();
+    chan.exchange(&items, None, Instant::now()).map(|_| ())
 }

@@ -53,6 +53,8 @@ mod verdicts;
 #[cfg(test)]
 mod tests;
 
+pub use ask::give_notice;
+
 use crate::core::{Error, Launch, Posted, Result};
 use crate::transport::lane::Lane;
 use crate::transport::store::SideChannel;

@@ -57,6 +57,19 @@ struct Inner {
     raised: AtomicBool,
     why: OnceLock<String>,
     in_flight: AtomicUsize,
+    /// the exchanges a request in flight waits on, by request
+    waiting: Mutex<Vec<(u64, Vec<Waiting>)>>,
+    requests: AtomicU64,
+}
+
+/// An exchange of the store a request in flight has posted to and waits
+/// on: a rank that leaves meanwhile replaces its post there with a notice,
+/// so a peer that comes later does not find the post and go on alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    pub key: String,
+    pub owners: Vec<usize>,
+    pub party: usize,
 }
 
 /// One communicator's stop, shared by every thread that waits on it and
@@ -98,6 +111,23 @@ impl Stop {
         self.0.in_flight.load(Ordering::SeqCst)
     }
 
+    /// Notes the exchanges a request waits on, until the guard drops.
+    pub fn hold(&self, waiting: Vec<Waiting>) -> Held {
+        let id = self.0.requests.fetch_add(1, Ordering::Relaxed);
+        self.0
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id, waiting));
+        Held(self.clone(), id)
+    }
+
+    /// The exchanges requests in flight wait on now.
+    pub fn waiting(&self) -> Vec<Waiting> {
+        let w = self.0.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        w.iter().flat_map(|(_, ws)| ws.iter().cloned()).collect()
+    }
+
     /// Counts one request in flight until the guard drops; refused once
     /// the stop is raised. The count is made before the stop is read, and
     /// [`Stop::raise`] sets the stop before the leaving rank reads the
@@ -119,6 +149,16 @@ pub struct InFlight(Stop);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The exchanges one request waits on ([`Stop::hold`]).
+pub struct Held(Stop, u64);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut w = self.0.0.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        w.retain(|(id, _)| *id != self.1);
     }
 }
 

@@ -477,15 +477,11 @@ fn a_stop_ends_a_wait_at_once_and_the_late_rank_does_not_go_on() {
             let r = agree_one(p, &l, LONG);
             let took = start.elapsed();
             t.join().unwrap();
-            p.link
-                .as_ref()
-                .unwrap()
-                .chan
-                .finish(
-                    p.link.as_ref().unwrap().owner(0),
-                    Some("rank 0 called ncclCommAbort"),
-                )
-                .unwrap();
+            // as a leaving rank does: its posts in the store become notices
+            let link = p.link.as_ref().unwrap();
+            let why = "rank 0 called ncclCommAbort";
+            give_notice(&*link.chan, &stop.waiting(), why).unwrap();
+            link.chan.finish(link.owner(0), Some(why)).unwrap();
             r.map(|()| took)
         });
         let e = &got[0].as_ref().unwrap_err().error;
@@ -494,14 +490,12 @@ fn a_stop_ends_a_wait_at_once_and_the_late_rank_does_not_go_on() {
             e.message,
             "the wait for the other ranks ended: rank 0 called ncclCommAbort"
         );
-        if setup.1 == Via::Lane {
-            let e = &got[1].as_ref().unwrap_err().error;
-            assert!(
-                e.message
-                    .contains("rank 0 failed: rank 0 called ncclCommAbort"),
-                "{setup:?}: {e}"
-            );
-        }
+        let e = &got[1].as_ref().unwrap_err().error;
+        let want = match setup.1 {
+            Via::Lane => "rank 0 failed: rank 0 called ncclCommAbort",
+            Via::Store => "rank 0 will not make AllReduce #0: rank 0 called ncclCommAbort",
+        };
+        assert_eq!(e.message, want, "{setup:?}");
     }
 }
 

@@ -15,8 +15,10 @@
 use super::comms::{Comm, comm, lock, unregister, unregister_all};
 use super::setup::{Channel, Exit};
 use crate::process;
-use rankwise::agreement::stop::signal_name;
+use rankwise::agreement::give_notice;
+use rankwise::agreement::stop::{Waiting, signal_name};
 use rankwise::core::{Error, ErrorKind};
+use rankwise::transport::store::SideChannel;
 use std::sync::OnceLock;
 use std::sync::atomic::{Ordering, fence};
 use std::sync::mpsc::{self, Receiver};
@@ -38,9 +40,20 @@ pub fn leave(comm: &Comm, why: Option<&str>, stopped: &str) -> Option<Receiver<(
     tell(comm, exit, why)
 }
 
+/// Tells the store rank `exit.owner` left, and replaces its posts in the
+/// exchanges a request in flight waits on with a notice: through the
+/// link's own connection when it is free, else through another one (the
+/// answer to wait for).
 fn tell(comm: &Comm, exit: &Exit, why: Option<&str>) -> Option<Receiver<()>> {
+    let notice = why.map_or_else(|| format!("rank {} left", comm.rank), str::to_string);
+    let say =
+        move |chan: &dyn SideChannel, owner: usize, why: Option<&str>, waiting: &[Waiting]| {
+            let _ = chan.finish(owner, why);
+            let _ = give_notice(chan, waiting, &notice);
+        };
+    let waiting = comm.stop.waiting();
     if comm.stop.busy() == 0 || matches!(exit.channel, Channel::Here(_)) {
-        let _ = exit.chan.finish(exit.owner, why);
+        say(&*exit.chan, exit.owner, why, &waiting);
         return None;
     }
     let (channel, owner, why) = (exit.channel.clone(), exit.owner, why.map(str::to_string));
@@ -49,7 +62,7 @@ fn tell(comm: &Comm, exit: &Exit, why: Option<&str>) -> Option<Receiver<()>> {
         .name("rankwise-leave".into())
         .spawn(move || {
             if let Ok(chan) = channel.open() {
-                let _ = chan.finish(owner, why.as_deref());
+                say(&*chan, owner, why.as_deref(), &waiting);
             }
             let _ = tx.send(());
         })

@@ -7,13 +7,18 @@
 //! `RANKWISE_STANDIN_DIR`): a collective is one file per rank holding its
 //! contribution, written whole then renamed, and every rank reads every
 //! file it needs and computes its own output; a Send is a file its Recv
-//! waits for. Calls inside a group run at `ncclGroupEnd`: Sends, then
-//! collectives, then Recvs, so a grouped exchange never waits on itself.
+//! waits for. Calls inside a group run at `ncclGroupEnd`: every Send and
+//! every collective's contribution first, then the collectives' outputs,
+//! then the Recvs, so a grouped exchange never waits on itself (nor do the
+//! ranks of `ncclCommInitAll`, all threads of one process). A PreMulSum
+//! op's scalar is read when the call is made, as NCCL reads it.
 //! Every wait gives up after `RANKWISE_STANDIN_TIMEOUT` seconds (20) with
 //! `ncclInternalError`, so a test that lets a mismatch through ends.
 //! `RANKWISE_STANDIN_NULL=1` makes every collective and Send/Recv return
 //! success at once, moving nothing: an NCCL that costs nothing, for
 //! measuring what the interposer costs by itself.
+//! `ncclGetVersion` says 2.28.9 unless `RANKWISE_STANDIN_VERSION` says
+//! otherwise.
 //!
 //! A non-blocking communicator (`config.blocking = 0`) is made at once but
 //! says `ncclInProgress` (and hides its rank and size) until the first
@@ -367,7 +372,11 @@ macro_rules! export {
 }
 
 export!(pncclGetVersion, ncclGetVersion, (v: *mut c_int) -> Res {
-    *v = 22809;
+    // 2.28.9, or what RANKWISE_STANDIN_VERSION says
+    *v = std::env::var("RANKWISE_STANDIN_VERSION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(22809);
     0
 });
 
