@@ -35,6 +35,11 @@ fn init_all_of_4_ranks_in_one_process_is_registered_and_checked() {
     let run = run("init_all", 1, true, &[]);
     run.assert_ok();
     assert!(run.stdout(0).contains("init_all ok"), "{}", run.stdout(0));
+    assert!(
+        run.elapsed < Duration::from_secs(10),
+        "RANKWISE_TIMEOUT is 20 s: {:?}",
+        run.elapsed
+    );
     let e = said(&run, 0);
     for r in 0..4 {
         assert!(
