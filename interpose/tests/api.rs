@@ -164,8 +164,13 @@ fn a_timeout_is_a_code_of_the_loaded_version() {
         run.assert_ok();
         for r in 0..2 {
             let out = run.stdout(r);
+            let name = if code == 8 {
+                "ncclTimeout"
+            } else {
+                "ncclRemoteError"
+            };
             assert!(
-                out.contains(&format!("timeout rc {code}: ")),
+                out.contains(&format!("timeout rc {code}: {name} on rank {r}: ")),
                 "{version}: {out}"
             );
             assert!(

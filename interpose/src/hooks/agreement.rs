@@ -67,7 +67,7 @@ pub fn fail(c: &Comm, s: &mut CommState, e: Error) -> Error {
     let e = e.on_rank(c.rank);
     if s.failed.is_none() {
         s.failed = Some(e.clone());
-        let why = e.to_string();
+        let why = super::errors::words(&e);
         let _ = leaving::leave(c, Some(&why), &format!("this communicator failed: {why}"));
         // this process may hold the store and end at once (a program
         // that exits on the error): give waiting ranks time to hear it

@@ -197,7 +197,7 @@ pub fn placeholder(raw: &RawCall, nranks: usize) -> Option<Call> {
 
 /// What a refusing rank's notice says.
 pub fn refusal(e: &Error) -> String {
-    format!("its call was refused there ({e})")
+    format!("its call was refused there ({})", super::errors::words(e))
 }
 
 /// A call this rank's checks refused (`e`): reported, and in its launch's

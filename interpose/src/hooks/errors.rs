@@ -11,7 +11,7 @@
 use super::comms::{Comm, CommState};
 use super::leaving;
 use super::settings::{say, settings};
-use rankwise::core::Error;
+use rankwise::core::{Error, ResultCode};
 use std::cell::RefCell;
 use std::ffi::{CString, c_char};
 
@@ -28,8 +28,22 @@ thread_local! {
 /// The `ncclResult_t` for `e` in the loaded NCCL: a timeout is
 /// `ncclTimeout` only where that exists (`ResultCode::for_version`).
 pub fn code_of(e: &Error) -> i32 {
+    result_of(e).code()
+}
+
+fn result_of(e: &Error) -> ResultCode {
     let version = crate::real::version().unwrap_or(ASSUMED_VERSION);
-    e.code().for_version(version).code()
+    e.code().for_version(version)
+}
+
+/// `e` in words, headed by the code the program gets for it:
+/// `ncclRemoteError on rank 0: rank 3 did not enter AllReduce #1 within 2s`.
+pub fn words(e: &Error) -> String {
+    let code = result_of(e).nccl_name();
+    match e.rank {
+        Some(r) => format!("{code} on rank {r}: {}", e.message),
+        None => format!("{code}: {}", e.message),
+    }
 }
 
 /// Reports `e` as rank `c.rank`'s: one line on stderr, a WARN line in the
@@ -38,8 +52,8 @@ pub fn code_of(e: &Error) -> i32 {
 pub fn report(c: &Comm, s: &mut CommState, e: &Error, detail: Option<&str>) -> i32 {
     let e = e.clone().on_rank(c.rank);
     let line = match detail {
-        Some(d) => format!("{e} [{d}]"),
-        None => e.to_string(),
+        Some(d) => format!("{} [{d}]", words(&e)),
+        None => words(&e),
     };
     say(&format!("rankwise: {line} (comm {:#x})", c.handle));
     s.tracer.warn(&line);

@@ -85,7 +85,7 @@ pub fn gone(handle: usize, abort: bool) {
         ),
         false => (None, "ncclCommDestroy"),
     };
-    let why = failed.map(|e| e.to_string()).or(why);
+    let why = failed.map(|e| super::errors::words(&e)).or(why);
     let stopped = format!("{what} was called on this communicator");
     let _ = leave(&c, why.as_deref(), &stopped);
 }
