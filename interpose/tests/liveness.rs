@@ -55,10 +55,9 @@ fn an_abort_from_another_thread_ends_the_wait_at_once_on_every_rank() {
                 "SHM={shm} rank {r}: {out}"
             );
             assert!(
-                out.contains("rc 5: ncclInvalidUsage on rank")
-                    && out.contains(
-                        "the wait for the other ranks ended: ncclCommAbort was called on this communicator"
-                    ),
+                out.contains(&format!(
+                    "rc 5: ncclInvalidUsage on rank {r}: AllReduce (opCount 1): the wait for the other ranks ended: ncclCommAbort was called on this communicator"
+                )),
                 "SHM={shm} rank {r}: {out}"
             );
         }
@@ -111,7 +110,8 @@ fn ctrl_c_in_a_program_that_handles_it_ends_the_wait_at_once() {
     let run = run("interrupt", 2, true, &[]);
     run.assert_ok();
     let out = run.stdout(0);
-    assert!(number_after(&out, "the call ended") < 200, "{out}");
+    // rank 1 comes after 5 s; RANKWISE_TIMEOUT is 20 s
+    assert!(number_after(&out, "the call ended") < 1000, "{out}");
     assert!(out.contains("the program's handler ran: true"), "{out}");
     assert!(
         out.contains("the wait for the other ranks ended: the process received SIGINT"),

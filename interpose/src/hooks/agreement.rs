@@ -12,7 +12,7 @@ use super::settings::settings;
 use super::{leaving, setup};
 use crate::side;
 use rankwise::agreement::{self, Failure, Peers};
-use rankwise::core::{Error, Launch};
+use rankwise::core::{Error, ErrorKind, Launch};
 use std::time::Duration;
 
 /// Agrees `launches` (one per communicator) with the peers, or, when this
@@ -57,7 +57,15 @@ pub fn agree(launches: &[(&Shared, &Launch)], refused: Option<&str>) -> Result<(
     for ((c, _), p) in launches.iter().zip(ready) {
         lock(c).agreement = Agreement::Ready(p);
     }
-    result
+    // a wait ended from outside names the launch it ended
+    result.map_err(|mut f| {
+        if f.error.kind == ErrorKind::CommFailed
+            && let Some((_, l)) = launches.first()
+        {
+            f.error.message = format!("{}: {}", l.describe(), f.error.message);
+        }
+        f
+    })
 }
 
 /// A failure found across ranks fails the communicator, as NCCL's async

@@ -91,7 +91,7 @@ pub fn interrupt() -> Result<(), String> {
     let k = Rank::start();
     expect_eq("first AllReduce", k.all_reduce_i32(&[1; 4]).0, 0)?;
     if k.rank == 1 {
-        std::thread::sleep(Duration::from_millis(2000));
+        std::thread::sleep(Duration::from_millis(5000));
         return Ok(());
     }
     let sender = std::thread::spawn(|| {
