@@ -162,6 +162,28 @@ fn tell_watcher(sig: c_int) {
     }
 }
 
+/// Blocks [`SIGNALS`] on this thread; the mask it had.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: all-zero sigset_t values are valid, and sigemptyset,
+    // sigaddset and pthread_sigmask only write the sets they are given.
+    unsafe {
+        let (mut set, mut old): (libc::sigset_t, libc::sigset_t) =
+            (std::mem::zeroed(), std::mem::zeroed());
+        libc::sigemptyset(&mut set);
+        for s in SIGNALS {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
+}
+
+/// Gives this thread back the mask `old`.
+fn restore_signals(old: libc::sigset_t) {
+    // SAFETY: a mask pthread_sigmask returned on this thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+}
+
 /// A pipe's (read, write) ends, close-on-exec.
 fn pipe() -> Option<(c_int, c_int)> {
     let mut fds = [-1; 2];
@@ -178,6 +200,9 @@ pub fn catch_signals(tell: fn(c_int)) {
         let (Some((req_r, req_w)), Some((ack_r, ack_w))) = (pipe(), pipe()) else {
             return;
         };
+        // the watcher is born with the signals blocked, so none is ever
+        // handled on it (a handler there would wait for itself)
+        let blocked = block_signals();
         let watcher = std::thread::Builder::new()
             .name("rankwise-signals".into())
             .spawn(move || {
@@ -199,6 +224,7 @@ pub fn catch_signals(tell: fn(c_int)) {
                     unsafe { libc::write(ack_w, b.as_ptr().cast(), b.len()) };
                 }
             });
+        restore_signals(blocked);
         if watcher.is_err() {
             return;
         }

@@ -265,6 +265,11 @@ fn is_capturing() -> Option<IsCapturing> {
 /// Whether work issued to `stream` now is recorded into a CUDA graph
 /// instead of running (false where the driver cannot say).
 pub fn capturing(stream: usize) -> bool {
+    // the legacy default stream is never captured, and asking about it
+    // while another stream captures would break that capture
+    if stream == 0 {
+        return false;
+    }
     let Some(f) = is_capturing() else {
         return false;
     };

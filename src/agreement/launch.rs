@@ -146,6 +146,16 @@ fn posts_of(
 /// notices make (on a rank that refused the launch: Ok when every rank
 /// did, else the error of the ranks that made it).
 fn calls_of(all: Vec<Post>, what: &str, refused: bool) -> Result<Vec<Posted>, Failure> {
+    if !refused && all.iter().all(|p| matches!(p, Post::Calls(_))) {
+        // the common case: every rank posted its calls
+        return Ok(all
+            .into_iter()
+            .filter_map(|p| match p {
+                Post::Calls(c) => Some(c),
+                Post::Notice(_) => None,
+            })
+            .collect());
+    }
     let mut said = Vec::new();
     let mut made = Vec::new();
     let mut posted = Vec::with_capacity(all.len());

@@ -21,10 +21,14 @@ use crate::core::{Error, ErrorKind, Result};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a rank waiting for a helper looks at its stop.
 const LOOK: Duration = Duration::from_millis(2);
+/// How long a rank (and an idle helper) yields its core before it sleeps:
+/// a launch's request is usually answered, and the next one handed over,
+/// within this, and a thread woken from sleep costs more than the wait.
+const YIELD: Duration = Duration::from_micros(50);
 
 /// Signals the process has received that end waits, and the latest one.
 static INTERRUPTS: AtomicU64 = AtomicU64::new(0);
@@ -214,7 +218,7 @@ fn spawn_helper() -> Option<Sender<Job>> {
     std::thread::Builder::new()
         .name("rankwise-wait".into())
         .spawn(move || {
-            while let Ok(job) = rx.recv() {
+            while let Some(job) = next(&rx) {
                 let deliver = job();
                 idle()
                     .lock()
@@ -225,6 +229,18 @@ fn spawn_helper() -> Option<Sender<Job>> {
         })
         .ok()?;
     Some(tx)
+}
+
+/// A helper's next job: yielding for [`YIELD`] first, then asleep.
+fn next(rx: &std::sync::mpsc::Receiver<Job>) -> Option<Job> {
+    let start = Instant::now();
+    while start.elapsed() < YIELD {
+        if let Ok(job) = rx.try_recv() {
+            return Some(job);
+        }
+        std::thread::yield_now();
+    }
+    rx.recv().ok()
 }
 
 /// Runs `job` on an idle helper (one is started when none is idle); gives
@@ -240,6 +256,8 @@ fn hand(job: Job) -> std::result::Result<(), Job> {
 struct Slot<T> {
     answer: Mutex<Option<T>>,
     ready: Condvar,
+    /// set once the answer is in
+    done: AtomicBool,
 }
 
 /// Runs `job` (a request that may wait in the store) on a helper thread and
@@ -254,17 +272,23 @@ pub fn detached<T: Send + 'static>(
     let slot = Arc::new(Slot {
         answer: Mutex::new(None),
         ready: Condvar::new(),
+        done: AtomicBool::new(false),
     });
     let theirs = slot.clone();
     let run: Job = Box::new(move || {
         let answer = job();
         Box::new(move || {
             *theirs.answer.lock().unwrap_or_else(|p| p.into_inner()) = Some(answer);
+            theirs.done.store(true, Ordering::Release);
             theirs.ready.notify_one();
         })
     });
     if let Err(run) = hand(run) {
         run()();
+    }
+    let start = Instant::now();
+    while !slot.done.load(Ordering::Acquire) && start.elapsed() < YIELD {
+        std::thread::yield_now();
     }
     let mut answer = slot.answer.lock().unwrap_or_else(|p| p.into_inner());
     loop {
@@ -285,7 +309,6 @@ pub fn detached<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn a_raised_stop_ends_a_detached_wait_at_once_and_keeps_its_first_reason() {

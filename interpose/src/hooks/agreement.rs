@@ -13,6 +13,7 @@ use super::{leaving, setup};
 use crate::side;
 use rankwise::agreement::{self, Failure, Peers};
 use rankwise::core::{Error, ErrorKind, Launch};
+use std::sync::MutexGuard;
 use std::time::Duration;
 
 /// Agrees `launches` (one per communicator) with the peers, or, when this
@@ -57,15 +58,54 @@ pub fn agree(launches: &[(&Shared, &Launch)], refused: Option<&str>) -> Result<(
     for ((c, _), p) in launches.iter().zip(ready) {
         lock(c).agreement = Agreement::Ready(p);
     }
-    // a wait ended from outside names the launch it ended
-    result.map_err(|mut f| {
-        if f.error.kind == ErrorKind::CommFailed
-            && let Some((_, l)) = launches.first()
-        {
-            f.error.message = format!("{}: {}", l.describe(), f.error.message);
-        }
-        f
-    })
+    match launches.first() {
+        Some((_, l)) => result.map_err(|f| named(f, l)),
+        None => result,
+    }
+}
+
+/// The agreement of one communicator's launch `l`: under its lock when it
+/// has no side channel (it waits for nobody then), else out of it (as
+/// [`agree`]). The lock's guard comes back with the result.
+pub fn agree_one<'a>(
+    c: &'a Comm,
+    mut s: MutexGuard<'a, CommState>,
+    l: &Launch,
+    refused: Option<&str>,
+) -> (MutexGuard<'a, CommState>, Result<(), Failure>) {
+    if let Agreement::Ready(p) = &mut s.agreement
+        && p.link().is_none()
+    {
+        let r = settle(p, l, refused);
+        return (s, r);
+    }
+    let a = std::mem::replace(&mut s.agreement, Agreement::Out);
+    drop(s);
+    let (r, p, line) = match setup::ready(c, a) {
+        Ok((mut p, line)) => (settle(&mut p, l, refused), p, line),
+        Err(e) => (Err(e.into()), Peers::new(c.rank, c.nranks, None), None),
+    };
+    let mut s = lock(c);
+    if let Some(line) = line {
+        s.tracer.init_info(&line);
+    }
+    s.agreement = Agreement::Ready(p);
+    (s, r.map_err(|f| named(f, l)))
+}
+
+fn settle(p: &mut Peers, l: &Launch, refused: Option<&str>) -> Result<(), Failure> {
+    match refused {
+        None => agreement::agree(&mut [(p, l)], settings().timeout),
+        Some(why) => agreement::refuse(&mut [(p, l)], why, settings().timeout),
+    }
+}
+
+/// A wait ended from outside names the launch it ended.
+fn named(mut f: Failure, l: &Launch) -> Failure {
+    if f.error.kind == ErrorKind::CommFailed {
+        f.error.message = format!("{}: {}", l.describe(), f.error.message);
+    }
+    f
 }
 
 /// A failure found across ranks fails the communicator, as NCCL's async

@@ -13,7 +13,7 @@
 //! agreed once, at capture; the journal says so (replays never reach the
 //! interposer).
 
-use super::agreement::{agree, fail};
+use super::agreement::{agree_one, fail};
 use super::comms::{Comm, CommState, Shared, comm, lock};
 use super::errors::report;
 use super::groups::{in_group, join_group};
@@ -138,9 +138,7 @@ fn launch(c: &Shared, mut s: MutexGuard<'_, CommState>, refused: Option<&str>) -
         return Ok(());
     };
     s.group.number(&mut l);
-    drop(s);
-    let r = agree(&[(c, &l)], refused);
-    let mut s = lock(c);
+    let (mut s, r) = agree_one(c, s, &l, refused);
     s.group.recycle(l);
     match (r, refused) {
         (Ok(()), None) => match c.stop.raised() {
