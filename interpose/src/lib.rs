@@ -5,23 +5,20 @@
 //! LD_PRELOAD=target/release/librankwise_nccl.so torchrun ... train.py
 //! ```
 //!
-//! The library exports NCCL's entry points (communicator init, split,
-//! destroy and abort, every collective, Send/Recv, group start and end,
-//! PreMulSum ops, `ncclMemAlloc`/`ncclMemFree`, `ncclGetUniqueId`,
-//! `ncclGetLastError`); the dynamic loader binds the program's calls to them
-//! ahead of libnccl's. Each call gets rankwise's argument checks, and at
+//! The library exports every entry point of NCCL 2.28's API; the dynamic
+//! loader binds the program's calls to them ahead of libnccl's. Each call gets rankwise's argument checks, and at
 //! launch every rank's call is compared across ranks before NCCL is called;
 //! a mismatch is `ncclInvalidUsage` with one line naming the ranks, the call
 //! and both sides' arguments, instead of an NCCL hang. Everything else is
 //! NCCL's: the real function is called with the program's own arguments.
-//! Calls it does not export pass straight to libnccl.
 //!
 //! Modules, one job each:
 //!
 //! - `real`: finding NCCL's functions (`pnccl*` first) in the library the
 //!   program uses;
-//! - `exports`: the C entry points (with `real`, all of the crate's
-//!   `unsafe`);
+//! - `exports`: the C entry points;
+//! - `process`: the process's exit, forks and signals, as the interposer
+//!   hooks them (with `real` and `exports`, all of the crate's `unsafe`);
 //! - `hooks`: what happens around each call, in rooms of one job (the
 //!   switches, the allocation registry, the communicator registry, the
 //!   per-call checks and groups, the launch's agreement as a client of
@@ -45,5 +42,6 @@
 
 mod exports;
 mod hooks;
+mod process;
 mod real;
 mod side;

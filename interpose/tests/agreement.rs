@@ -82,7 +82,7 @@ fn an_unmatched_send_is_an_error_naming_both_ranks() {
     assert!(
         e0.contains("rank 1 posted none within 2s [rank 1 was last in AllReduce (opCount 0)]")
             || e0.contains(
-                "rank 1 failed without posting one (ncclTimeout on rank 1: rank 0 did not enter AllReduce #0 within 2s"
+                "rank 1 failed without posting one (ncclRemoteError on rank 1: rank 0 did not enter AllReduce #0 within 2s"
             ),
         "{e0}"
     );
@@ -120,7 +120,7 @@ fn a_rank_that_never_comes_is_named_with_where_it_was_last() {
         let e = run.errors(r).join("\n");
         assert!(
             e.contains(&format!(
-                "ncclTimeout on rank {r}: rank 3 did not enter AllReduce #1 within 2s [rank 3 was last in AllReduce (opCount 0)]"
+                "ncclRemoteError on rank {r}: rank 3 did not enter AllReduce #1 within 2s [rank 3 was last in AllReduce (opCount 0)]"
             )),
             "rank {r}: {e}"
         );

@@ -8,7 +8,7 @@
 
 use super::round::Round;
 use super::{Link, keys};
-use crate::core::Result;
+use crate::core::{Error, Result};
 use crate::transport::lane::{Lane, Part, Stopped, Waited, join_with};
 use crate::transport::store::{Item, Missing, Read, Share, SideChannel};
 use std::path::Path;
@@ -62,7 +62,7 @@ pub(super) fn post(r: &Round<'_>) -> Result<()> {
         let Some(seq) = p.lane_round else { continue };
         if p.value.len() > crate::transport::lane::SLOT_BYTES {
             let key = keys::overflow(&r.link.key, seq, r.me);
-            r.link.chan.set(&key, &p.value)?;
+            r.link.set(&key, &p.value)?;
         }
         lane.post(r.me, seq, &p.value);
     }
@@ -71,29 +71,48 @@ pub(super) fn post(r: &Round<'_>) -> Result<()> {
 
 /// Whether rank `rank` has left, as the store says: its owner finished.
 fn gone(link: &Link, rank: usize) -> Option<(usize, Missing)> {
-    match link
-        .chan
-        .get(&keys::gone(&link.key), link.owner(rank), Instant::now())
-    {
+    match link.get(&keys::gone(&link.key), link.owner(rank), Instant::now()) {
         Ok(Err(m @ Missing::Finished { .. })) => Some((rank, m)),
         _ => None,
     }
 }
 
+/// What ended a lane wait before every rank posted.
+enum Ended {
+    /// ranks that left, as the store says
+    Left(Vec<(usize, Missing)>),
+    /// this communicator's stop, or a signal
+    Stopped(Error),
+}
+
 /// Every rank's share of lane round `seq`, in rank order. A rank that has
 /// not posted is `Missing::Finished` once the store says it left (asked
-/// every 10 ms of the wait), else `Missing::Timeout` at the deadline.
-pub(super) fn shares(r: &Round<'_>, lane: &Lane, seq: u64, deadline: Instant) -> Vec<Share> {
+/// every 10 ms of the wait), else `Missing::Timeout` at the deadline. A
+/// stop raised meanwhile ends the wait with its error, this rank's post
+/// taken back.
+pub(super) fn shares(
+    r: &Round<'_>,
+    lane: &Lane,
+    seq: u64,
+    deadline: Instant,
+) -> Result<Vec<Share>> {
     let link = r.link;
     let waited = lane.wait(seq, deadline, |missing| {
+        if let Some(e) = link.watch.as_ref().and_then(|w| w.stopped()) {
+            return Some(Ended::Stopped(e));
+        }
         let left: Vec<(usize, Missing)> = missing.iter().filter_map(|&q| gone(link, q)).collect();
-        (!left.is_empty()).then_some(left)
+        (!left.is_empty()).then_some(Ended::Left(left))
     });
     let parts: Vec<std::result::Result<Part, Missing>> = match waited {
         Waited::All(parts) => parts.into_iter().map(Ok).collect(),
         Waited::Stopped { by, parts } => {
             lane.withdraw(r.me, seq);
-            let left = by.unwrap_or_default();
+            let left = match by {
+                Some(Ended::Stopped(e)) => return Err(e),
+                Some(Ended::Left(left)) => left,
+                None => Vec::new(),
+            };
             parts
                 .into_iter()
                 .enumerate()
@@ -107,20 +126,19 @@ pub(super) fn shares(r: &Round<'_>, lane: &Lane, seq: u64, deadline: Instant) ->
                 .collect()
         }
     };
-    parts
+    Ok(parts
         .into_iter()
         .enumerate()
         .map(|(rank, part)| match part {
             Ok(Part::Value(v)) => Ok(v),
             Ok(Part::InStore) => {
                 let key = keys::overflow(&link.key, seq, rank);
-                link.chan
-                    .get(&key, link.owner(rank), deadline)
+                link.get(&key, link.owner(rank), deadline)
                     .unwrap_or(Err(Missing::Timeout))
             }
             Err(m) => Err(m),
         })
-        .collect()
+        .collect())
 }
 
 /// One round of words on the lane (the mpi engine's agreement): this

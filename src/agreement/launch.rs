@@ -6,6 +6,7 @@ use super::missing::{missing_error, whereabouts};
 use super::pairs::{self, Side};
 use super::round::{self, Parties, Posting, Round};
 use super::{Failure, Link, Peers, keys};
+use crate::core::agree::{made_anyway, notices};
 use crate::core::{Call, Error, Launch, Posted, agree, wire};
 use crate::transport::store::{Missing, Share, gathered};
 use std::collections::BTreeSet;
@@ -21,6 +22,8 @@ struct InFlight {
     postings: Vec<Posting>,
     /// `AllReduce (opCount 3)`: where this rank is
     note: String,
+    /// this rank refused the launch: its posts are notices giving why
+    refused: bool,
 }
 
 /// What a rank found of its Send/Recv pairs: the first failure (in call
@@ -53,24 +56,33 @@ fn collectives(link: &Link, me: usize, seq: u64, value: Vec<u8>) -> Posting {
 
 /// Numbers a launch's Sends and Recvs and makes its postings: its
 /// collectives, then its pairs. Sends to self pair with this rank's own
-/// Recvs from self here, with or without a link.
-fn post(p: &mut Peers, l: &Launch) -> Result<InFlight, Error> {
+/// Recvs from self here, with or without a link. A refused launch
+/// (`refused`: why) posts a notice in each place instead.
+fn post(p: &mut Peers, l: &Launch, refused: Option<&str>) -> Result<InFlight, Error> {
     let me = p.me;
-    let sides = p.pairs.number(me, l)?;
+    let sides = match refused {
+        None => p.pairs.number(me, l)?,
+        Some(_) => p.pairs.count(me, l),
+    };
     let mut f = InFlight {
         colls: false,
         sides: Vec::new(),
         postings: Vec::new(),
         note: String::new(),
+        refused: refused.is_some(),
     };
     if p.link.is_none() {
         return Ok(f);
     }
+    let notice = refused.map(wire::encode_notice);
     if !l.colls.is_empty() && p.nranks > 1 {
         let seq = p.next_round();
         let link = p.link.as_ref().expect("checked above");
         f.colls = true;
-        let value = wire::encode_calls(l.op_count, &l.colls);
+        let value = match &notice {
+            Some(n) => n.clone(),
+            None => wire::encode_calls(l.op_count, &l.colls),
+        };
         f.postings.push(collectives(link, me, seq, value));
     }
     let link = p.link.as_ref().expect("checked above");
@@ -80,7 +92,10 @@ fn post(p: &mut Peers, l: &Launch) -> Result<InFlight, Error> {
             key: keys::pair(&link.key, src, dst, *seq),
             parties: Parties::Two([link.owner(src), link.owner(dst)]),
             party,
-            value: pairs::encode_side(sd),
+            value: match &notice {
+                Some(n) => n.clone(),
+                None => pairs::encode_side(sd),
+            },
             lane_round: None,
         });
     }
@@ -91,6 +106,13 @@ fn post(p: &mut Peers, l: &Launch) -> Result<InFlight, Error> {
     Ok(f)
 }
 
+/// What a rank posted in a round: its calls, or a notice giving why it
+/// does not make them.
+enum Post {
+    Calls(Posted),
+    Notice(String),
+}
+
 /// Every rank's post of the collectives from their exchange's shares, or
 /// why some did not come (named with where they were last).
 fn posts_of(
@@ -98,11 +120,14 @@ fn posts_of(
     shares: Vec<Share>,
     what: impl FnOnce() -> String,
     timeout: Duration,
-) -> Result<Vec<Posted>, Failure> {
+) -> Result<Vec<Post>, Failure> {
     match gathered(shares) {
         Ok(all) => Ok(all
             .iter()
-            .map(|b| wire::decode(b))
+            .map(|b| match wire::notice(b) {
+                Some(why) => Ok(Post::Notice(why)),
+                None => wire::decode(b).map(Post::Calls),
+            })
             .collect::<Result<Vec<_>, _>>()?),
         Err(missing) => {
             let error = missing_error(&missing, &what(), timeout);
@@ -115,6 +140,42 @@ fn posts_of(
             Err(Failure { error, detail })
         }
     }
+}
+
+/// Every rank's calls, when no rank gave notice; otherwise the error the
+/// notices make (on a rank that refused the launch: Ok when every rank
+/// did, else the error of the ranks that made it).
+fn calls_of(all: Vec<Post>, what: &str, refused: bool) -> Result<Vec<Posted>, Failure> {
+    if !refused && all.iter().all(|p| matches!(p, Post::Calls(_))) {
+        // the common case: every rank posted its calls
+        return Ok(all
+            .into_iter()
+            .filter_map(|p| match p {
+                Post::Calls(c) => Some(c),
+                Post::Notice(_) => None,
+            })
+            .collect());
+    }
+    let mut said = Vec::new();
+    let mut made = Vec::new();
+    let mut posted = Vec::with_capacity(all.len());
+    for (r, p) in all.into_iter().enumerate() {
+        match p {
+            Post::Notice(why) => said.push((r, why)),
+            Post::Calls(c) => {
+                made.push(r);
+                posted.push(c);
+            }
+        }
+    }
+    if refused {
+        return match made.is_empty() {
+            true => Ok(Vec::new()),
+            false => Err(made_anyway(what, &made).into()),
+        };
+    }
+    notices(what, &said, said.len() + made.len())?;
+    Ok(posted)
 }
 
 /// `AllReduce #3`, or `a group`: what a wait for collectives names.
@@ -143,9 +204,18 @@ fn judge(
     };
     let mut shares = shares.into_iter();
     if f.colls {
-        let name = || what(l.op_count, &l.colls);
-        let all = posts_of(link, shares.next().unwrap_or_default(), name, timeout)?;
-        if let Err(error) = agree::collectives(&all) {
+        let name = what(l.op_count, &l.colls);
+        let all = posts_of(
+            link,
+            shares.next().unwrap_or_default(),
+            || name.clone(),
+            timeout,
+        )?;
+        let all = calls_of(all, &name, f.refused)?;
+        if let Some(error) = (!all.is_empty())
+            .then(|| agree::collectives(&all).err())
+            .flatten()
+        {
             let detail = Some(agree::sides(&all));
             return Err(Failure { error, detail });
         }
@@ -156,6 +226,22 @@ fn judge(
             .next()
             .and_then(|sh| sh.into_iter().nth(1 - posting.party))
             .unwrap_or(Err(Missing::Timeout));
+        if let Some(why) = theirs.as_ref().ok().and_then(|b| wire::notice(b)) {
+            // the peer refused its side: nobody goes on with this pair
+            if pairing.verdict.is_ok() && !f.refused {
+                let name = pairs::describe(sd, *seq);
+                pairing.verdict = Err(notices(&name, &[(peer, why)], 2).unwrap_err().into());
+            }
+            continue;
+        }
+        if f.refused {
+            // the peer made its side of a pair this rank refused
+            if theirs.is_ok() && pairing.verdict.is_ok() {
+                let name = pairs::describe(sd, *seq);
+                pairing.verdict = Err(made_anyway(&name, &[peer]).into());
+            }
+            continue;
+        }
         let late = theirs == Err(Missing::Timeout);
         if let Ok(b) = &theirs
             && let Ok(t) = pairs::decode_side(b)
@@ -177,12 +263,13 @@ fn judge(
 /// its collectives.
 pub fn first_round(
     launches: &mut [(&mut Peers, &Launch)],
+    refused: Option<&str>,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Vec<Option<Pairing>>, Failure> {
     let mut flights = Vec::with_capacity(launches.len());
     for (p, l) in launches.iter_mut() {
-        flights.push(post(p, l)?);
+        flights.push(post(p, l, refused)?);
     }
     let answers = {
         let rounds: Vec<Round<'_>> = launches
@@ -235,5 +322,6 @@ pub fn exchange(p: &mut Peers, mine: &Posted, timeout: Duration) -> Result<Vec<P
         .pop()
         .and_then(|mut r| r.pop())
         .unwrap_or_default();
-    posts_of(link, shares, || name.clone(), timeout)
+    let all = posts_of(link, shares, || name.clone(), timeout)?;
+    calls_of(all, &name, false)
 }

@@ -50,7 +50,7 @@ pub fn whereabouts(link: &Link, missing: &[usize]) -> String {
         .map(|r| {
             let note = match &link.lane {
                 Some(lane) => lane.note(*r),
-                None => link.chan.last_note(link.owners[*r]).ok().flatten(),
+                None => link.last_note(link.owners[*r]).ok().flatten(),
             };
             match note {
                 Some(b) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),

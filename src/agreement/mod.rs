@@ -26,23 +26,34 @@
 //! one before reading any, so ranks that list them in different orders do
 //! not wait on each other.
 //!
-//! Rooms: [`keys`] names every value in the store; `round` makes one round
-//! of exchanges on any number of communicators; [`lane`] is the
-//! shared-memory path (set-up through the store, posting, waiting, taking a
-//! post back); `launch` the first round of a launch, `verdicts` the second;
-//! [`pairs`] pairs Sends with Recvs; [`missing`] words a wait that ended
-//! without a post. Every wait of the agreement is in `round` and [`lane`].
+//! A communicator's waits can be ended from outside ([`stop`]: its rank
+//! aborted it from another thread, the process is exiting or got a
+//! signal); a wait so ended takes this rank's lane post back and returns
+//! the stop's reason.
+//!
+//! Rooms: [`keys`] names every value in the store; `ask` makes every
+//! request of the store; `round` makes one round of exchanges on any
+//! number of communicators; [`lane`] is the shared-memory path (set-up
+//! through the store, posting, waiting, taking a post back); `launch` the
+//! first round of a launch, `verdicts` the second; [`pairs`] pairs Sends
+//! with Recvs; [`missing`] words a wait that ended without a post;
+//! [`stop`] ends waits from outside. Every wait of the agreement is in
+//! `ask` and [`lane`].
 
+mod ask;
 pub mod keys;
 pub mod lane;
 mod launch;
 pub mod missing;
 pub mod pairs;
 mod round;
+pub mod stop;
 mod verdicts;
 
 #[cfg(test)]
 mod tests;
+
+pub use ask::give_notice;
 
 use crate::core::{Error, Launch, Posted, Result};
 use crate::transport::lane::Lane;
@@ -50,6 +61,7 @@ use crate::transport::store::SideChannel;
 use pairs::PairCounts;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stop::{Stop, Watch};
 
 /// A communicator's channel to its peers, as one rank holds it.
 pub struct Link {
@@ -63,6 +75,11 @@ pub struct Link {
     /// The lane through shared memory, when every rank is on this host: a
     /// launch's collectives agree there instead of in the store.
     pub lane: Option<Lane>,
+    /// What ends this communicator's waits from outside (None: only their
+    /// deadlines end them).
+    stop: Option<Stop>,
+    /// The current launch's watch of `stop`, from its start.
+    watch: Option<Watch>,
 }
 
 impl Link {
@@ -72,13 +89,40 @@ impl Link {
             key,
             owners,
             lane: None,
+            stop: None,
+            watch: None,
         }
+    }
+
+    /// The link with waits that `stop` ends.
+    pub fn with_stop(mut self, stop: Stop) -> Link {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Whether a store request of this link is in flight now, holding its
+    /// connection.
+    pub fn busy(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.busy() > 0)
+    }
+
+    /// A launch begins: its waits look at the stop from now on.
+    fn begin(&mut self) {
+        self.watch = self.stop.as_ref().map(Stop::watch);
     }
 
     /// Sets up the lane when every rank of the communicator can map it
     /// ([`lane::join`]). Every rank must call it at the same point, after
     /// no launch or after the same ones.
     pub fn join_lane(&mut self, me: usize, wanted: bool, deadline: Instant) {
+        // counted in flight: a rank that leaves meanwhile says so elsewhere
+        let _busy = match &self.stop {
+            Some(s) => match s.enter(&s.watch()) {
+                Ok(g) => Some(g),
+                Err(_) => return,
+            },
+            None => None,
+        };
         self.lane = lane::join(
             &crate::transport::lane::segment_dir(),
             &*self.chan,
@@ -151,6 +195,9 @@ impl Peers {
     /// rank's `mine` shown to the others (the first round of [`agree`]
     /// without the comparison). A rank without a link has only its own.
     pub fn exchange(&mut self, mine: &Posted, timeout: Duration) -> Result<Vec<Posted>> {
+        if let Some(l) = &mut self.link {
+            l.begin();
+        }
         launch::exchange(self, mine, timeout).map_err(|f| f.error)
     }
 }
@@ -178,7 +225,35 @@ impl From<Error> for Failure {
 /// the same collectives and every pair matched, on this rank and, for
 /// launches with Sends or Recvs, on every peer it paired with.
 pub fn agree(launches: &mut [(&mut Peers, &Launch)], timeout: Duration) -> Result<(), Failure> {
+    settle(launches, None, timeout)
+}
+
+/// A launch this rank refused (a call of it failed this rank's own
+/// checks, `why` says how), in its place in the agreement: every rank of
+/// each communicator finds a notice where this rank's posts would be, so
+/// ranks that made the calls fail at once, naming this rank and the call,
+/// instead of waiting out their deadline (and no rank enters NCCL alone).
+/// Ok when every rank refused it too; otherwise the error of the ranks
+/// that made it, whose communicator is now failed.
+pub fn refuse(
+    launches: &mut [(&mut Peers, &Launch)],
+    why: &str,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    settle(launches, Some(why), timeout)
+}
+
+fn settle(
+    launches: &mut [(&mut Peers, &Launch)],
+    refused: Option<&str>,
+    timeout: Duration,
+) -> Result<(), Failure> {
     let deadline = Instant::now() + timeout;
-    let pairings = launch::first_round(launches, deadline, timeout)?;
+    for (p, _) in launches.iter_mut() {
+        if let Some(l) = &mut p.link {
+            l.begin();
+        }
+    }
+    let pairings = launch::first_round(launches, refused, deadline, timeout)?;
     verdicts::second_round(launches, &pairings, deadline, timeout)
 }

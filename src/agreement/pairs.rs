@@ -60,10 +60,24 @@ impl PairCounts {
                 .iter()
                 .filter(move |c| c.func == f && c.root == me)
         };
+        let first_to_self = self.sent[me];
+        let sides = self.count(me, launch);
         for (k, (s, r)) in to_self(Func::Send).zip(to_self(Func::Recv)).enumerate() {
-            pair(me, me, self.sent[me] + k as u64, &side(s), &side(r))?;
+            pair(me, me, first_to_self + k as u64, &side(s), &side(r))?;
         }
-        let selves = to_self(Func::Send).count() as u64;
+        Ok(sides)
+    }
+
+    /// Numbers `launch`'s Sends and Recvs on rank `me` without pairing its
+    /// sends to itself: the sides to other ranks with their pair numbers,
+    /// in call order. A launch whose calls were refused is numbered so too,
+    /// so this rank's later pairs keep their peers' numbers.
+    pub fn count(&mut self, me: usize, launch: &Launch) -> Vec<(Side, u64)> {
+        let selves = launch
+            .p2p
+            .iter()
+            .filter(|c| c.func == Func::Send && c.root == me)
+            .count() as u64;
         self.sent[me] += selves;
         self.received[me] += selves;
         let mut sides = Vec::with_capacity(launch.p2p.len());
@@ -73,10 +87,16 @@ impl PairCounts {
             } else {
                 &mut self.received[c.root]
             };
-            sides.push((side(c), *count));
+            sides.push((
+                Side {
+                    call: *c,
+                    op_count: launch.op_count,
+                },
+                *count,
+            ));
             *count += 1;
         }
-        Ok(sides)
+        sides
     }
 }
 

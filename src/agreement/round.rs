@@ -59,13 +59,29 @@ pub struct Round<'a> {
 
 /// Makes one round on every communicator of `rounds`: per round, per
 /// posting, every party's share when this rank reads it (nothing when it
-/// only posts).
+/// only posts). A round that fails (its stop was raised, the store is
+/// gone) takes back every lane post of `rounds`, so no rank arriving later
+/// finds this rank's post and goes on alone.
 pub fn exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share>>>> {
+    let answers = post_and_read(rounds, deadline);
+    if answers.is_err() {
+        for r in rounds {
+            if let Some(on) = &r.link.lane {
+                for seq in r.postings.iter().filter_map(|p| p.lane_round) {
+                    on.withdraw(r.me, seq);
+                }
+            }
+        }
+    }
+    answers
+}
+
+fn post_and_read(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share>>>> {
     for r in rounds {
         lane::post(r)?;
     }
     let mut stored = store_exchange(rounds, deadline)?.into_iter();
-    Ok(rounds
+    rounds
         .iter()
         .map(|r| {
             let mut from_store = stored.next().unwrap_or_default().into_iter();
@@ -73,12 +89,12 @@ pub fn exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<S
                 .iter()
                 .map(|p| match (p.lane_round, &r.link.lane) {
                     (Some(seq), Some(on)) if r.reads => lane::shares(r, on, seq, deadline),
-                    (Some(_), _) => Vec::new(),
-                    (None, _) => from_store.next().unwrap_or_default(),
+                    (Some(_), _) => Ok(Vec::new()),
+                    (None, _) => Ok(from_store.next().unwrap_or_default()),
                 })
                 .collect()
         })
-        .collect())
+        .collect()
 }
 
 /// The store's part of [`exchange`]: per round, the shares of its postings
@@ -102,13 +118,13 @@ fn store_exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec
     if let [i] = busy[..] {
         let r = &rounds[i];
         let read = if r.reads { Read::Now } else { Read::Never };
-        out[i] = r.link.chan.exchange(&items(r, read), note(r), deadline)?;
+        out[i] = r.link.exchange(&items(r, read), note(r), deadline)?;
         return Ok(out);
     }
     for &i in &busy {
         let r = &rounds[i];
         let read = if r.reads { Read::Later } else { Read::Never };
-        r.link.chan.exchange(&items(r, read), note(r), deadline)?;
+        r.link.exchange(&items(r, read), note(r), deadline)?;
     }
     for &i in &busy {
         let r = &rounds[i];
@@ -117,7 +133,7 @@ fn store_exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec
             .map(|it| Item { value: None, ..it })
             .collect();
         out[i] = if r.reads {
-            r.link.chan.exchange(&reads, None, deadline)?
+            r.link.exchange(&reads, None, deadline)?
         } else {
             vec![Vec::new(); reads.len()]
         };

@@ -4,6 +4,7 @@
 //! with its collectives on the shared-memory lane. Ranks are threads here;
 //! every rank's outcome is checked.
 
+use super::stop::Stop;
 use super::*;
 use crate::core::{Call, DataType, ErrorKind, Func, RedOp, agree as compare, wire};
 use crate::transport::store::Store;
@@ -451,4 +452,143 @@ fn sends_to_self_are_paired_without_a_link() {
     assert_eq!(e.kind, ErrorKind::Mismatch);
     assert!(e.message.contains("rank 1's Send #1 to rank 1"), "{e}");
     assert_eq!(p.rounds(), 0, "nothing was exchanged");
+}
+
+/// A stop raised from another thread ends a wait for a rank that never
+/// comes at once, on the store and on the lane, with the stop's reason;
+/// the stopped rank's lane post is taken back, so the late rank fails too
+/// instead of going on alone.
+#[test]
+fn a_stop_ends_a_wait_at_once_and_the_late_rank_does_not_go_on() {
+    for setup in [(User::Checker, Via::Store), (User::Checker, Via::Lane)] {
+        let store = Store::new();
+        let dir = tempfile::tempdir().unwrap();
+        let mut peers = ranks(&store, dir.path(), setup, "c0", 2);
+        let stop = Stop::new();
+        let link = peers[0].link.take().unwrap();
+        peers[0].link = Some(link.with_stop(stop.clone()));
+        let got = on_ranks(peers, |r, p| {
+            let l = launch(0, vec![call(Func::AllReduce, 4, 0)], vec![]);
+            if r == 1 {
+                // rank 1 comes only after rank 0 was stopped and left
+                std::thread::sleep(Duration::from_millis(600));
+                return agree_one(p, &l, Duration::from_secs(2)).map(|()| Duration::ZERO);
+            }
+            let raiser = stop.clone();
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                raiser.raise("rank 0 called ncclCommAbort");
+            });
+            let start = std::time::Instant::now();
+            let r = agree_one(p, &l, LONG);
+            let took = start.elapsed();
+            t.join().unwrap();
+            // as a leaving rank does: its posts in the store become notices
+            let link = p.link.as_ref().unwrap();
+            let why = "rank 0 called ncclCommAbort";
+            give_notice(&*link.chan, &stop.waiting(), why).unwrap();
+            link.chan.finish(link.owner(0), Some(why)).unwrap();
+            r.map(|()| took)
+        });
+        let e = &got[0].as_ref().unwrap_err().error;
+        assert_eq!(e.kind, ErrorKind::CommFailed, "{setup:?}: {e}");
+        assert_eq!(
+            e.message,
+            "the wait for the other ranks ended: rank 0 called ncclCommAbort"
+        );
+        let e = &got[1].as_ref().unwrap_err().error;
+        let want = match setup.1 {
+            Via::Lane => "rank 0 failed: rank 0 called ncclCommAbort",
+            Via::Store => "rank 0 will not make AllReduce #0: rank 0 called ncclCommAbort",
+        };
+        assert_eq!(e.message, want, "{setup:?}");
+    }
+}
+
+/// A stopped wait returns within a few milliseconds of the stop.
+#[test]
+fn a_stopped_wait_returns_within_milliseconds() {
+    for setup in [(User::Checker, Via::Store), (User::Checker, Via::Lane)] {
+        let store = Store::new();
+        let dir = tempfile::tempdir().unwrap();
+        let mut peers = ranks(&store, dir.path(), setup, "c0", 2);
+        let stop = Stop::new();
+        let link = peers[0].link.take().unwrap();
+        let mut p = Peers::new(0, 2, Some(link.with_stop(stop.clone())));
+        let raiser = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let at = std::time::Instant::now();
+            raiser.raise("stopped");
+            at
+        });
+        let l = launch(0, vec![call(Func::AllReduce, 4, 0)], vec![]);
+        assert!(agree_one(&mut p, &l, LONG).is_err());
+        let ended = std::time::Instant::now();
+        let raised = t.join().unwrap();
+        let late = ended - raised;
+        assert!(late < Duration::from_millis(50), "{setup:?}: {late:?}");
+        drop(peers);
+    }
+}
+
+/// A launch one rank refused: the ranks that made it fail at once naming
+/// that rank and its reason, in a collective and in a Send/Recv pair; the
+/// refusing rank learns that they made it; when every rank refused it,
+/// nobody fails.
+#[test]
+fn a_refused_launch_fails_the_ranks_that_made_it_at_once() {
+    for setup in ALL {
+        let store = Store::new();
+        let dir = tempfile::tempdir().unwrap();
+        let start = std::time::Instant::now();
+        let why = "its call was refused there (ncclInvalidArgument on rank 1: AllReduce: recvbuff is NULL)";
+        let got = on_ranks(ranks(&store, dir.path(), setup, "c0", 3), |r, p| {
+            let all_refuse = launch(0, vec![call(Func::AllReduce, 4, 0)], vec![]);
+            refuse(&mut [(&mut *p, &all_refuse)], "x", LONG).expect("every rank refused");
+            let coll = launch(1, vec![call(Func::AllReduce, 4, 0)], vec![]);
+            let first = if r == 1 {
+                refuse(&mut [(&mut *p, &coll)], why, LONG)
+            } else {
+                agree_one(p, &coll, LONG)
+            };
+            let pair = match r {
+                0 => launch(2, vec![], vec![call(Func::Send, 4, 1)]),
+                1 => launch(2, vec![], vec![call(Func::Recv, 4, 0)]),
+                _ => return (first, None),
+            };
+            let second = if r == 1 {
+                refuse(&mut [(&mut *p, &pair)], "its Recv was refused there", LONG)
+            } else {
+                agree_one(p, &pair, LONG)
+            };
+            (first, Some(second))
+        });
+        assert!(start.elapsed() < Duration::from_secs(5), "{setup:?}");
+        for r in [0, 2] {
+            let e = &got[r].0.as_ref().unwrap_err().error;
+            assert_eq!(e.kind, ErrorKind::RemoteError, "{setup:?}: {e}");
+            assert_eq!(
+                e.message,
+                format!("rank 1 will not make AllReduce #1: {why}")
+            );
+        }
+        let e = &got[1].0.as_ref().unwrap_err().error;
+        assert!(
+            e.message.starts_with("ranks 0,2 made AllReduce #1"),
+            "{setup:?}: {e}"
+        );
+        let e = &got[0].1.as_ref().unwrap().as_ref().unwrap_err().error;
+        assert!(
+            e.message
+                .starts_with("rank 1 will not make Send #0 to rank 1")
+                && e.message.ends_with("its Recv was refused there"),
+            "{setup:?}: {e}"
+        );
+        let e = &got[1].1.as_ref().unwrap().as_ref().unwrap_err().error;
+        assert!(
+            e.message.starts_with("rank 0 made Recv #0 from rank 0"),
+            "{setup:?}: {e}"
+        );
+    }
 }

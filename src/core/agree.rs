@@ -142,6 +142,41 @@ pub fn sides(all: &[Posted]) -> String {
         .join("; ")
 }
 
+/// A launch on which some ranks gave notice instead of posting their calls
+/// (`notices`: each one's rank and reason; a rank's call was refused
+/// there, or it gave up on the launch): Ok when all `nranks` did, so nobody
+/// enters NCCL with it; otherwise the error of the ranks that made the
+/// call, which NCCL would have left waiting for the others.
+pub fn notices(what: &str, notices: &[(usize, String)], nranks: usize) -> Result<(), Error> {
+    if notices.is_empty() || notices.len() == nranks {
+        return Ok(());
+    }
+    let said: Vec<String> = notices
+        .iter()
+        .map(|(r, why)| format!("rank {r} will not make {what}: {why}"))
+        .collect();
+    Err(Error::new(ErrorKind::RemoteError, said.join("; ")))
+}
+
+/// The error of a rank whose call was refused here while ranks `made`
+/// made it: they fail with it, and so does this communicator.
+pub fn made_anyway(what: &str, made: &[usize]) -> Error {
+    let who = match made {
+        [r] => format!("rank {r} made"),
+        _ => format!(
+            "ranks {} made",
+            made.iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    };
+    Error::new(
+        ErrorKind::RemoteError,
+        format!("{who} {what}, which this rank refused: the communicator fails on every rank"),
+    )
+}
+
 /// Ok when all ranks posted the same calls; otherwise the Mismatch every rank returns.
 pub fn collectives(all: &[Posted]) -> Result<(), Error> {
     // the common case allocates nothing: compare signatures, explain only on a difference
@@ -310,5 +345,29 @@ mod tests {
             e.message
         );
         assert!(collectives(&[post(1, Func::AllGather, 3), post(1, Func::AllGather, 3)]).is_ok());
+    }
+
+    #[test]
+    fn notices_fail_the_ranks_that_made_the_call_unless_every_rank_gave_one() {
+        let said = vec![(2, "its call was refused there (x)".to_string())];
+        let e = notices("AllReduce #1", &said, 4).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::RemoteError);
+        assert_eq!(
+            e.message,
+            "rank 2 will not make AllReduce #1: its call was refused there (x)"
+        );
+        let all: Vec<(usize, String)> = (0..3).map(|r| (r, "x".to_string())).collect();
+        assert!(notices("AllReduce #1", &all, 3).is_ok());
+        assert!(notices("AllReduce #1", &[], 3).is_ok());
+        let e = made_anyway("AllReduce #1", &[0, 1, 3]);
+        assert_eq!(
+            e.message,
+            "ranks 0,1,3 made AllReduce #1, which this rank refused: the communicator fails on every rank"
+        );
+        assert!(
+            made_anyway("Send #0 to rank 1 (count 1, int8, opCount 0)", &[1])
+                .message
+                .starts_with("rank 1 made Send #0")
+        );
     }
 }

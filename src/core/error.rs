@@ -36,6 +36,23 @@ impl ResultCode {
     pub fn code(self) -> i32 {
         self as i32
     }
+
+    /// This code as an NCCL of `version` (its `ncclGetVersion`, e.g. 22809
+    /// for 2.28.9) knows it. `ncclTimeout` exists from 2.30 on (8 is
+    /// `ncclNumResults` before); a wait for other ranks that timed out is
+    /// then `ncclRemoteError`, NCCL's code for a call that failed because a
+    /// remote rank did not respond or exited, which frameworks treat as
+    /// the communicator's failure (2.13 on; `ncclSystemError` before).
+    pub fn for_version(self, version: i32) -> ResultCode {
+        match self {
+            ResultCode::Timeout if version >= 23000 => self,
+            ResultCode::Timeout | ResultCode::RemoteError if version < 21300 => {
+                ResultCode::SystemError
+            }
+            ResultCode::Timeout => ResultCode::RemoteError,
+            _ => self,
+        }
+    }
 }
 
 /// What went wrong, finer than the result code.
@@ -150,6 +167,17 @@ mod tests {
         assert_eq!(ResultCode::Timeout.code(), 8);
         assert_eq!(ErrorKind::InvalidRoot.code(), ResultCode::InvalidArgument);
         assert_eq!(ErrorKind::Deadlock.code(), ResultCode::InvalidUsage);
+    }
+
+    #[test]
+    fn a_timeout_is_a_code_the_loaded_nccl_knows() {
+        // nccl.h: ncclTimeout = 8 from 2.30.0; 8 is ncclNumResults in 2.28
+        assert_eq!(ResultCode::Timeout.for_version(23003).code(), 8);
+        assert_eq!(ResultCode::Timeout.for_version(22809).code(), 6);
+        assert_eq!(ResultCode::Timeout.for_version(21300).code(), 6);
+        assert_eq!(ResultCode::Timeout.for_version(21207).code(), 2);
+        assert_eq!(ResultCode::RemoteError.for_version(21207).code(), 2);
+        assert_eq!(ResultCode::InvalidUsage.for_version(21207).code(), 5);
     }
 
     #[test]

@@ -99,6 +99,17 @@ impl Group {
     /// group, the group's first error, or the send-to-self rule; the queued
     /// calls are dropped then.
     pub fn end(&mut self, me: usize) -> Result<bool> {
+        let verdict = self.end_keeping(me);
+        if verdict.is_err() {
+            self.queued.clear();
+        }
+        verdict
+    }
+
+    /// [`Group::end`], except that a group refused at its end keeps its
+    /// queued calls, for [`Group::take`]: a rank whose group was refused
+    /// tells its peers so, in that launch's place.
+    pub fn end_keeping(&mut self, me: usize) -> Result<bool> {
         if self.depth == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidUsage,
@@ -113,9 +124,6 @@ impl Group {
             Some(e) => Err(e),
             None => check_sends_to_self(&self.queued.p2p, me),
         };
-        if verdict.is_err() {
-            self.queued.clear();
-        }
         verdict.map(|()| true)
     }
 

@@ -223,6 +223,31 @@ pub fn decode_call(b: &[u8]) -> Result<(u64, Call)> {
     }
 }
 
+/// The first word of a notice: a post that says why its rank does not make
+/// the launch (its call was refused there, or it gave up on the launch),
+/// in its calls' place. As a launch number it would be beyond any count.
+const NOTICE: u64 = u64::from_le_bytes(*b"rkwnote!");
+/// The longest reason a notice carries, in bytes.
+pub const NOTICE_BYTES: usize = 1024;
+
+/// A notice giving `why` (cut to [`NOTICE_BYTES`] on a character boundary).
+pub fn encode_notice(why: &str) -> Vec<u8> {
+    let mut end = why.len().min(NOTICE_BYTES);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = NOTICE.to_le_bytes().to_vec();
+    out.extend_from_slice(&why.as_bytes()[..end]);
+    out
+}
+
+/// The reason a notice gives, when `b` is one (a longer one is cut).
+pub fn notice(b: &[u8]) -> Option<String> {
+    let (head, why) = b.split_at_checked(8)?;
+    (head == NOTICE.to_le_bytes())
+        .then(|| String::from_utf8_lossy(&why[..why.len().min(NOTICE_BYTES)]).into_owned())
+}
+
 /// Whether the heads in `slots` (one per rank, `stride` words apart) all
 /// post one and the same collective, as [`crate::core::agree`] sees it:
 /// equal function, datatype and count, and equal op (when it reduces) and

@@ -1,35 +1,33 @@
 //! Each collective and Send/Recv as it is made: the call's own checks
 //! (`core::check_call`, `core::check_buffers` against the allocations this
-//! process knows), its trace line, and the group it joins (NCCL's groups
-//! are per thread and span communicators). At launch (the call itself, or
-//! the outermost `ncclGroupEnd`, whose calls are held back until then) the
-//! launch is agreed across ranks before NCCL is called; an error is
-//! reported on stderr, in the trace and through `ncclGetLastError`.
+//! process knows), its trace line, and the group it joins (`groups`). A
+//! call outside a group is its own launch, agreed across ranks before
+//! NCCL is called; an error is reported (`errors`).
+//!
+//! A call this rank's own checks refuse still takes its place in the
+//! agreement: a notice of the refusal goes where its posts would be, so
+//! ranks that made the call fail at once naming this rank and the call
+//! (instead of waiting out their deadline while NCCL waits for this rank).
+//!
+//! A call made while its stream is being captured into a CUDA graph is
+//! agreed once, at capture; the journal says so (replays never reach the
+//! interposer).
 
-use super::agreement::{agree, agree_one, fail};
-use super::comms::{CommState, Shared, comm, lock};
+use super::agreement::{agree_one, fail};
+use super::comms::{Comm, CommState, Shared, comm, lock};
+use super::errors::report;
+use super::groups::{in_group, join_group};
 use super::memory::Space;
-use super::settings::{Checks, say, settings};
+use super::settings::{Checks, settings};
+use crate::process;
+use rankwise::agreement::Failure;
 use rankwise::core::group::Queued;
-use rankwise::core::{Error, ErrorKind, Launch, RawCall, check_buffers, check_call};
-use std::cell::RefCell;
+use rankwise::core::{Call, DataType, Error, ErrorKind, RawCall, RedOp, check_buffers, check_call};
 use std::sync::MutexGuard;
 
 /// `ncclResult_t` codes the interposer returns itself.
 pub const SUCCESS: i32 = 0;
 pub const IN_PROGRESS: i32 = 7;
-
-/// The thread's `ncclGroupStart` nesting (NCCL's groups are per thread and
-/// span communicators) and the communicators that queued calls in it.
-#[derive(Default)]
-struct ThreadGroup {
-    depth: u32,
-    touched: Vec<Shared>,
-}
-
-thread_local! {
-    static GROUP: RefCell<ThreadGroup> = RefCell::new(ThreadGroup::default());
-}
 
 /// What the export does with a call.
 pub enum Action {
@@ -37,12 +35,15 @@ pub enum Action {
     Forward,
     /// Return this code without calling NCCL.
     Return(i32),
+    /// The communicator is a child NCCL has finished making since: ask
+    /// NCCL its rank and size (`children::ready`), then ask again.
+    Settle,
 }
 
 /// A PreMulSum scalar from its bytes (one element of datatype `dt`, as
 /// `ncclScalarHostImmediate` passes it); 0 for a code that is no datatype.
 pub fn scalar_of(dt: i32, b: &[u8]) -> f64 {
-    use rankwise::core::{DataType, F8E4M3, F8E5M2};
+    use rankwise::core::{F8E4M3, F8E5M2};
     let Some(t) = DataType::from_code(dt) else {
         return 0.0;
     };
@@ -67,38 +68,24 @@ pub fn scalar_of(dt: i32, b: &[u8]) -> f64 {
 
 /// Bytes of one element of datatype code `dt` (0 for no datatype).
 pub fn element_size(dt: i32) -> usize {
-    rankwise::core::DataType::from_code(dt).map_or(0, |t| t.size())
-}
-
-/// Reports `e` as this rank's: one line on stderr, a WARN line in the trace,
-/// `ncclGetLastError`'s text; the process aborts when asked to.
-fn report(s: &mut CommState, e: &Error, detail: Option<&str>) -> i32 {
-    let e = e.clone().on_rank(s.rank);
-    let line = match detail {
-        Some(d) => format!("{e} [{d}]"),
-        None => e.to_string(),
-    };
-    say(&format!("rankwise: {line} (comm {:#x})", s.handle));
-    s.tracer.warn(&line);
-    s.last_error = std::ffi::CString::new(line).ok();
-    if settings().abort {
-        say("rankwise: RANKWISE_ABORT=1: aborting");
-        std::process::abort();
-    }
-    e.code().code()
+    DataType::from_code(dt).map_or(0, |t| t.size())
 }
 
 /// A collective or Send/Recv on `handle`, with its stream.
 pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
-    if settings().checks == Checks::Off {
+    if settings().checks == Checks::Off || process::forked() {
         return Action::Forward;
     }
-    let Some(shared) = comm(handle) else {
-        // a communicator made without the interposer: nothing to check against
-        return Action::Forward;
+    let Some(c) = comm(handle) else {
+        // a communicator made without the interposer (nothing to check
+        // against), or a child NCCL has finished making since
+        return match super::children::waiting(handle) {
+            true => Action::Settle,
+            false => Action::Forward,
+        };
     };
-    let in_group = GROUP.with(|g| g.borrow().depth > 0);
-    let mut s = lock(&shared);
+    let grouped = in_group();
+    let mut s = lock(&c);
     if let Some(why) = s.failed.clone() {
         let e = Error::new(
             ErrorKind::CommFailed,
@@ -108,23 +95,25 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
                 why.message
             ),
         );
-        return Action::Return(report(&mut s, &e, None));
+        return Action::Return(report(&c, &mut s, &e, None));
     }
-    if in_group && !s.grouped {
-        s.grouped = true;
-        s.group.start();
-        GROUP.with(|g| g.borrow_mut().touched.push(shared.clone()));
+    if grouped && !s.grouped {
+        join_group(&c, &mut s);
     }
-    let (n, me) = (s.nranks, s.rank);
-    let checked = check_call(&raw, n, &|c| s.premul.get(&c).copied())
-        .and_then(|c| check_buffers(&c, n, me, &Space).map(|()| c));
+    if !s.captured && crate::real::capturing(stream) {
+        s.captured = true;
+        s.tracer.init_info(&format!(
+            "rankwise: comm {handle:#x} rank {}: {} recorded into a CUDA graph: checked once at capture, replays unchecked",
+            c.rank,
+            raw.func.name()
+        ));
+    }
+    let (n, me) = (c.nranks, c.rank);
+    let checked = check_call(&raw, n, &|op| s.premul.get(&op).copied())
+        .and_then(|call| check_buffers(&call, n, me, &Space).map(|()| call));
     let call = match checked {
-        Ok(c) => c,
-        Err(e) => {
-            s.group.note_error(&e);
-            s.refused_in_group |= in_group;
-            return Action::Return(report(&mut s, &e, None));
-        }
+        Ok(call) => call,
+        Err(e) => return refuse(&c, s, &raw, &e, grouped),
     };
     let op_count = s.group.op_count();
     s.tracer.coll(&raw, op_count, handle, n);
@@ -134,118 +123,104 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
             s.pending.push((raw, stream));
             Action::Return(SUCCESS)
         }
-        Queued::LaunchNow => {
-            let Some(mut launch) = s.group.take() else {
-                return Action::Forward;
-            };
-            s.group.number(&mut launch);
-            let r = agree_one(&mut s, &launch);
-            s.group.recycle(launch);
-            match r {
-                Ok(()) => Action::Forward,
-                Err(f) => {
-                    let e = fail(&mut s, f.error);
-                    Action::Return(report(&mut s, &e, f.detail.as_deref()))
-                }
-            }
-        }
+        Queued::LaunchNow => match launch(&c, s, None) {
+            Ok(()) => Action::Forward,
+            Err(rc) => Action::Return(rc),
+        },
     }
 }
 
-/// One call to hand NCCL at a group's end: the call, its stream, its
-/// communicator.
-pub type Issue = (RawCall, usize, usize);
-
-/// `ncclGroupStart` (before the real one).
-pub fn group_start() {
-    if settings().checks != Checks::Off {
-        GROUP.with(|g| g.borrow_mut().depth += 1);
-    }
-}
-
-/// `ncclGroupEnd`: `None` for an inner end or nothing to check (call the
-/// real one as is); otherwise the outermost end's verdict: the calls to
-/// issue into NCCL's group before its end, or the error to return after
-/// closing NCCL's (empty) group.
-pub fn group_end() -> Option<Result<Vec<Issue>, i32>> {
-    if settings().checks == Checks::Off {
-        return None;
-    }
-    let touched = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        if g.depth == 0 {
-            return None;
-        }
-        g.depth -= 1;
-        (g.depth == 0).then(|| std::mem::take(&mut g.touched))
-    })?;
-    if touched.is_empty() {
-        return None;
-    }
-    let mut guards: Vec<MutexGuard<'_, CommState>> = touched.iter().map(|s| lock(s)).collect();
-    let mut first_error: Option<i32> = None;
-    let mut launches: Vec<(usize, Launch)> = Vec::new();
-    for (i, s) in guards.iter_mut().enumerate() {
-        s.grouped = false;
-        let said = std::mem::take(&mut s.refused_in_group);
-        let me = s.rank;
-        match s.group.end(me) {
-            Ok(true) => {
-                if let Some(mut l) = s.group.take() {
-                    s.group.number(&mut l);
-                    launches.push((i, l));
-                } else {
-                    s.pending.clear();
-                }
-            }
-            Ok(false) => {}
-            Err(e) => {
-                s.pending.clear();
-                // the group's first refused call was said when it was made
-                let code = if said {
-                    e.code().code()
-                } else {
-                    report(s, &e, None)
-                };
-                first_error.get_or_insert(code);
-            }
-        }
-    }
-    if let Some(code) = first_error {
-        for (i, l) in launches {
-            guards[i].pending.clear();
-            guards[i].group.recycle(l);
-        }
-        return Some(Err(code));
-    }
-    let result = {
-        let mut pairs: Vec<(&mut CommState, &Launch)> = Vec::new();
-        let mut rest: Vec<Option<&mut MutexGuard<'_, CommState>>> =
-            guards.iter_mut().map(Some).collect();
-        for (i, l) in &launches {
-            if let Some(g) = rest[*i].take() {
-                pairs.push((&mut **g, l));
-            }
-        }
-        agree(&mut pairs)
+/// The queued launch of `c`, numbered and agreed without the lock: Ok to
+/// call NCCL, or the code to return. `refused`: this rank refused it, and
+/// posts that notice instead (the call's own error was reported).
+fn launch(c: &Shared, mut s: MutexGuard<'_, CommState>, refused: Option<&str>) -> Result<(), i32> {
+    let Some(mut l) = s.group.take() else {
+        return Ok(());
     };
-    let mut out = Vec::new();
-    let mut code = None;
-    for (i, l) in launches {
-        let s = &mut guards[i];
-        let pending = std::mem::take(&mut s.pending);
-        match &result {
-            Ok(()) => out.extend(pending.into_iter().map(|(r, st)| (r, st, s.handle))),
-            Err(f) => {
-                let e = fail(s, f.error.clone());
-                let c = report(s, &e, f.detail.as_deref());
-                code.get_or_insert(c);
+    s.group.number(&mut l);
+    let (mut s, r) = agree_one(c, s, &l, refused);
+    s.group.recycle(l);
+    match (r, refused) {
+        (Ok(()), None) => match c.stop.raised() {
+            // aborted from another thread since: NCCL's communicator is gone
+            Some(why) => {
+                let e = Error::new(ErrorKind::CommFailed, why.to_string());
+                Err(report(c, &mut s, &e, None))
             }
+            None => Ok(()),
+        },
+        (Ok(()), Some(_)) => Ok(()),
+        (Err(f), Some(_)) => {
+            // the ranks that made the call fail with it: so does this one
+            fail(c, &mut s, f.error);
+            Ok(())
         }
-        s.group.recycle(l);
+        (Err(f), None) => Err(failed_launch(c, &mut s, f)),
     }
-    Some(match code {
-        Some(c) => Err(c),
-        None => Ok(out),
+}
+
+/// A launch that did not agree: the communicator fails (unless it was
+/// stopped from outside: it left already) and the error is reported.
+pub fn failed_launch(c: &Comm, s: &mut CommState, f: Failure) -> i32 {
+    let e = match c.stop.raised() {
+        Some(_) => {
+            let e = f.error.on_rank(c.rank);
+            s.failed.get_or_insert_with(|| e.clone());
+            e
+        }
+        None => fail(c, s, f.error),
+    };
+    report(c, s, &e, f.detail.as_deref())
+}
+
+/// The call as a stand-in of its launch's place, when its checks refused
+/// it: its function and peer are what the agreement numbers (a Send/Recv
+/// whose peer is out of range has no place).
+pub fn placeholder(raw: &RawCall, nranks: usize) -> Option<Call> {
+    let in_range = usize::try_from(raw.root).is_ok_and(|r| r < nranks);
+    if raw.func.is_p2p() && !in_range {
+        return None;
+    }
+    Some(Call {
+        func: raw.func,
+        sendbuff: raw.sendbuff,
+        recvbuff: raw.recvbuff,
+        count: raw.count,
+        datatype: DataType::from_code(raw.datatype).unwrap_or(DataType::Int8),
+        op: RedOp::Sum,
+        op_code: raw.op,
+        root: if in_range { raw.root as usize } else { 0 },
     })
+}
+
+/// What a refusing rank's notice says.
+pub fn refusal(e: &Error) -> String {
+    format!("its call was refused there ({})", super::errors::words(e))
+}
+
+/// A call this rank's checks refused (`e`): reported, and in its launch's
+/// place a notice (outside a group now; inside one, at the group's end).
+fn refuse(
+    c: &Shared,
+    mut s: MutexGuard<'_, CommState>,
+    raw: &RawCall,
+    e: &Error,
+    grouped: bool,
+) -> Action {
+    s.group.note_error(e);
+    let code = report(c, &mut s, e, None);
+    let Some(stand_in) = placeholder(raw, c.nranks) else {
+        return Action::Return(code);
+    };
+    if grouped {
+        // the group's end posts the notice; no call of it reaches NCCL
+        s.refused_in_group = true;
+        s.group.queue(stand_in);
+        return Action::Return(code);
+    }
+    if s.group.queue(stand_in) == Queued::LaunchNow {
+        let why = refusal(&e.clone().on_rank(c.rank));
+        let _ = launch(c, s, Some(&why));
+    }
+    Action::Return(code)
 }

@@ -1,12 +1,19 @@
 //! The communicators this process made through the interposer, by handle:
 //! each one's group state, its agreement with its peers
-//! (`rankwise::agreement::Peers`, over the store its `ncclUniqueId` named),
-//! its PreMulSum ops, its trace, and how it failed. Init, split, destroy
-//! and abort come through here.
+//! (`rankwise::agreement::Peers`, over the store its `ncclUniqueId` named,
+//! set up on a thread of its own: `setup`), its PreMulSum ops, its trace,
+//! and how it failed. Init and split come through here (the other ways a
+//! communicator is made are in `children`; how one ends, in `leaving`).
+//!
+//! Each communicator's state has a lock, taken for moments only: a launch
+//! takes its agreement out of the state and waits for its peers without
+//! the lock, so `ncclCommAbort` from another thread never waits for it.
 
 use super::settings::{Checks, say, settings};
+use super::setup::{self, Channel, Exit};
 use crate::side;
-use rankwise::agreement::{Link, Peers};
+use rankwise::agreement::Peers;
+use rankwise::agreement::stop::Stop;
 use rankwise::core::{Error, Group, RawCall};
 use rankwise::trace::{RankTracer, Tracer};
 use rankwise::transport::store::{Client, SideChannel};
@@ -14,31 +21,54 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+/// A communicator's agreement with its peers, where it is now.
+pub enum Agreement {
+    /// being set up on a thread of its own (`setup`)
+    Setting(setup::Pending),
+    Ready(Peers),
+    /// a launch holds it while it waits for the peers
+    Out,
+}
+
 pub struct CommState {
-    pub handle: usize,
-    pub rank: usize,
-    pub nranks: usize,
     pub comm_id: u64,
-    /// the store its ranks agree through, and its key (None: the local
-    /// checks only); a split's children use them too
-    pub store: Option<side::StoreAt>,
-    pub peers: Peers,
+    /// its name in the store ([`rankwise::agreement::keys`])
+    pub key: String,
+    /// the store its ranks agree through (None: the local checks only)
+    pub channel: Option<Channel>,
+    pub agreement: Agreement,
     pub group: Group,
     /// the calls of the queued launch, as made, in order: what NCCL gets
     pub pending: Vec<(RawCall, usize)>,
     pub premul: HashMap<i32, f64>,
+    /// PreMulSum ops the program destroyed while held calls use them: NCCL
+    /// destroys them once those calls reached it
+    pub doomed: Vec<i32>,
     pub splits: u64,
+    pub shrinks: u64,
     /// this communicator's Group was started for the thread's open group
     pub grouped: bool,
     /// a call of the open group was refused (and said so) already
     pub refused_in_group: bool,
     pub failed: Option<Error>,
     pub tracer: RankTracer,
-    /// what `ncclGetLastError` says after the interposer refused a call
-    pub last_error: Option<std::ffi::CString>,
+    /// a call on it was recorded into a CUDA graph, and the journal said so
+    pub captured: bool,
 }
 
-pub type Shared = Arc<Mutex<CommState>>;
+/// One communicator: what never changes, what ends its waits, what tells
+/// its peers it left, and its state.
+pub struct Comm {
+    pub handle: usize,
+    pub rank: usize,
+    pub nranks: usize,
+    pub stop: Stop,
+    /// set once its side channel is reached
+    pub exit: OnceLock<Exit>,
+    pub state: Mutex<CommState>,
+}
+
+pub type Shared = Arc<Comm>;
 
 fn comms() -> MutexGuard<'static, HashMap<usize, Shared>> {
     static C: OnceLock<Mutex<HashMap<usize, Shared>>> = OnceLock::new();
@@ -51,13 +81,23 @@ pub fn comm(handle: usize) -> Option<Shared> {
     comms().get(&handle).cloned()
 }
 
-pub fn lock(s: &Shared) -> MutexGuard<'_, CommState> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
+/// Takes `handle` out of the registry (it is being destroyed or aborted).
+pub fn unregister(handle: usize) -> Option<Shared> {
+    comms().remove(&handle)
 }
 
-/// The store at `at`, as owner `owner`: itself when this process serves
-/// it, else a connection that proved its key.
-fn connect(at: &side::StoreAt, owner: usize) -> Result<Arc<dyn SideChannel>, String> {
+/// Every communicator, taken out of the registry (the process is ending).
+pub fn unregister_all() -> Vec<Shared> {
+    comms().drain().map(|(_, s)| s).collect()
+}
+
+pub fn lock(s: &Comm) -> MutexGuard<'_, CommState> {
+    s.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The store at `at`, as owner `owner`: this process's own store, or a
+/// connection that proved the store's key and speaks for that owner only.
+pub fn connect(at: &side::StoreAt, owner: usize) -> Result<Arc<dyn SideChannel>, String> {
     if let Some(store) = side::served_here(at) {
         return Ok(store);
     }
@@ -67,77 +107,48 @@ fn connect(at: &side::StoreAt, owner: usize) -> Result<Arc<dyn SideChannel>, Str
         .map_err(|e| e.message)
 }
 
-/// The store owners of the ranks of the communicator named `key`: the
-/// store marks ranks finished by owner number, and communicators share a
-/// store, so each communicator's ranks get numbers of their own. A
-/// connection proves one of them and speaks for it only.
-fn owners(key: &str, nranks: usize) -> Vec<usize> {
-    let base = side::hash(key.as_bytes()) as u32;
-    (0..nranks)
-        .map(|r| base.wrapping_add(r as u32) as usize)
-        .collect()
-}
-
-/// The link of rank `me` of the communicator named `key` through `chan`;
-/// the lane is set up here when every rank is on this host.
-fn link(chan: Arc<dyn SideChannel>, key: String, me: usize, nranks: usize) -> Link {
-    let owners = owners(&key, nranks);
-    let mut link = Link::new(chan, key, owners);
-    let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
-    link.join_lane(me, settings().shm, deadline);
-    link
-}
-
-fn register(
+/// Registers rank `rank` of `nranks` of the communicator `handle`, named
+/// `key` in the store of `channel`; its agreement is set up on a thread
+/// of its own, so that inits that do not block (several ranks from one
+/// thread in a group, non-blocking communicators) never wait for it.
+pub fn register(
     handle: usize,
-    rank: usize,
-    nranks: usize,
+    (rank, nranks): (usize, usize),
     comm_id: u64,
     key: String,
-    at: Option<side::StoreAt>,
+    channel: Option<Channel>,
 ) {
-    let link = at.as_ref().and_then(|at| {
-        match connect(at, owners(&key, nranks)[rank]) {
-            Ok(chan) => Some(link(chan, key, rank, nranks)),
-            Err(e) => {
-                say(&format!(
-                    "rankwise: rank {rank} of comm {handle:#x}: cannot reach the side channel at {} ({e}): this communicator gets the local checks only",
-                    at.addr
-                ));
-                None
-            }
-        }
-    });
-    let store = link.as_ref().and(at);
     let tracer = Tracer::from_env().for_rank(rank);
     tracer.init(handle, nranks, comm_id);
-    if let (Some(l), Some(at)) = (&link, &store) {
-        let through = match l.lane {
-            Some(_) => "shared memory (every rank is on this host)".to_string(),
-            None => format!("the store at {}", at.addr),
-        };
-        tracer.init_info(&format!(
-            "rankwise: comm {handle:#x} rank {rank} agrees with its peers through {through}"
-        ));
-    }
-    let state = CommState {
+    let comm = Arc::new(Comm {
         handle,
         rank,
         nranks,
-        comm_id,
-        store,
-        peers: Peers::new(rank, nranks, link),
-        group: Group::default(),
-        pending: Vec::new(),
-        premul: HashMap::new(),
-        splits: 0,
-        grouped: false,
-        refused_in_group: false,
-        failed: None,
-        tracer,
-        last_error: None,
-    };
-    comms().insert(handle, Arc::new(Mutex::new(state)));
+        stop: Stop::new(),
+        exit: OnceLock::new(),
+        state: Mutex::new(CommState {
+            comm_id,
+            key: key.clone(),
+            channel: channel.clone(),
+            agreement: Agreement::Ready(Peers::new(rank, nranks, None)),
+            group: Group::default(),
+            pending: Vec::new(),
+            premul: HashMap::new(),
+            doomed: Vec::new(),
+            splits: 0,
+            shrinks: 0,
+            grouped: false,
+            refused_in_group: false,
+            failed: None,
+            tracer,
+            captured: false,
+        }),
+    });
+    if let Some(channel) = channel {
+        lock(&comm).agreement = Agreement::Setting(setup::start(&comm, channel, key));
+        super::leaving::watch_process();
+    }
+    comms().insert(handle, comm);
 }
 
 /// After the real `ncclGetUniqueId`: the side channel's address goes into
@@ -166,7 +177,8 @@ pub fn init_id(id: &mut [u8; 128]) -> Option<side::StoreAt> {
     }
 }
 
-/// After a real `ncclCommInitRank*` that made `handle`.
+/// After a real `ncclCommInitRank*` that made `handle` (or began to: a
+/// non-blocking init, or one inside a group).
 pub fn initialised(
     handle: usize,
     rank: i32,
@@ -186,66 +198,31 @@ pub fn initialised(
     }
     register(
         handle,
-        rank as usize,
-        nranks as usize,
+        (rank as usize, nranks as usize),
         comm_id,
         format!("{comm_id:016x}"),
-        at,
+        at.map(Channel::Tcp),
     );
 }
 
 /// After a real `ncclCommSplit` of `parent` (every rank of the parent
 /// calls it, so the parent's split count names the split on every rank).
 /// `child` is 0 for `NCCL_SPLIT_NOCOLOR`; `rank_count` is the child's rank
-/// and size as NCCL says, when it could say.
+/// and size as NCCL says, when it could say (a split that has not
+/// finished yet is registered when it has: `children`).
 pub fn split(parent: usize, color: i32, child: usize, rank_count: Option<(i32, i32)>) {
     let Some(p) = comm(parent) else { return };
-    let (key, addr, comm_id) = {
-        let mut p = lock(&p);
-        p.splits += 1;
-        let key = p
-            .peers
-            .link()
-            .map(|l| format!("{}.s{}c{color}", l.key, p.splits));
-        let id = side::hash(&[p.comm_id.to_le_bytes(), p.splits.to_le_bytes()].concat());
-        (key, p.store.clone(), id ^ color as u64)
+    let (key, channel, comm_id) = {
+        let mut s = lock(&p);
+        s.splits += 1;
+        let key = format!("{}.s{}c{color}", s.key, s.splits);
+        let id = side::hash(&[s.comm_id.to_le_bytes(), s.splits.to_le_bytes()].concat());
+        (key, s.channel.clone(), id ^ color as u64)
     };
-    let Some((rank, nranks)) = rank_count else {
-        return;
-    };
-    if child == 0 || rank < 0 || nranks <= 0 || rank >= nranks {
+    if child == 0 {
         return;
     }
-    register(
-        child,
-        rank as usize,
-        nranks as usize,
-        comm_id,
-        key.unwrap_or_else(|| format!("{comm_id:016x}")),
-        addr,
-    );
-}
-
-/// The process is exiting: every communicator's connection to its side
-/// channel closes (the store's process waits for exactly that).
-pub fn forget_all() {
-    let all: Vec<Shared> = comms().drain().map(|(_, s)| s).collect();
-    drop(all);
-}
-
-/// `ncclCommDestroy` / `ncclCommAbort`: the rank leaves; ranks waiting for
-/// its posts stop waiting and say so.
-pub fn gone(handle: usize, abort: bool) {
-    let Some(s) = comms().remove(&handle) else {
-        return;
-    };
-    let s = lock(&s);
-    let why = s
-        .failed
-        .as_ref()
-        .map(|e| e.to_string())
-        .or_else(|| abort.then(|| format!("rank {} called ncclCommAbort", s.rank)));
-    let _ = s.peers.leave(why.as_deref());
+    super::children::made(child, rank_count, comm_id, key, channel);
 }
 
 /// `ncclRedOpCreatePreMulSum` made `op` on `handle` with `scalar` (0 when
@@ -256,16 +233,27 @@ pub fn premul_made(handle: usize, op: i32, scalar: f64) {
     }
 }
 
-pub fn premul_destroyed(handle: usize, op: i32) {
-    if let Some(s) = comm(handle) {
-        lock(&s).premul.remove(&op);
+/// `ncclRedOpDestroy(op)` on `handle`: true when NCCL must not destroy it
+/// yet, because calls held in the open group use it (it is destroyed once
+/// they reached NCCL, at the group's end).
+pub fn premul_destroyed(handle: usize, op: i32) -> bool {
+    let Some(s) = comm(handle) else {
+        return false;
+    };
+    let mut s = lock(&s);
+    s.premul.remove(&op);
+    let held = s.pending.iter().any(|(raw, _)| raw.op == op);
+    if held {
+        s.doomed.push(op);
     }
+    held
 }
 
-/// What `ncclGetLastError` says for `handle` when the interposer refused
-/// its last failed call.
-pub fn last_error(handle: usize) -> Option<*const std::ffi::c_char> {
-    let s = comm(handle)?;
-    let s = lock(&s);
-    s.last_error.as_ref().map(|c| c.as_ptr())
+/// What `ncclCommGetAsyncError` adds for `handle`: the code of the error
+/// the interposer failed it with, if it did (a framework that polls it,
+/// as PyTorch's watchdog does, learns of the failure there).
+pub fn async_error(handle: usize) -> Option<i32> {
+    let c = comm(handle)?;
+    let s = lock(&c);
+    s.failed.as_ref().map(super::errors::code_of)
 }

@@ -7,13 +7,23 @@
 //! `RANKWISE_STANDIN_DIR`): a collective is one file per rank holding its
 //! contribution, written whole then renamed, and every rank reads every
 //! file it needs and computes its own output; a Send is a file its Recv
-//! waits for. Calls inside a group run at `ncclGroupEnd`: Sends, then
-//! collectives, then Recvs, so a grouped exchange never waits on itself.
+//! waits for. Calls inside a group run at `ncclGroupEnd`: every Send and
+//! every collective's contribution first, then the collectives' outputs,
+//! then the Recvs, so a grouped exchange never waits on itself (nor do the
+//! ranks of `ncclCommInitAll`, all threads of one process). A PreMulSum
+//! op's scalar is read when the call is made, as NCCL reads it.
 //! Every wait gives up after `RANKWISE_STANDIN_TIMEOUT` seconds (20) with
 //! `ncclInternalError`, so a test that lets a mismatch through ends.
 //! `RANKWISE_STANDIN_NULL=1` makes every collective and Send/Recv return
 //! success at once, moving nothing: an NCCL that costs nothing, for
 //! measuring what the interposer costs by itself.
+//! `ncclGetVersion` says 2.28.9 unless `RANKWISE_STANDIN_VERSION` says
+//! otherwise.
+//!
+//! A non-blocking communicator (`config.blocking = 0`) is made at once but
+//! says `ncclInProgress` (and hides its rank and size) until the first
+//! `ncclCommGetAsyncError` on it. `cuStreamIsCapturing` is here too, as a
+//! driver that says only `CAPTURING_STREAM` is being captured.
 //!
 //! It checks nothing: that is the interposer's job. Reductions: Sum, Prod,
 //! Max, Min, Avg (integer Avg divides the wrapped sum) on the 8 integer and
@@ -40,6 +50,11 @@ struct Comm {
     nranks: usize,
     seq: u64,
     splits: u64,
+    shrinks: u64,
+    /// a non-blocking communicator not yet said to be ready: its rank and
+    /// size are not told, and the first ncclCommGetAsyncError says
+    /// ncclInProgress
+    pending: bool,
     sent: Vec<u64>,
     recvd: Vec<u64>,
     premul: HashMap<c_int, f64>,
@@ -56,6 +71,9 @@ struct Op {
     dt: c_int,
     op: c_int,
     root: c_int,
+    /// a PreMulSum op's scalar, read when the call is made (as NCCL does:
+    /// the op may be destroyed once the call returned)
+    scalar: f64,
 }
 
 const ALLREDUCE: u8 = 0;
@@ -211,23 +229,56 @@ unsafe fn run(o: &Op) -> Res {
     if null() {
         return 0;
     }
-    match run_inner(o) {
+    match post(o).and_then(|seq| finish(o, seq)) {
         Ok(()) => 0,
         Err(rc) => rc,
     }
 }
 
-unsafe fn run_inner(o: &Op) -> Result<(), Res> {
+/// A call's first half: a Send's file, a collective's contribution (with
+/// the collective's number on its communicator). Collectives of several
+/// communicators in one group post all before any finishes, so ranks that
+/// are threads of one process (`ncclCommInitAll`) never wait on
+/// themselves.
+unsafe fn post(o: &Op) -> Result<u64, Res> {
     let c = &mut *o.comm;
     let (n, me, sz) = (c.nranks, c.rank, size_of(o.dt));
     let q = o.count * sz;
-    if o.func == SEND || o.func == RECV {
+    if o.func == SEND {
         let peer = o.root as usize;
-        if o.func == SEND {
-            let k = c.sent[peer];
-            c.sent[peer] += 1;
-            return put(&c.dir.join(format!("p{me}-{peer}.{k}")), bytes(o.s, q));
-        }
+        let k = c.sent[peer];
+        c.sent[peer] += 1;
+        put(&c.dir.join(format!("p{me}-{peer}.{k}")), bytes(o.s, q))?;
+        return Ok(0);
+    }
+    if o.func == RECV || o.count == 0 {
+        return Ok(0);
+    }
+    let seq = c.seq;
+    c.seq += 1;
+    let root = o.root as usize;
+    let mine: &[u8] = match o.func {
+        ALLREDUCE | REDUCE | ALLGATHER | GATHER => bytes(o.s, q),
+        REDUCESCATTER | ALLTOALL => bytes(o.s, n * q),
+        BROADCAST => if me == root { bytes(o.s, q) } else { &[] },
+        SCATTER => if me == root { bytes(o.s, n * q) } else { &[] },
+        _ => return Err(3),
+    };
+    put(&c.dir.join(format!("c{seq}.{me}")), mine)?;
+    Ok(seq)
+}
+
+/// A call's second half: a Recv, or a collective's output from every
+/// rank's contribution.
+unsafe fn finish(o: &Op, seq: u64) -> Result<(), Res> {
+    let c = &mut *o.comm;
+    let (n, me, sz) = (c.nranks, c.rank, size_of(o.dt));
+    let q = o.count * sz;
+    if o.func == SEND {
+        return Ok(());
+    }
+    if o.func == RECV {
+        let peer = o.root as usize;
         let k = c.recvd[peer];
         c.recvd[peer] += 1;
         let b = take(&c.dir.join(format!("p{peer}-{me}.{k}")))?;
@@ -241,19 +292,9 @@ unsafe fn run_inner(o: &Op) -> Result<(), Res> {
     if o.count == 0 {
         return Ok(());
     }
-    let seq = c.seq;
-    c.seq += 1;
     let root = o.root as usize;
-    let mine: &[u8] = match o.func {
-        ALLREDUCE | REDUCE | ALLGATHER | GATHER => bytes(o.s, q),
-        REDUCESCATTER | ALLTOALL => bytes(o.s, n * q),
-        BROADCAST => if me == root { bytes(o.s, q) } else { &[] },
-        SCATTER => if me == root { bytes(o.s, n * q) } else { &[] },
-        _ => return Err(3),
-    };
-    put(&c.dir.join(format!("c{seq}.{me}")), mine)?;
     let get = |r: usize| take(&c.dir.join(format!("c{seq}.{r}")));
-    let scalar = c.premul.get(&o.op).copied().unwrap_or(1.0);
+    let scalar = o.scalar;
     match o.func {
         ALLREDUCE | REDUCE => {
             if o.func == REDUCE && me != root {
@@ -296,9 +337,18 @@ unsafe fn run_inner(o: &Op) -> Result<(), Res> {
     Ok(())
 }
 
-unsafe fn submit(o: Op) -> Res {
+unsafe fn submit(mut o: Op) -> Res {
     if o.comm.is_null() {
         return 4;
+    }
+    if o.op >= 5 && matches!(o.func, ALLREDUCE | REDUCE | REDUCESCATTER) {
+        match (*o.comm).premul.get(&o.op) {
+            Some(v) => o.scalar = *v,
+            None => {
+                eprintln!("stand-in nccl: op {} is no live PreMulSum op", o.op);
+                return 4;
+            }
+        }
     }
     let queued = GROUP.with(|g| {
         let mut g = g.borrow_mut();
@@ -322,7 +372,11 @@ macro_rules! export {
 }
 
 export!(pncclGetVersion, ncclGetVersion, (v: *mut c_int) -> Res {
-    *v = 22809;
+    // 2.28.9, or what RANKWISE_STANDIN_VERSION says
+    *v = std::env::var("RANKWISE_STANDIN_VERSION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(22809);
     0
 });
 
@@ -358,6 +412,8 @@ fn new_comm(dir: PathBuf, rank: usize, nranks: usize) -> *mut Comm {
         nranks,
         seq: 0,
         splits: 0,
+        shrinks: 0,
+        pending: false,
         sent: vec![0; nranks],
         recvd: vec![0; nranks],
         premul: HashMap::new(),
@@ -378,9 +434,82 @@ export!(pncclCommInitRank, ncclCommInitRank, (comm: *mut *mut Comm, nranks: c_in
     init(comm, nranks, id, rank)
 });
 
-export!(pncclCommInitRankConfig, ncclCommInitRankConfig, (comm: *mut *mut Comm, nranks: c_int, id: UniqueId, rank: c_int, _config: *mut c_void) -> Res {
-    init(comm, nranks, id, rank)
+/// Whether an `ncclConfig_t` asks for a non-blocking communicator: its
+/// `blocking` field (after size, magic and version) is 0.
+unsafe fn non_blocking(config: *mut c_void) -> bool {
+    !config.is_null() && *(config as *const u8).add(16).cast::<c_int>() == 0
+}
+
+export!(pncclCommInitRankConfig, ncclCommInitRankConfig, (comm: *mut *mut Comm, nranks: c_int, id: UniqueId, rank: c_int, config: *mut c_void) -> Res {
+    let rc = init(comm, nranks, id, rank);
+    if rc == 0 && non_blocking(config) {
+        (**comm).pending = true;
+        return 7;
+    }
+    rc
 });
+
+export!(pncclCommInitAll, ncclCommInitAll, (comms: *mut *mut Comm, ndev: c_int, _devlist: *const c_int) -> Res {
+    if ndev <= 0 || comms.is_null() {
+        return 4;
+    }
+    let mut id = std::mem::zeroed::<UniqueId>();
+    pncclGetUniqueId(&mut id);
+    let magic = u64::from_le_bytes(id.internal[..8].try_into().unwrap());
+    let dir = base_dir().join(format!("all{magic:016x}"));
+    for r in 0..ndev as usize {
+        *comms.add(r) = new_comm(dir.clone(), r, ndev as usize);
+    }
+    0
+});
+
+export!(pncclCommShrink, ncclCommShrink, (comm: *mut Comm, exclude: *mut c_int, n_exclude: c_int, newcomm: *mut *mut Comm, config: *mut c_void, _flags: c_int) -> Res {
+    let c = &mut *comm;
+    let gone: Vec<usize> = (0..n_exclude.max(0) as usize).map(|i| *exclude.add(i) as usize).collect();
+    if gone.contains(&c.rank) {
+        return 4;
+    }
+    let members: Vec<usize> = (0..c.nranks).filter(|r| !gone.contains(r)).collect();
+    let rank = members.iter().position(|r| *r == c.rank).unwrap_or(0);
+    let k = c.shrinks;
+    c.shrinks += 1;
+    *newcomm = new_comm(c.dir.join(format!("k{k}")), rank, members.len());
+    if non_blocking(config) {
+        (**newcomm).pending = true;
+        return 7;
+    }
+    0
+});
+
+export!(pncclCommRevoke, ncclCommRevoke, (_comm: *mut Comm, _flags: c_int) -> Res { 0 });
+
+export!(pncclCommRegister, ncclCommRegister, (_comm: *mut Comm, _buff: *mut c_void, _size: usize, handle: *mut *mut c_void) -> Res {
+    *handle = 0x4e6 as *mut c_void;
+    0
+});
+
+export!(pncclCommDeregister, ncclCommDeregister, (_comm: *mut Comm, _handle: *mut c_void) -> Res { 0 });
+
+export!(pncclCommWindowRegister, ncclCommWindowRegister, (_comm: *mut Comm, _buff: *mut c_void, _size: usize, win: *mut *mut c_void, _flags: c_int) -> Res {
+    *win = 0x3a5 as *mut c_void;
+    0
+});
+
+export!(pncclCommWindowDeregister, ncclCommWindowDeregister, (_comm: *mut Comm, _win: *mut c_void) -> Res { 0 });
+
+export!(pncclResetDebugInit, ncclResetDebugInit, () -> () {});
+
+/// The stream handle the stand-in's driver says is being captured into a
+/// CUDA graph.
+pub const CAPTURING_STREAM: usize = 0xca97;
+
+/// The CUDA driver's `cuStreamIsCapturing`, as the stand-in's: only
+/// [`CAPTURING_STREAM`] is capturing (status 1, active).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: *mut c_void, status: *mut c_int) -> c_int {
+    *status = c_int::from(stream as usize == CAPTURING_STREAM);
+    0
+}
 
 export!(pncclCommSplit, ncclCommSplit, (comm: *mut Comm, color: c_int, key: c_int, newcomm: *mut *mut Comm, _config: *mut c_void) -> Res {
     let c = &mut *comm;
@@ -409,15 +538,25 @@ export!(pncclCommSplit, ncclCommSplit, (comm: *mut Comm, color: c_int, key: c_in
     members.sort();
     let rank = members.iter().position(|m| m.1 == c.rank).unwrap_or(0);
     *newcomm = new_comm(c.dir.join(format!("s{k}c{color}")), rank, members.len());
+    if non_blocking(_config) {
+        (**newcomm).pending = true;
+        return 7;
+    }
     0
 });
 
 export!(pncclCommCount, ncclCommCount, (comm: *mut Comm, count: *mut c_int) -> Res {
+    if (*comm).pending {
+        return 7;
+    }
     *count = (*comm).nranks as c_int;
     0
 });
 
 export!(pncclCommUserRank, ncclCommUserRank, (comm: *mut Comm, rank: *mut c_int) -> Res {
+    if (*comm).pending {
+        return 7;
+    }
     *rank = (*comm).rank as c_int;
     0
 });
@@ -443,8 +582,8 @@ export!(pncclCommAbort, ncclCommAbort, (comm: *mut Comm) -> Res {
     0
 });
 
-export!(pncclCommGetAsyncError, ncclCommGetAsyncError, (_comm: *mut Comm, st: *mut c_int) -> Res {
-    *st = 0;
+export!(pncclCommGetAsyncError, ncclCommGetAsyncError, (comm: *mut Comm, st: *mut c_int) -> Res {
+    *st = if std::mem::replace(&mut (*comm).pending, false) { 7 } else { 0 };
     0
 });
 
@@ -501,28 +640,41 @@ export!(pncclGroupStart, ncclGroupStart, () -> Res {
     0
 });
 
-export!(pncclGroupEnd, ncclGroupEnd, () -> Res {
-    let ops = GROUP.with(|g| {
+/// Closes one level of the thread's group: its calls at the outermost.
+fn close_group() -> Option<Vec<Op>> {
+    GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.0 == 0 {
             return None;
         }
         g.0 -= 1;
         Some(if g.0 == 0 { std::mem::take(&mut g.1) } else { Vec::new() })
-    });
-    let Some(ops) = ops else { return 5 };
+    })
+}
+
+export!(pncclGroupEnd, ncclGroupEnd, () -> Res {
+    let Some(ops) = close_group() else { return 5 };
+    if null() {
+        return 0;
+    }
+    // every call's first half, then every call's second: nothing a group
+    // waits for is behind it
     let mut rc = 0;
-    for pass in [0, 1, 2] {
-        for o in &ops {
-            let class = match o.func {
-                SEND => 0,
-                RECV => 2,
-                _ => 1,
-            };
+    let mut seqs = Vec::with_capacity(ops.len());
+    for o in &ops {
+        match post(o) {
+            Ok(seq) => seqs.push(seq),
+            Err(r) => return r,
+        }
+    }
+    for pass in [1, 2] {
+        for (o, seq) in ops.iter().zip(&seqs) {
+            let class = if o.func == RECV { 2 } else { 1 };
             if class == pass {
-                let r = run(o);
-                if rc == 0 {
-                    rc = r;
+                if let Err(r) = finish(o, *seq) {
+                    if rc == 0 {
+                        rc = r;
+                    }
                 }
             }
         }
@@ -530,11 +682,29 @@ export!(pncclGroupEnd, ncclGroupEnd, () -> Res {
     rc
 });
 
+/// `ncclSimInfo_t`'s fields before the estimate: size, magic, version.
+#[repr(C)]
+pub struct SimInfo {
+    size: usize,
+    magic: u32,
+    version: u32,
+    estimated_time: f32,
+}
+
+export!(pncclGroupSimulateEnd, ncclGroupSimulateEnd, (sim: *mut SimInfo) -> Res {
+    let Some(ops) = close_group() else { return 5 };
+    if !sim.is_null() {
+        // a made-up estimate: a microsecond per call
+        (*sim).estimated_time = ops.len() as f32;
+    }
+    0
+});
+
 type S = *const c_void;
 type R = *mut c_void;
 
 fn op(comm: *mut Comm, func: u8, s: usize, r: usize, count: usize, dt: c_int, op: c_int, root: c_int) -> Op {
-    Op { comm, func, s, r, count, dt, op, root }
+    Op { comm, func, s, r, count, dt, op, root, scalar: 1.0 }
 }
 
 export!(pncclAllReduce, ncclAllReduce, (s: S, r: R, n: usize, dt: c_int, o: c_int, comm: *mut Comm, _st: *mut c_void) -> Res {

@@ -89,6 +89,8 @@ impl Run {
 pub fn run(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
+    // built before the clock starts: a test's time is its ranks'
+    let lib = standin();
     let start = Instant::now();
     let children: Vec<_> = (0..n)
         .map(|r| {
@@ -105,7 +107,7 @@ pub fn run(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)]) -> Run
             .env("RANKWISE_TEST_SCENARIO", scenario)
             .env("RANKWISE_TEST_DIR", dir.path())
             .env("RANKWISE_STANDIN_DIR", dir.path())
-            .env("RANKWISE_STANDIN_LIB", standin())
+            .env("RANKWISE_STANDIN_LIB", lib)
             .env("RANKWISE_STANDIN_TIMEOUT", "10")
             .env_remove("RANKWISE_DEBUG")
             .env_remove("RANKWISE_DEBUG_FILE")
@@ -172,6 +174,14 @@ pub struct Nccl {
     pub scatter: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
     pub send: unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
     pub recv: unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Ptr) -> Res,
+    pub abort: unsafe extern "C" fn(Comm) -> Res,
+    pub init_rank_config: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int, Ptr) -> Res,
+    pub init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> Res,
+    pub shrink: unsafe extern "C" fn(Comm, *mut c_int, c_int, *mut Comm, Ptr, c_int) -> Res,
+    pub get_async_error: unsafe extern "C" fn(Comm, *mut Res) -> Res,
+    pub group_simulate_end: unsafe extern "C" fn(Ptr) -> Res,
+    pub premul_create: unsafe extern "C" fn(*mut c_int, Ptr, c_int, c_int, Comm) -> Res,
+    pub op_destroy: unsafe extern "C" fn(c_int, Comm) -> Res,
 }
 
 impl Nccl {
@@ -200,6 +210,14 @@ impl Nccl {
             scatter: sym("ncclScatter"),
             send: sym("ncclSend"),
             recv: sym("ncclRecv"),
+            abort: sym("ncclCommAbort"),
+            init_rank_config: sym("ncclCommInitRankConfig"),
+            init_all: sym("ncclCommInitAll"),
+            shrink: sym("ncclCommShrink"),
+            get_async_error: sym("ncclCommGetAsyncError"),
+            group_simulate_end: sym("ncclGroupSimulateEnd"),
+            premul_create: sym("ncclRedOpCreatePreMulSum"),
+            op_destroy: sym("ncclRedOpDestroy"),
         }
     }
 }
@@ -239,31 +257,9 @@ pub fn vec_of<T: Copy>(nc: &Nccl, v: &[T]) -> *mut T {
 
 impl Rank {
     pub fn start() -> Rank {
-        let var = |k: &str| std::env::var(k).unwrap();
-        let (rank, n): (usize, usize) = (
-            var("RANKWISE_TEST_RANK").parse().unwrap(),
-            var("RANKWISE_TEST_NRANKS").parse().unwrap(),
-        );
-        let dir = PathBuf::from(var("RANKWISE_TEST_DIR"));
+        let (rank, n) = rank_and_size();
         let nccl = Nccl::load();
-        let idf = dir.join("id");
-        let mut id = UniqueId([0; 128]);
-        if rank == 0 {
-            // SAFETY: an out-pointer to a whole id.
-            assert_eq!(unsafe { (nccl.get_unique_id)(&mut id) }, 0);
-            std::fs::write(dir.join("id.tmp"), id.0).unwrap();
-            std::fs::rename(dir.join("id.tmp"), &idf).unwrap();
-        } else {
-            let t = Instant::now();
-            loop {
-                if let Ok(b) = std::fs::read(&idf) {
-                    id.0.copy_from_slice(&b);
-                    break;
-                }
-                assert!(t.elapsed() < Duration::from_secs(20), "no id from rank 0");
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
+        let id = shared_id(&nccl, rank);
         let mut comm: Comm = NULL;
         // SAFETY: out-pointer, size, id, rank.
         let rc = unsafe { (nccl.init_rank)(&mut comm, n as c_int, id, rank as c_int) };
@@ -277,26 +273,76 @@ impl Rank {
     }
 
     pub fn last_error(&self) -> String {
-        // SAFETY: a live communicator; the answer is a NUL-terminated string.
-        let p = unsafe { (self.nccl.last_error)(self.comm) };
-        if p.is_null() {
-            return String::new();
-        }
-        // SAFETY: as above.
-        unsafe { std::ffi::CStr::from_ptr(p) }
-            .to_string_lossy()
-            .into_owned()
+        last_error(&self.nccl, self.comm)
     }
 
     pub fn all_reduce_i32(&self, v: &[i32]) -> (Res, Vec<i32>) {
-        let s = vec_of(&self.nccl, v);
-        let r = alloc::<i32>(&self.nccl, v.len());
-        // SAFETY: buffers of v.len() int32 each.
-        let rc = unsafe {
-            (self.nccl.all_reduce)(s as Ptr, r as Ptr, v.len(), INT32, SUM, self.comm, NULL)
-        };
-        (rc, read(r, v.len()))
+        all_reduce_i32(&self.nccl, self.comm, v)
     }
+}
+
+/// `ncclGetLastError(comm)` as text.
+pub fn last_error(nc: &Nccl, comm: Comm) -> String {
+    // SAFETY: the answer is NULL or a NUL-terminated string.
+    let p = unsafe { (nc.last_error)(comm) };
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: as above.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// An AllReduce (sum) of `v` on `comm`: its code and output.
+pub fn all_reduce_i32(nc: &Nccl, comm: Comm, v: &[i32]) -> (Res, Vec<i32>) {
+    let s = vec_of(nc, v);
+    let r = alloc::<i32>(nc, v.len());
+    // SAFETY: buffers of v.len() int32 each.
+    let rc = unsafe { (nc.all_reduce)(s as Ptr, r as Ptr, v.len(), INT32, SUM, comm, NULL) };
+    (rc, read(r, v.len()))
+}
+
+/// The test's ncclUniqueId: rank 0 makes it and hands it to the others
+/// through a file of the test's directory.
+pub fn shared_id(nccl: &Nccl, rank: usize) -> UniqueId {
+    shared_id_named(nccl, rank, "id")
+}
+
+/// [`shared_id`] through the file `name`: another id of the same test.
+pub fn shared_id_named(nccl: &Nccl, rank: usize, name: &str) -> UniqueId {
+    let dir = PathBuf::from(std::env::var("RANKWISE_TEST_DIR").unwrap());
+    let idf = dir.join(name);
+    let mut id = UniqueId([0; 128]);
+    if rank == 0 {
+        let tmp = dir.join(format!("{name}.tmp"));
+        // SAFETY: an out-pointer to a whole id.
+        assert_eq!(unsafe { (nccl.get_unique_id)(&mut id) }, 0);
+        std::fs::write(&tmp, id.0).unwrap();
+        std::fs::rename(&tmp, &idf).unwrap();
+        return id;
+    }
+    let t = Instant::now();
+    loop {
+        if let Ok(b) = std::fs::read(&idf) {
+            id.0.copy_from_slice(&b);
+            return id;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no {name} from rank 0"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The test's rank and size, from the environment `run` sets.
+pub fn rank_and_size() -> (usize, usize) {
+    let var = |k: &str| std::env::var(k).unwrap();
+    (
+        var("RANKWISE_TEST_RANK").parse().unwrap(),
+        var("RANKWISE_TEST_NRANKS").parse().unwrap(),
+    )
 }
 
 pub fn expect_eq<T: PartialEq + std::fmt::Debug>(

@@ -256,3 +256,20 @@ fn the_shortcut_passes_exactly_what_agreement_passes() {
         }
     });
 }
+
+#[test]
+fn a_notice_carries_its_reason_and_is_never_a_post() {
+    let why =
+        "its call was refused there (ncclInvalidArgument on rank 2: AllReduce: recvbuff is NULL)";
+    let b = encode_notice(why);
+    assert_eq!(notice(&b).as_deref(), Some(why));
+    assert!(decode(&b).is_err(), "a notice decodes as no post");
+    let post = encode_calls(3, &[call(Func::AllReduce, RedOp::Sum, 0)]);
+    assert_eq!(notice(&post), None);
+    assert_eq!(notice(b"rkw"), None, "too short to be one");
+    // a long reason is cut on a character boundary, never beyond the bound
+    let long = "é".repeat(NOTICE_BYTES);
+    let cut = notice(&encode_notice(&long)).unwrap();
+    assert_eq!(cut.len(), NOTICE_BYTES);
+    assert!(long.starts_with(&cut));
+}
