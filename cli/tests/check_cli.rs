@@ -412,10 +412,11 @@ fn a_program_that_makes_no_nccl_call_is_said_not_passed() {
 #[test]
 fn the_commands_code_and_signals_pass_through() {
     // SIGTERM to rankwise reaches the command, whose exit code comes back
+    // (unforwarded, the command ends by itself after 30 s with 9)
     let cwd = tempfile::tempdir().unwrap();
     let ready = cwd.path().join("ready");
     let script = format!(
-        "trap 'echo got TERM; exit 7' TERM; touch {}; while :; do sleep 0.05; done",
+        "trap 'echo got TERM; exit 7' TERM; touch {}; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 9",
         ready.display()
     );
     let child = Command::new(exe())
