@@ -4,7 +4,8 @@
 //! Layers, top calls down: `commands` (every command's arguments and code;
 //! `main.rs` only routes) → `verify` (the conformance suites, their per-rank
 //! records and proofs), `bench` (nccl-tests' sweep and table), `misuse`
-//! (the catalogue of contract violations) → the library (`rankwise`: core,
+//! (the catalogue of contract violations), `check` (what `rankwise check`
+//! preloads, runs and concludes) → the library (`rankwise`: core,
 //! transports, agreement, engines, api, launchers, logs).
 //!
 //! This crate is where the command line's dependencies live (clap, csv,
@@ -12,6 +13,7 @@
 //! jobs (`librankwise_nccl.so`), link none of them.
 
 pub mod bench;
+pub mod check;
 pub mod commands;
 pub mod misuse;
 pub mod verify;

@@ -33,6 +33,8 @@ enum Command {
         #[command(subcommand)]
         cmd: commands::logs::LogsCommand,
     },
+    /// Run a command with the checker in front of NCCL in every process it starts
+    Check(commands::check::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,5 +54,7 @@ fn main() -> ExitCode {
         Command::Explain(a) => commands::explain::run(a),
         Command::Bench(a) => commands::with_settings("bench", || commands::bench::run(a)),
         Command::Logs { cmd } => commands::logs::run(cmd),
+        // reads the RANKWISE_* variables its ranks will see itself
+        Command::Check(a) => commands::check::run(a),
     }
 }

@@ -219,3 +219,52 @@ fn not_a_run_directory() {
         out.stderr
     );
 }
+
+/// A run of engine `torch` (`python -m rankwise.verify_torch`) holds the
+/// framework layer only; every other engine's run holds both.
+#[test]
+fn a_torch_run_is_its_framework_layer_alone() {
+    let edit_manifest = |run: &Path, engine: &str, keep_native: bool| {
+        let path = run.join("manifest.json");
+        let mut m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        m["engine"] = engine.into();
+        if !keep_native {
+            m["layers"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|l| l["name"] != "native");
+        }
+        std::fs::write(&path, m.to_string()).unwrap();
+    };
+    let (_tmp, run) = verified_run(4);
+    std::fs::remove_dir_all(run.join("raw/native")).unwrap();
+    // a torch manifest that still lists the native layer
+    edit_manifest(&run, "torch", true);
+    let out = summarize(&run).expect(1);
+    assert!(
+        out.stderr.contains(
+            "manifest.json lists layer native, which a run of engine torch does not write"
+        ),
+        "{}",
+        out.stderr
+    );
+    edit_manifest(&run, "torch", false);
+    let out = summarize(&run).expect(0);
+    assert!(out.stdout.contains("engine torch"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("framework 56 rows in 14 records: 56 rows, 14 records, all PASS"),
+        "{}",
+        out.stdout
+    );
+    // the same framework-only run under another engine's name misses a layer
+    edit_manifest(&run, "local", false);
+    let out = summarize(&run).expect(1);
+    assert!(
+        out.stderr
+            .contains("manifest.json lists no layer native, which suite seed declares"),
+        "{}",
+        out.stderr
+    );
+}

@@ -21,6 +21,7 @@ macro_rules! out {
 }
 
 pub mod bench;
+pub mod check;
 pub mod explain;
 pub mod logs;
 pub mod misuse;

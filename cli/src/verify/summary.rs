@@ -79,7 +79,7 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
     })?;
     check_declared_ranks(dir, &manifest)?;
     let n = manifest.ranks;
-    let plan = cases::plan(suite, n);
+    let plan = written_by(cases::plan(suite, n), &manifest.engine);
     let mut problems = Vec::new();
     check_manifest(&manifest, &plan, &mut problems);
 
@@ -107,6 +107,20 @@ pub fn summarize(dir: &Path) -> Result<Summary, String> {
         layers,
         problems,
     })
+}
+
+/// The engine of runs written by `python -m rankwise.verify_torch` (the
+/// framework cases through torch.distributed).
+pub const TORCH_ENGINE: &str = "torch";
+
+/// The layers a run of `engine` writes: a torch run writes the framework
+/// layer only (torch.distributed has no face with explicit pointers);
+/// every engine of `rankwise verify` writes both.
+fn written_by(mut plan: Plan, engine: &str) -> Plan {
+    if engine == TORCH_ENGINE {
+        plan.layers.retain(|l| l.layer == Layer::Framework);
+    }
+    plan
 }
 
 /// A run of a rank count `rankwise verify` never writes is refused before
@@ -377,8 +391,13 @@ fn check_manifest(m: &Manifest, plan: &Plan, problems: &mut Vec<String>) {
         }
     }
     for l in &m.layers {
-        if Layer::parse(&l.name).is_none() {
-            problems.push(format!("manifest.json lists an unknown layer {}", l.name));
+        match Layer::parse(&l.name) {
+            None => problems.push(format!("manifest.json lists an unknown layer {}", l.name)),
+            Some(layer) if plan.layer(layer).is_none() => problems.push(format!(
+                "manifest.json lists layer {layer}, which a run of engine {} does not write",
+                m.engine
+            )),
+            Some(_) => {}
         }
     }
 }
