@@ -2,7 +2,7 @@
 
     python3 scripts/interpose_bugs.py BUG [--ranks 4] [--timeout 30]
 
-BUG is one of: none, count, skip, root, isend, a2a. The script starts
+BUG is one of: none, count, skip, root, isend, a2a, abort. The script starts
 --ranks processes of itself on GPU 0 (each its own NCCL_HOSTID, sockets on
 lo, NVLS off, so NCCL accepts several ranks on one GPU), runs the program,
 and prints per rank what the program saw and how long it took. Run it
@@ -18,6 +18,10 @@ The bugs (rank 2 is the odd one out unless said):
   isend  rank 0 isends 16 elements to rank 1, which calls all_reduce
   a2a    all_to_all_single whose output splits on rank 2 are not the
          transpose of the others' input splits
+  abort  rank 2 sleeps 30 s instead of calling all_reduce; on the others a
+         second thread aborts the process group 3 s into the call (as
+         PyTorch's watchdog does), printing how long the abort took and
+         what the stuck call did
   none   the same calls without a bug: results are printed for comparing
 """
 
@@ -66,6 +70,17 @@ def program(bug, rank, world):
         else:
             dist.all_reduce(y)
         out["result"] = y[:4].tolist()
+    elif bug == "abort":
+        y = torch.ones(4, device=dev)
+        if rank == 2:
+            time.sleep(30)
+            print(f"rank {rank}: slept 30 s, leaves without the call", flush=True)
+            os._exit(0)
+        abort_thread(dev, t0)
+        dist.all_reduce(y)
+        print(f"rank {rank}: the call returned after {time.time() - t0:.3f} s", flush=True)
+        torch.cuda.synchronize()
+        out["result"] = y.tolist()
     elif bug in ("a2a", "none"):
         ins = [2 * rank + d + 1 for d in range(world)]
         outs = [2 * s + rank + 1 for s in range(world)]
@@ -84,6 +99,29 @@ def program(bug, rank, world):
     out["seconds"] = round(time.time() - t0, 3)
     print(f"rank {rank}: ok {out}", flush=True)
     dist.destroy_process_group()
+
+
+def abort_thread(dev, t0):
+    """Aborts the default process group 3 s after t0 from a thread of its
+    own, the way PyTorch's watchdog aborts a stuck communicator, and
+    prints how long the abort took."""
+    import threading
+
+    import torch.distributed as dist
+
+    def run():
+        time.sleep(max(0.0, t0 + 3 - time.time()))
+        rank = dist.get_rank()
+        start = time.time()
+        how = "_abort_process_group"
+        try:
+            dist.distributed_c10d._abort_process_group()
+        except Exception:
+            how = "backend.abort"
+            dist.distributed_c10d._get_default_group()._get_backend(dev).abort()
+        print(f"rank {rank}: abort ({how}) returned in {time.time() - start:.3f} s", flush=True)
+
+    threading.Thread(target=run, daemon=True).start()
 
 
 def main():
