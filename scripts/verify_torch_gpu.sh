@@ -28,6 +28,11 @@ if [ -n "$wheel" ]; then
   venv=/tmp/rankwise-front-venv
   rm -rf "$venv"
   python3 -m venv --system-site-packages "$venv"
+  # where python3 is itself a virtual environment (torch installed in it),
+  # --system-site-packages reaches only the interpreter's base: name
+  # python3's own site-packages in a .pth, so the wheel's venv sees torch
+  python3 -c "import site; print('\n'.join(site.getsitepackages()))" \
+    > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rankwise-parent-site.pth"
   "$venv/bin/pip" install -q --no-deps "$wheel" > "$out/install.log" 2>&1
   export PATH="$venv/bin:$PATH"
 fi

@@ -3,7 +3,7 @@
 //! abort, revoke, and the questions a program asks of one (its async
 //! error, size, device, rank).
 
-use super::{made, rank_and_count, said};
+use super::{Entry, made, rank_and_count, said};
 use crate::hooks::{self, IN_PROGRESS, SUCCESS};
 use crate::real::{API, Comm, Res, UniqueId, missing};
 use std::ffi::{c_int, c_void};
@@ -11,6 +11,7 @@ use std::ffi::{c_int, c_void};
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> Res {
     let f = real!(get_unique_id);
+    let _entry = Entry::enter();
     // SAFETY: the program's out-pointer, given to NCCL unchanged.
     let rc = unsafe { f(unique_id) };
     if rc == SUCCESS && !unique_id.is_null() {
@@ -31,6 +32,7 @@ pub extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> Res {
     let f = real!(comm_init_rank);
+    let _entry = Entry::enter();
     let mut b = id.bytes();
     let addr = hooks::init_id(&mut b);
     // SAFETY: the program's arguments, with the id restored to NCCL's bytes.
@@ -50,6 +52,7 @@ pub extern "C" fn ncclCommInitRankConfig(
     config: *mut c_void,
 ) -> Res {
     let f = real!(comm_init_rank_config);
+    let _entry = Entry::enter();
     let mut b = id.bytes();
     let addr = hooks::init_id(&mut b);
     // SAFETY: the program's arguments, with the id restored to NCCL's bytes.
@@ -70,6 +73,7 @@ pub extern "C" fn ncclCommInitRankScalable(
     config: *mut c_void,
 ) -> Res {
     let f = real!(comm_init_rank_scalable);
+    let _entry = Entry::enter();
     let n = usize::try_from(n_id).unwrap_or(0);
     let (mut first, mut addr) = ([0u8; 128], None);
     if !ids.is_null() && n > 0 {
@@ -103,6 +107,7 @@ pub extern "C" fn ncclCommSplit(
     config: *mut c_void,
 ) -> Res {
     let f = real!(comm_split);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     let rc = said(unsafe { f(comm, color, key, newcomm, config) });
     if rc == SUCCESS || rc == IN_PROGRESS {
@@ -116,6 +121,7 @@ pub extern "C" fn ncclCommSplit(
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommDestroy(comm: Comm) -> Res {
     let f = real!(comm_destroy);
+    let _entry = Entry::enter();
     hooks::gone(comm as usize, false);
     // SAFETY: the program's argument (module doc).
     unsafe { f(comm) }
@@ -124,6 +130,7 @@ pub extern "C" fn ncclCommDestroy(comm: Comm) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommAbort(comm: Comm) -> Res {
     let f = real!(comm_abort);
+    let _entry = Entry::enter();
     hooks::gone(comm as usize, true);
     // SAFETY: the program's argument (module doc).
     unsafe { f(comm) }
@@ -132,6 +139,7 @@ pub extern "C" fn ncclCommAbort(comm: Comm) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommInitAll(comm: *mut Comm, ndev: c_int, devlist: *const c_int) -> Res {
     let f = real!(comm_init_all);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     let rc = said(unsafe { f(comm, ndev, devlist) });
     let n = usize::try_from(ndev).unwrap_or(0);
@@ -157,6 +165,7 @@ pub extern "C" fn ncclCommShrink(
     shrink_flags: c_int,
 ) -> Res {
     let f = real!(comm_shrink);
+    let _entry = Entry::enter();
     let n = usize::try_from(exclude_count).unwrap_or(0);
     let excluded: Vec<c_int> = if exclude_ranks.is_null() || n == 0 {
         Vec::new()
@@ -188,6 +197,7 @@ pub extern "C" fn ncclCommShrink(
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommFinalize(comm: Comm) -> Res {
     let f = real!(comm_finalize);
+    let _entry = Entry::enter();
     // SAFETY: the program's argument (module doc).
     said(unsafe { f(comm) })
 }
@@ -195,6 +205,7 @@ pub extern "C" fn ncclCommFinalize(comm: Comm) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommRevoke(comm: Comm, revoke_flags: c_int) -> Res {
     let f = real!(comm_revoke);
+    let _entry = Entry::enter();
     hooks::revoked(comm as usize);
     // SAFETY: the program's arguments (module doc).
     said(unsafe { f(comm, revoke_flags) })
@@ -203,14 +214,17 @@ pub extern "C" fn ncclCommRevoke(comm: Comm, revoke_flags: c_int) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommGetAsyncError(comm: Comm, async_error: *mut Res) -> Res {
     let f = real!(comm_get_async_error);
-    // SAFETY: the program's arguments (module doc).
+    let nested = Entry::nested();
+    let _entry = Entry::enter();
+    // SAFETY: the program's arguments (module doc), or NCCL's own.
     let rc = unsafe { f(comm, async_error) };
-    if rc != SUCCESS || async_error.is_null() {
+    if nested || rc != SUCCESS || async_error.is_null() {
         return rc;
     }
     // SAFETY: NCCL returned success after writing the async error there.
     let theirs = unsafe { *async_error };
     if theirs == SUCCESS
+        && hooks::child_waiting(comm as usize)
         && let Some((rank, count)) = rank_and_count(comm as usize)
     {
         // a child NCCL finished making since its split: registered now
@@ -228,6 +242,7 @@ pub extern "C" fn ncclCommGetAsyncError(comm: Comm, async_error: *mut Res) -> Re
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommCount(comm: Comm, count: *mut c_int) -> Res {
     let f = real!(comm_count);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     said(unsafe { f(comm, count) })
 }
@@ -235,6 +250,7 @@ pub extern "C" fn ncclCommCount(comm: Comm, count: *mut c_int) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommCuDevice(comm: Comm, device: *mut c_int) -> Res {
     let f = real!(comm_cu_device);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     said(unsafe { f(comm, device) })
 }
@@ -242,6 +258,7 @@ pub extern "C" fn ncclCommCuDevice(comm: Comm, device: *mut c_int) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommUserRank(comm: Comm, rank: *mut c_int) -> Res {
     let f = real!(comm_user_rank);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     said(unsafe { f(comm, rank) })
 }

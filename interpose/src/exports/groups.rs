@@ -3,7 +3,7 @@
 //! end once agreed, and the PreMulSum ops destroyed while held calls used
 //! them destroyed after NCCL's group closed.
 
-use super::{forward, said};
+use super::{Entry, forward, said};
 use crate::hooks::{self, Ended, IN_PROGRESS, SUCCESS};
 use crate::real::{API, Comm, Res, missing};
 use std::ffi::c_void;
@@ -34,6 +34,7 @@ fn finish(ended: Ended, end: impl FnOnce() -> Res) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupStart() -> Res {
     let start = real!(group_start);
+    let _entry = Entry::enter();
     hooks::group_start();
     // SAFETY: no arguments (module doc).
     unsafe { start() }
@@ -42,6 +43,7 @@ pub extern "C" fn ncclGroupStart() -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupEnd() -> Res {
     let end = real!(group_end);
+    let _entry = Entry::enter();
     match hooks::group_end() {
         // SAFETY: no arguments (module doc).
         None => said(unsafe { end() }),
@@ -53,6 +55,7 @@ pub extern "C" fn ncclGroupEnd() -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupSimulateEnd(sim_info: *mut c_void) -> Res {
     let end = real!(group_simulate_end);
+    let _entry = Entry::enter();
     match hooks::group_simulate_end() {
         // SAFETY: the program's argument (module doc).
         None => said(unsafe { end(sim_info) }),

@@ -3,6 +3,7 @@
 //! way (allocations, scalars) and the checker's own error text where it
 //! is the latest.
 
+use super::Entry;
 use crate::hooks::{self, SUCCESS};
 use crate::real::{API, Comm, Res, missing};
 use std::ffi::{c_char, c_int, c_void};
@@ -10,6 +11,7 @@ use std::ffi::{c_char, c_int, c_void};
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGetVersion(version: *mut c_int) -> Res {
     let f = real!(get_version);
+    let _entry = Entry::enter();
     // SAFETY: the program's argument (module doc).
     unsafe { f(version) }
 }
@@ -48,6 +50,7 @@ pub extern "C" fn ncclGetLastError(comm: Comm) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> Res {
     let f = real!(mem_alloc);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     let rc = unsafe { f(ptr, size) };
     if rc == SUCCESS && !ptr.is_null() {
@@ -60,6 +63,7 @@ pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> Res {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> Res {
     let f = real!(mem_free);
+    let _entry = Entry::enter();
     hooks::freed(ptr as usize);
     // SAFETY: the program's argument (module doc).
     unsafe { f(ptr) }
@@ -77,6 +81,7 @@ pub extern "C" fn ncclRedOpCreatePreMulSum(
     comm: Comm,
 ) -> Res {
     let f = real!(red_op_create_pre_mul_sum);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     let rc = unsafe { f(op, scalar, datatype, residence, comm) };
     if rc == SUCCESS && !op.is_null() {
@@ -98,6 +103,7 @@ pub extern "C" fn ncclRedOpCreatePreMulSum(
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclRedOpDestroy(op: c_int, comm: Comm) -> Res {
     let f = real!(red_op_destroy);
+    let _entry = Entry::enter();
     if hooks::premul_destroyed(comm as usize, op) {
         // held calls of the open group use it: destroyed at its end
         return SUCCESS;
@@ -114,6 +120,7 @@ pub extern "C" fn ncclCommRegister(
     handle: *mut *mut c_void,
 ) -> Res {
     let f = real!(comm_register);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     unsafe { f(comm, buff, size, handle) }
 }
@@ -121,6 +128,7 @@ pub extern "C" fn ncclCommRegister(
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommDeregister(comm: Comm, handle: *mut c_void) -> Res {
     let f = real!(comm_deregister);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     unsafe { f(comm, handle) }
 }
@@ -134,6 +142,7 @@ pub extern "C" fn ncclCommWindowRegister(
     win_flags: c_int,
 ) -> Res {
     let f = real!(comm_window_register);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     unsafe { f(comm, buff, size, win, win_flags) }
 }
@@ -141,6 +150,7 @@ pub extern "C" fn ncclCommWindowRegister(
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommWindowDeregister(comm: Comm, win: *mut c_void) -> Res {
     let f = real!(comm_window_deregister);
+    let _entry = Entry::enter();
     // SAFETY: the program's arguments (module doc).
     unsafe { f(comm, win) }
 }

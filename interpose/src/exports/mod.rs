@@ -20,6 +20,7 @@
 use crate::hooks::{self, Action, IN_PROGRESS, SUCCESS};
 use crate::real::{API, Comm, Res, Stream, missing};
 use rankwise::core::{Func, RawCall};
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
 /// Resolves a real entry point or returns `ncclSystemError` from the export.
@@ -30,6 +31,41 @@ macro_rules! real {
             Err(why) => return missing(&why),
         }
     };
+}
+
+thread_local! {
+    /// How many of these exports this thread is inside now.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// This thread inside one of the exports, until dropped. NCCL calls its
+/// own API from inside its functions: every `ncclCommUserRank`,
+/// `ncclCommCount` or `ncclCommCuDevice` asks `ncclCommGetAsyncError`
+/// whether the communicator is ready, and that call reaches this library
+/// too. Such a call is NCCL's business, not the program's: an export
+/// entered while the thread is already inside one ([`Entry::nested`])
+/// passes it straight on, adding nothing (no checks, no calls of its own
+/// into NCCL, which would recurse without end, and never the checker's
+/// failure, which would fail NCCL's own readiness test).
+pub(crate) struct Entry;
+
+impl Entry {
+    pub(crate) fn enter() -> Entry {
+        DEPTH.with(|d| d.set(d.get() + 1));
+        Entry
+    }
+
+    /// Whether this thread is inside an export now: a call arriving now
+    /// comes from NCCL.
+    pub(crate) fn nested() -> bool {
+        DEPTH.with(|d| d.get() > 0)
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
 }
 
 /// Calls the real function of `raw.func` with `raw`'s arguments.
@@ -58,6 +94,10 @@ fn forward(comm: usize, raw: &RawCall, stream: usize) -> Res {
 
 /// The path of every collective and Send/Recv.
 fn submit(comm: Comm, raw: RawCall, stream: Stream) -> Res {
+    if Entry::nested() {
+        return forward(comm as usize, &raw, stream as usize);
+    }
+    let _entry = Entry::enter();
     let mut action = hooks::call(comm as usize, raw, stream as usize);
     if let Action::Settle = action {
         if let Some((rank, count)) = rank_and_count(comm as usize) {
@@ -95,6 +135,7 @@ fn made(rc: Res, comm: *mut Comm) -> Option<usize> {
 /// The rank and size NCCL gives communicator `h`, when it can say now (not
 /// while NCCL is still making it).
 fn rank_and_count(h: usize) -> Option<(c_int, c_int)> {
+    let _entry = Entry::enter();
     let (ur, cc) = (API.comm_user_rank().ok()?, API.comm_count().ok()?);
     let (mut rank, mut count) = (-1, -1);
     // SAFETY: h is a communicator NCCL made; the out-pointers are ours.

@@ -41,7 +41,7 @@ mod settings;
 mod setup;
 
 pub use calls::{Action, IN_PROGRESS, SUCCESS, call, element_size, scalar_of};
-pub use children::{all_made, ready as child_ready, shrinking, shrunk};
+pub use children::{all_made, ready as child_ready, shrinking, shrunk, waiting as child_waiting};
 pub use comms::{
     async_error, init_id, initialised, premul_destroyed, premul_made, split, unique_id_made,
 };

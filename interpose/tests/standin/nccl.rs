@@ -25,6 +25,11 @@
 //! `ncclCommGetAsyncError` on it. `cuStreamIsCapturing` is here too, as a
 //! driver that says only `CAPTURING_STREAM` is being captured.
 //!
+//! Like NCCL, its collectives and its `ncclCommCount`, `ncclCommUserRank`
+//! and `ncclCommCuDevice` first ask the public `ncclCommGetAsyncError`
+//! (through the dynamic linker, so an interposer answers) whether the
+//! communicator is ready.
+//!
 //! It checks nothing: that is the interposer's job. Reductions: Sum, Prod,
 //! Max, Min, Avg (integer Avg divides the wrapped sum) on the 8 integer and
 //! 2 wide float types, and PreMulSum on float and double.
@@ -341,6 +346,12 @@ unsafe fn submit(mut o: Op) -> Res {
     if o.comm.is_null() {
         return 4;
     }
+    if !(*o.comm).pending {
+        let rc = ensure_ready(o.comm);
+        if rc != 0 {
+            return rc;
+        }
+    }
     if o.op >= 5 && matches!(o.func, ALLREDUCE | REDUCE | REDUCESCATTER) {
         match (*o.comm).premul.get(&o.op) {
             Some(v) => o.scalar = *v,
@@ -360,6 +371,32 @@ unsafe fn submit(mut o: Op) -> Res {
         }
     });
     if queued { 0 } else { run(&o) }
+}
+
+extern "C" {
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+/// NCCL's readiness test (its `ncclCommEnsureReady`, which its collectives
+/// and its `ncclCommCount`, `ncclCommUserRank` and `ncclCommCuDevice`
+/// run): it asks the public `ncclCommGetAsyncError`, bound by the dynamic
+/// linker as NCCL's own build binds it, so an interposer's definition is
+/// the one asked. The code it reports is returned, `ncclInProgress` as
+/// `ncclInvalidArgument`, as NCCL does.
+unsafe fn ensure_ready(comm: *mut Comm) -> Res {
+    static F: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // RTLD_DEFAULT (a null handle in glibc): the process's global scope
+    let f = *F.get_or_init(|| dlsym(std::ptr::null_mut(), c"ncclCommGetAsyncError".as_ptr()) as usize);
+    if f == 0 {
+        return 0;
+    }
+    let f: unsafe extern "C" fn(*mut Comm, *mut c_int) -> Res = std::mem::transmute(f);
+    let mut st = 0;
+    let rc = f(comm, &mut st);
+    if rc != 0 {
+        return rc;
+    }
+    if st == 7 { 4 } else { st }
 }
 
 macro_rules! export {
@@ -549,6 +586,10 @@ export!(pncclCommCount, ncclCommCount, (comm: *mut Comm, count: *mut c_int) -> R
     if (*comm).pending {
         return 7;
     }
+    let rc = ensure_ready(comm);
+    if rc != 0 {
+        return rc;
+    }
     *count = (*comm).nranks as c_int;
     0
 });
@@ -557,11 +598,21 @@ export!(pncclCommUserRank, ncclCommUserRank, (comm: *mut Comm, rank: *mut c_int)
     if (*comm).pending {
         return 7;
     }
+    let rc = ensure_ready(comm);
+    if rc != 0 {
+        return rc;
+    }
     *rank = (*comm).rank as c_int;
     0
 });
 
-export!(pncclCommCuDevice, ncclCommCuDevice, (_comm: *mut Comm, dev: *mut c_int) -> Res {
+export!(pncclCommCuDevice, ncclCommCuDevice, (comm: *mut Comm, dev: *mut c_int) -> Res {
+    if !(*comm).pending {
+        let rc = ensure_ready(comm);
+        if rc != 0 {
+            return rc;
+        }
+    }
     *dev = 0;
     0
 });

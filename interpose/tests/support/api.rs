@@ -360,6 +360,16 @@ pub fn async_error(k: &Rank) -> Result<(), String> {
         5,
     )?;
     expect_eq("async error after", ask(), (0, 5))?;
+    // NCCL's own readiness test inside ncclCommUserRank asks
+    // ncclCommGetAsyncError too: it gets NCCL's answer, not the checker's
+    let mut rank: c_int = -1;
+    // SAFETY: a live communicator, an out-pointer.
+    let rc = unsafe { (k.nccl.user_rank)(k.comm, &mut rank) };
+    expect_eq(
+        "ncclCommUserRank after the failure",
+        (rc, rank),
+        (0, k.rank as c_int),
+    )?;
     println!("async_error ok");
     Ok(())
 }
