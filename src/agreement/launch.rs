@@ -145,7 +145,11 @@ fn posts_of(
 /// Every rank's calls, when no rank gave notice; otherwise the error the
 /// notices make (on a rank that refused the launch: Ok when every rank
 /// did, else the error of the ranks that made it).
-fn calls_of(all: Vec<Post>, what: &str, refused: bool) -> Result<Vec<Posted>, Failure> {
+fn calls_of(
+    all: Vec<Post>,
+    what: impl FnOnce() -> String,
+    refused: bool,
+) -> Result<Vec<Posted>, Failure> {
     if !refused && all.iter().all(|p| matches!(p, Post::Calls(_))) {
         // the common case: every rank posted its calls
         return Ok(all
@@ -171,10 +175,10 @@ fn calls_of(all: Vec<Post>, what: &str, refused: bool) -> Result<Vec<Posted>, Fa
     if refused {
         return match made.is_empty() {
             true => Ok(Vec::new()),
-            false => Err(made_anyway(what, &made).into()),
+            false => Err(made_anyway(&what(), &made).into()),
         };
     }
-    notices(what, &said, said.len() + made.len())?;
+    notices(&what(), &said, said.len() + made.len())?;
     Ok(posted)
 }
 
@@ -204,14 +208,10 @@ fn judge(
     };
     let mut shares = shares.into_iter();
     if f.colls {
-        let name = what(l.op_count, &l.colls);
-        let all = posts_of(
-            link,
-            shares.next().unwrap_or_default(),
-            || name.clone(),
-            timeout,
-        )?;
-        let all = calls_of(all, &name, f.refused)?;
+        // the launch's name is made only when a wait or a notice needs it
+        let name = || what(l.op_count, &l.colls);
+        let all = posts_of(link, shares.next().unwrap_or_default(), name, timeout)?;
+        let all = calls_of(all, name, f.refused)?;
         if let Some(error) = (!all.is_empty())
             .then(|| agree::collectives(&all).err())
             .flatten()
@@ -323,5 +323,5 @@ pub fn exchange(p: &mut Peers, mine: &Posted, timeout: Duration) -> Result<Vec<P
         .and_then(|mut r| r.pop())
         .unwrap_or_default();
     let all = posts_of(link, shares, || name.clone(), timeout)?;
-    calls_of(all, &name, false)
+    calls_of(all, || name, false)
 }
