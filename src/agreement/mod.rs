@@ -49,6 +49,7 @@ pub mod pairs;
 mod round;
 pub mod stop;
 mod verdicts;
+pub mod watch;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,344 @@
+//! The rank that compares every rank's summary each round, and what it
+//! asks for next: the digests at the latest cut all ranks made, then (when
+//! they differ) the signatures since the last cut they agreed on, then
+//! the first launch that differs and the one after it, worded. Sends and
+//! Recvs are compared by their sums at each agreed cut; when the sums
+//! differ both before and after it, every rank's per-peer counts name the
+//! pair.
+
+use super::wire::{Ask, PeerCount, Summary, Verdict};
+use super::{Sums, launch_sig};
+use crate::core::{DataType, Posted, agree};
+use std::collections::BTreeMap;
+
+/// What the last round asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Idle,
+    Digest(u64),
+    Sigs(u64, u64),
+    Post(u64),
+    Peers,
+}
+
+/// The judging rank's state across rounds.
+#[derive(Debug)]
+pub struct Judge {
+    round: u64,
+    /// the last cut whose digests every rank agreed on
+    agreed: u64,
+    stage: Stage,
+    failure: Option<(String, String)>,
+}
+
+impl Default for Judge {
+    fn default() -> Self {
+        Judge {
+            round: 0,
+            agreed: 0,
+            stage: Stage::Idle,
+            failure: None,
+        }
+    }
+}
+
+impl Judge {
+    /// The last cut every rank agreed on.
+    pub fn agreed(&self) -> u64 {
+        self.agreed
+    }
+
+    /// Reads one round's summaries (every rank's, in rank order) and says
+    /// what to ask for next, or the failure found.
+    pub fn judge(&mut self, all: &[Summary]) -> Verdict {
+        self.round += 1;
+        if self.failure.is_none() && !all.is_empty() {
+            self.read(all);
+        }
+        let ask = match (&self.failure, self.stage) {
+            (Some(_), _) => Ask::default(),
+            (None, Stage::Idle) => {
+                let low = all.iter().map(|s| s.m).min().unwrap_or(0);
+                if low > self.agreed {
+                    self.stage = Stage::Digest(low);
+                    Ask {
+                        digest_at: Some(low),
+                        ..Ask::default()
+                    }
+                } else {
+                    Ask::default()
+                }
+            }
+            (None, Stage::Digest(m)) => Ask {
+                digest_at: Some(m),
+                ..Ask::default()
+            },
+            (None, Stage::Sigs(from, to)) => Ask {
+                sigs: Some((from, to)),
+                ..Ask::default()
+            },
+            (None, Stage::Post(m)) => Ask {
+                post: Some(m),
+                ..Ask::default()
+            },
+            (None, Stage::Peers) => Ask {
+                peers: true,
+                ..Ask::default()
+            },
+        };
+        Verdict {
+            round: self.round,
+            ask,
+            failure: self.failure.clone(),
+        }
+    }
+
+    /// Reads the answers to what the last round asked.
+    fn read(&mut self, all: &[Summary]) {
+        match self.stage {
+            Stage::Idle => {}
+            Stage::Digest(m) => {
+                self.stage = Stage::Idle;
+                let Some(at) = all
+                    .iter()
+                    .map(|s| s.at.filter(|a| a.m == m))
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    // a rank's ring no longer holds it: ask again later
+                    return;
+                };
+                if at.windows(2).any(|w| w[0].digest != w[1].digest) {
+                    self.stage = Stage::Sigs(self.agreed + 1, m);
+                    return;
+                }
+                self.agreed = m;
+                let total = |f: fn(&super::wire::At) -> Sums| {
+                    at.iter().fold(Sums::default(), |t, a| Sums {
+                        sent: t.sent.wrapping_add(f(a).sent),
+                        recvd: t.recvd.wrapping_add(f(a).recvd),
+                    })
+                };
+                let (before, after) = (total(|a| a.before), total(|a| a.after));
+                if before.sent != before.recvd && after.sent != after.recvd {
+                    self.stage = Stage::Peers;
+                }
+            }
+            Stage::Sigs(from, to) => {
+                self.stage = Stage::Idle;
+                if all.iter().any(|s| s.sigs.is_empty() || s.sigs_from != from) {
+                    self.failure = Some((
+                        format!(
+                            "the ranks' collective launches differ between cut {from} and cut {to}, further back than the {} each rank keeps",
+                            super::RING
+                        ),
+                        String::new(),
+                    ));
+                    return;
+                }
+                let len = all.iter().map(|s| s.sigs.len()).min().unwrap_or(0);
+                if let Some(i) = (0..len).find(|&i| all.iter().any(|s| s.sigs[i] != all[0].sigs[i]))
+                {
+                    self.stage = Stage::Post(from + i as u64);
+                }
+            }
+            Stage::Post(m) => {
+                self.stage = Stage::Idle;
+                if all.iter().any(|s| s.posts.is_empty()) {
+                    return;
+                }
+                self.failure = Some(explain(m, all));
+            }
+            Stage::Peers => {
+                self.stage = Stage::Idle;
+                let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
+                if let Some(found) = unmatched(&tables) {
+                    self.failure = Some(found);
+                }
+            }
+        }
+    }
+}
+
+/// `AllReduce #12` as rank `r` numbered it.
+fn named(p: &Posted) -> String {
+    let what = p.calls.first().map_or("group", |c| c.func.name());
+    match p.calls.len() {
+        1 => format!("{what} #{}", p.op_count),
+        n => format!(
+            "a group of {n} collectives starting with {what} #{}",
+            p.op_count
+        ),
+    }
+}
+
+fn who(ranks: &[usize]) -> String {
+    let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
+    match ranks.len() {
+        1 => format!("rank {}", list[0]),
+        _ => format!("ranks {}", list.join(",")),
+    }
+}
+
+/// The most common signature among `sigs` with its ranks, when more than
+/// half the ranks share it.
+fn majority(sigs: &[Option<u64>]) -> Option<(u64, Vec<usize>)> {
+    let mut by: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (r, s) in sigs.iter().enumerate() {
+        if let Some(s) = s {
+            by.entry(*s).or_default().push(r);
+        }
+    }
+    by.into_iter()
+        .max_by_key(|(_, rs)| (rs.len(), std::cmp::Reverse(rs[0])))
+        .filter(|(_, rs)| rs.len() * 2 > sigs.len())
+}
+
+/// The first cut `m` at which the launches differ, worded: a skip, an
+/// extra launch or two launches in another order when the next cut shows
+/// it, else the field that differs as the strict mode says it.
+fn explain(m: u64, all: &[Summary]) -> (String, String) {
+    let here: Vec<&Posted> = all.iter().map(|s| &s.posts[0]).collect();
+    let next: Vec<Option<&Posted>> = all.iter().map(|s| s.posts.get(1)).collect();
+    let owned: Vec<Posted> = here.iter().map(|p| (*p).clone()).collect();
+    let sides = agree::sides(&owned);
+    let sig = |p: &Posted| launch_sig(&p.calls);
+    let head = format!("collective launch {m} on this communicator differs");
+    let plain = || match agree::collectives(&owned) {
+        Err(e) => format!("{head}: {}", e.message),
+        Ok(()) => format!("{head}: the calls differ"),
+    };
+    let Some((a, usual)) = majority(&here.iter().map(|p| Some(sig(p))).collect::<Vec<_>>()) else {
+        return (plain(), sides);
+    };
+    let b = majority(&next.iter().map(|p| p.map(sig)).collect::<Vec<_>>()).map(|x| x.0);
+    let first = &here[usual[0]];
+    let later = b.and_then(|b| next.iter().flatten().find(|p| sig(p) == b));
+    let mut said = Vec::new();
+    for (r, p) in here.iter().enumerate() {
+        if sig(p) == a {
+            continue;
+        }
+        let y = next[r].map(sig);
+        let line = match (b, later) {
+            (Some(b), Some(l)) if sig(p) == b && y == Some(a) => format!(
+                "{} made {} and {} in the other order",
+                who(&[r]),
+                named(first),
+                named(l)
+            ),
+            (Some(b), Some(l)) if sig(p) == b => format!(
+                "{} skipped {} (its next collective is {}, which the others make after it)",
+                who(&[r]),
+                named(first),
+                named(l)
+            ),
+            // (a launch of the same function is a field that differs)
+            _ if y == Some(a)
+                && p.calls.first().map(|c| c.func) != first.calls.first().map(|c| c.func) =>
+            {
+                format!(
+                    "{} made an extra {} before {}",
+                    who(&[r]),
+                    named(p),
+                    named(first)
+                )
+            }
+            _ => return (plain(), sides),
+        };
+        said.push(line);
+    }
+    (format!("{head}: {}", said.join("; ")), sides)
+}
+
+fn datatype(code: u64) -> String {
+    i32::try_from(code)
+        .ok()
+        .and_then(DataType::from_code)
+        .map_or_else(|| format!("datatype {code}"), |t| t.to_string())
+}
+
+fn plural(n: u64, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}"),
+        _ => format!("{n} {what}s"),
+    }
+}
+
+/// Pairs whose Sends and Recvs do not match, from every rank's per-peer
+/// counts: the first few worded, with both sides' last calls.
+fn unmatched(tables: &[&[PeerCount]]) -> Option<(String, String)> {
+    let find = |r: usize, peer: usize| -> PeerCount {
+        tables
+            .get(r)
+            .and_then(|t| t.iter().find(|p| p.peer == peer))
+            .copied()
+            .unwrap_or(PeerCount {
+                peer,
+                ..PeerCount::default()
+            })
+    };
+    let mut said = Vec::new();
+    let mut sides = Vec::new();
+    for (a, table) in tables.iter().enumerate() {
+        let mut peers: Vec<usize> = table.iter().map(|p| p.peer).collect();
+        // a pair whose sender never counted its receiver still shows at
+        // the receiver
+        peers.extend(
+            tables
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.iter().any(|p| p.peer == a && p.recvd > 0))
+                .map(|(b, _)| b),
+        );
+        peers.sort_unstable();
+        peers.dedup();
+        for b in peers {
+            let (s, r) = (find(a, b), find(b, a));
+            if s.sent == r.recvd && s.sent_digest == r.recvd_digest {
+                continue;
+            }
+            let last = |n: u64, (count, dt): (u64, u64)| match n {
+                0 => String::new(),
+                _ => format!(" (the last: count {count} {})", datatype(dt)),
+            };
+            sides.push(format!(
+                "rank {a}: {}{} to rank {b}; rank {b}: {}{} from rank {a}",
+                plural(s.sent, "Send"),
+                last(s.sent, s.last_sent),
+                plural(r.recvd, "Recv"),
+                last(r.recvd, r.last_recvd)
+            ));
+            said.push(if s.sent > r.recvd {
+                format!(
+                    "rank {a}'s Send #{} to rank {b} has no matching Recv: rank {b} made {} from rank {a}",
+                    r.recvd + 1,
+                    plural(r.recvd, "Recv")
+                )
+            } else if s.sent < r.recvd {
+                format!(
+                    "rank {b}'s Recv #{} from rank {a} has no matching Send: rank {a} made {} to rank {b}",
+                    s.sent + 1,
+                    plural(s.sent, "Send")
+                )
+            } else {
+                format!(
+                    "the Sends of rank {a} to rank {b} and the Recvs of rank {b} from rank {a} differ in count or datatype"
+                )
+            });
+        }
+    }
+    if said.is_empty() {
+        return None;
+    }
+    let more = said.len().saturating_sub(8);
+    said.truncate(8);
+    sides.truncate(8);
+    let mut what = format!(
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: {}",
+        said.join("; ")
+    );
+    if more > 0 {
+        what += &format!("; and {more} more pairs");
+    }
+    Some((what, sides.join("; ")))
+}

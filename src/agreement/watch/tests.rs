@@ -1,0 +1,350 @@
+//! Watch mode on tracks made by hand: each bug class a program makes is
+//! named (cause, ranks, launch, arguments) by the judge within a few
+//! rounds, a correct program never is, and the rounds run over a real
+//! store between threads. Expected words are written out here, not taken
+//! from the code under test.
+
+use super::*;
+use crate::core::{DataType, Func, RedOp};
+use crate::transport::store::Store;
+use std::time::{Duration, Instant};
+
+fn call(func: Func, count: usize, root: usize) -> Call {
+    Call {
+        func,
+        sendbuff: 0x1000,
+        recvbuff: 0x2000,
+        count,
+        datatype: DataType::Float32,
+        op: RedOp::Sum,
+        op_code: 0,
+        root,
+    }
+}
+
+fn coll(op_count: u64, func: Func, count: usize) -> Launch {
+    Launch {
+        op_count,
+        colls: vec![call(func, count, 0)],
+        p2p: Vec::new(),
+    }
+}
+
+fn p2p(op_count: u64, calls: &[(Func, usize, usize)]) -> Launch {
+    Launch {
+        op_count,
+        colls: Vec::new(),
+        p2p: calls.iter().map(|&(f, peer, n)| call(f, n, peer)).collect(),
+    }
+}
+
+/// Rounds of the judge over `tracks` until a failure or `rounds` pass:
+/// the failure and the round it came in.
+fn judged(tracks: &[Track], rounds: usize) -> Option<((String, String), usize)> {
+    let mut judge = Judge::default();
+    let mut ask = Ask::default();
+    for round in 1..=rounds {
+        let all: Vec<Summary> = tracks
+            .iter()
+            // through the bytes, as the store carries them
+            .map(|t| Summary::decode(&t.summary(&ask).encode()).unwrap())
+            .collect();
+        let v = judge.judge(&all);
+        let v = Verdict::decode(&v.encode()).unwrap();
+        if let Some(f) = v.failure {
+            return Some((f, round));
+        }
+        ask = v.ask;
+    }
+    None
+}
+
+/// `n` ranks that each made `program(rank)`.
+fn made(n: usize, program: impl Fn(usize) -> Vec<Launch>) -> Vec<Track> {
+    (0..n)
+        .map(|r| {
+            let mut t = Track::new(r, n);
+            for l in program(r) {
+                t.fold(&l);
+            }
+            t
+        })
+        .collect()
+}
+
+/// A training step's calls on 4 ranks: collectives, a ring of Sends and
+/// Recvs grouped, an AllToAll-like exchange, count-0 calls excluded.
+fn step(r: usize, n: usize, base: u64) -> Vec<Launch> {
+    vec![
+        coll(base, Func::AllReduce, 1 << 20),
+        p2p(
+            base + 1,
+            &[
+                (Func::Send, (r + 1) % n, 64),
+                (Func::Recv, (r + n - 1) % n, 64),
+            ],
+        ),
+        coll(base + 2, Func::AllGather, 256),
+        p2p(
+            base + 3,
+            &(0..n)
+                .filter(|&p| p != r)
+                .flat_map(|p| [(Func::Send, p, 8 * (r + 1)), (Func::Recv, p, 8 * (p + 1))])
+                .collect::<Vec<_>>(),
+        ),
+        coll(base + 4, Func::ReduceScatter, 1024),
+    ]
+}
+
+#[test]
+fn a_correct_program_is_never_named() {
+    let n = 4;
+    let tracks = made(n, |r| (0..200).flat_map(|i| step(r, n, 5 * i)).collect());
+    assert_eq!(judged(&tracks, 12), None);
+    // the judge did compare: ranks agreed up to their last cut
+    let mut judge = Judge::default();
+    let mut ask = Ask::default();
+    for _ in 0..3 {
+        let all: Vec<Summary> = tracks.iter().map(|t| t.summary(&ask)).collect();
+        ask = judge.judge(&all).ask;
+    }
+    assert_eq!(judge.agreed(), 600);
+}
+
+#[test]
+fn a_count_mismatch_is_named_with_both_sides() {
+    let tracks = made(4, |r| {
+        let mut p: Vec<Launch> = (0..10).flat_map(|i| step(r, 4, 5 * i)).collect();
+        p.push(coll(50, Func::AllReduce, if r == 2 { 1000 } else { 1024 }));
+        p.push(coll(51, Func::Broadcast, 8));
+        p
+    });
+    let ((what, sides), round) = judged(&tracks, 10).expect("named");
+    assert_eq!(
+        what,
+        "collective launch 31 on this communicator differs: AllReduce #50: count differs: ranks 0,1,3 pass 1024, rank 2 passes 1000"
+    );
+    assert_eq!(
+        sides,
+        "ranks 0,1,3: AllReduce count 1024 float sum; rank 2: AllReduce count 1000 float sum"
+    );
+    // digests, then signatures, then the launches: four rounds
+    assert!(round <= 4, "round {round}");
+}
+
+#[test]
+fn a_skipped_collective_is_named_by_the_next_one() {
+    let tracks = made(4, |r| {
+        let mut p = vec![coll(0, Func::AllReduce, 4)];
+        if r != 3 {
+            p.push(coll(1, Func::Broadcast, 16));
+        }
+        let k = p.len() as u64;
+        p.push(coll(k, Func::AllGather, 32));
+        p
+    });
+    let ((what, _), _) = judged(&tracks, 10).expect("named");
+    assert_eq!(
+        what,
+        "collective launch 2 on this communicator differs: rank 3 skipped Broadcast #1 (its next collective is AllGather #2, which the others make after it)"
+    );
+}
+
+#[test]
+fn an_extra_collective_is_named() {
+    let tracks = made(4, |r| {
+        let mut p = vec![coll(0, Func::AllReduce, 4)];
+        if r == 1 {
+            p.push(coll(1, Func::Reduce, 4));
+        }
+        let k = p.len() as u64;
+        p.push(coll(k, Func::AllGather, 32));
+        p.push(coll(k + 1, Func::AllReduce, 4));
+        p
+    });
+    let ((what, _), _) = judged(&tracks, 10).expect("named");
+    assert_eq!(
+        what,
+        "collective launch 2 on this communicator differs: rank 1 made an extra Reduce #1 before AllGather #1"
+    );
+}
+
+#[test]
+fn two_collectives_in_another_order_are_named() {
+    let tracks = made(4, |r| {
+        let (a, b) = (coll(1, Func::AllReduce, 4), coll(2, Func::AllGather, 4));
+        let mut p = vec![coll(0, Func::Broadcast, 4)];
+        match r {
+            0 => p.extend([coll(1, Func::AllGather, 4), coll(2, Func::AllReduce, 4)]),
+            _ => p.extend([a, b]),
+        }
+        p
+    });
+    let ((what, _), _) = judged(&tracks, 10).expect("named");
+    assert_eq!(
+        what,
+        "collective launch 2 on this communicator differs: rank 0 made AllReduce #1 and AllGather #2 in the other order"
+    );
+}
+
+#[test]
+fn an_unmatched_send_is_named_once_every_rank_is_past_it() {
+    let tracks = made(4, |r| {
+        let mut p: Vec<Launch> = (0..3).flat_map(|i| step(r, 4, 5 * i)).collect();
+        if r == 0 {
+            p.push(p2p(15, &[(Func::Send, 2, 100)]));
+        }
+        p.push(coll(16, Func::AllReduce, 4));
+        p
+    });
+    let ((what, sides), _) = judged(&tracks, 10).expect("named");
+    assert_eq!(
+        what,
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: rank 0's Send #4 to rank 2 has no matching Recv: rank 2 made 3 Recvs from rank 0"
+    );
+    assert_eq!(
+        sides,
+        "rank 0: 4 Sends (the last: count 100 float) to rank 2; rank 2: 3 Recvs (the last: count 8 float) from rank 0"
+    );
+}
+
+#[test]
+fn a_send_and_recv_of_different_counts_are_named() {
+    let tracks = made(2, |r| {
+        let (f, n) = match r {
+            0 => (Func::Send, 100),
+            _ => (Func::Recv, 200),
+        };
+        vec![p2p(0, &[(f, 1 - r, n)]), coll(1, Func::AllReduce, 4)]
+    });
+    let ((what, sides), _) = judged(&tracks, 10).expect("named");
+    assert_eq!(
+        what,
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: the Sends of rank 0 to rank 1 and the Recvs of rank 1 from rank 0 differ in count or datatype"
+    );
+    assert_eq!(
+        sides,
+        "rank 0: 1 Send (the last: count 100 float) to rank 1; rank 1: 1 Recv (the last: count 200 float) from rank 0"
+    );
+}
+
+#[test]
+fn a_send_grouped_with_the_collective_on_one_side_only_is_no_alarm() {
+    // rank 0: {AllReduce + Send} in one group; rank 1: Recv, then AllReduce
+    let tracks = made(2, |r| match r {
+        0 => vec![Launch {
+            op_count: 0,
+            colls: vec![call(Func::AllReduce, 4, 0)],
+            p2p: vec![call(Func::Send, 8, 1)],
+        }],
+        _ => vec![p2p(0, &[(Func::Recv, 0, 8)]), coll(1, Func::AllReduce, 4)],
+    });
+    assert_eq!(judged(&tracks, 8), None);
+}
+
+#[test]
+fn a_difference_older_than_the_ring_is_said_so() {
+    let tracks = made(2, |r| {
+        let mut p = vec![coll(0, Func::AllReduce, 4 + r)];
+        p.extend((1..(RING as u64 + 10)).map(|i| coll(i, Func::AllReduce, 4)));
+        p
+    });
+    let ((what, _), _) = judged(&tracks, 10).expect("named");
+    assert!(
+        what.starts_with("the ranks' collective launches differ between cut 1 and cut"),
+        "{what}"
+    );
+}
+
+#[test]
+fn folding_keeps_the_ring_warm_without_growing() {
+    let mut t = Track::new(0, 2);
+    for i in 0..(3 * RING as u64) {
+        t.fold(&coll(i, Func::AllReduce, 4));
+    }
+    assert_eq!(t.ring.len(), RING);
+    assert_eq!(t.lo(), 2 * RING as u64 + 1);
+    assert_eq!(t.posted(t.lo() - 1), None);
+    assert_eq!(
+        t.posted(3 * RING as u64).map(|p| p.op_count),
+        Some(3 * RING as u64 - 1)
+    );
+}
+
+#[test]
+fn garbled_summaries_and_verdicts_are_refused() {
+    let s = Summary {
+        launches: 3,
+        m: 2,
+        lo: 1,
+        sigs: vec![1, 2],
+        ..Summary::default()
+    };
+    let b = s.encode();
+    assert_eq!(Summary::decode(&b).unwrap(), s);
+    for cut in 0..b.len() {
+        assert!(Summary::decode(&b[..cut]).is_err(), "cut at {cut}");
+    }
+    // a length far past the bytes is refused before anything is allocated
+    let mut huge = b.clone();
+    huge[12 * 8..13 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(Summary::decode(&huge).is_err());
+    let v = Verdict {
+        round: 2,
+        failure: Some(("x".into(), "y".into())),
+        ..Verdict::default()
+    };
+    assert_eq!(Verdict::decode(&v.encode()).unwrap(), v);
+    assert!(Verdict::decode(&v.encode()[1..]).is_err());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 300, ..Default::default() })]
+
+    /// Whatever bytes a peer sends, decoding answers without a panic.
+    #[test]
+    fn any_bytes_decode_or_are_refused(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+        let _ = Summary::decode(&b);
+        let _ = Verdict::decode(&b);
+    }
+}
+
+/// The rounds over a real store, ranks as threads: a count mismatch made
+/// mid-run is named on every rank.
+#[test]
+fn every_rank_hears_the_failure_through_the_store() {
+    let n = 4;
+    let store = Store::new();
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let chan: std::sync::Arc<dyn crate::transport::store::SideChannel> = store.clone();
+            std::thread::spawn(move || {
+                let mut w = Watcher::new(chan, "cw".into(), (0..n).collect(), r);
+                let mut t = Track::new(r, n);
+                let mut ask = Ask::default();
+                for round in 0..40u64 {
+                    // the program goes on making calls between rounds
+                    for i in 0..5 {
+                        let count = if round == 7 && i == 3 && r == 1 { 9 } else { 8 };
+                        t.fold(&coll(round * 5 + i, Func::AllReduce, count));
+                    }
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    let v = w.round(&t.summary(&ask), deadline).unwrap();
+                    if let Some(f) = v.failure {
+                        return (f, round);
+                    }
+                    ask = v.ask;
+                }
+                panic!("rank {r} heard no failure");
+            })
+        })
+        .collect();
+    for h in handles {
+        let ((what, _), round) = h.join().unwrap();
+        assert_eq!(
+            what,
+            "collective launch 39 on this communicator differs: AllReduce #38: count differs: ranks 0,2,3 pass 8, rank 1 passes 9"
+        );
+        assert!(round <= 14, "round {round}");
+    }
+}
