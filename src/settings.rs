@@ -10,7 +10,7 @@
 //! | `RANKWISE_DEBUG_FILE` | a path; `%h` host, `%p` pid, `%r` rank | stderr |
 //! | `RANKWISE_SHM` | `0` or `1`: whether ranks of one host agree through shared memory (`transport::lane`) | on |
 //! | `RANKWISE_SHM_DIR` | a directory for the shared-memory segments | `/dev/shm` |
-//! | `RANKWISE_CHECK` | `0`, `local`, `1` or `full` (any case): how much the checker (`librankwise_nccl.so`) checks | `full` |
+//! | `RANKWISE_CHECK` | `0`, `local`, `watch`, `1` or `full` (any case): how much the checker (`librankwise_nccl.so`) checks | `full` |
 //! | `RANKWISE_ABORT` | `0` or `1`: the checker aborts the process after an error line | off |
 //!
 //! An empty value means unset, as NCCL reads its own variables.
@@ -81,9 +81,20 @@ pub enum Checks {
     /// alignment, overlap, extent); no side channel, nothing compared
     /// across ranks.
     Local,
+    /// `watch`: the local checks; every call goes to NCCL at once, and the
+    /// ranks compare what they called in the background
+    /// (`agreement::watch`).
+    Watch,
     /// The default (or `1`, `full`): the local checks, and every launch
     /// agreed across ranks before NCCL is called.
     Full,
+}
+
+impl Checks {
+    /// Whether the ranks compare their calls (a side channel is needed).
+    pub fn across_ranks(self) -> bool {
+        matches!(self, Checks::Watch | Checks::Full)
+    }
 }
 
 /// Everything the variables configure.
@@ -285,14 +296,15 @@ pub fn parse_timeout(v: &str) -> Result<Duration, String> {
     Err(format!("{why}; {accepted}"))
 }
 
-/// `RANKWISE_CHECK`: `0`, `local`, `1` or `full`, any case.
+/// `RANKWISE_CHECK`: `0`, `local`, `watch`, `1` or `full`, any case.
 pub fn parse_checks(v: &str) -> Result<Checks, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "0" => Ok(Checks::Off),
         "local" => Ok(Checks::Local),
+        "watch" => Ok(Checks::Watch),
         "1" | "full" => Ok(Checks::Full),
         _ => Err(
-            "expected 0, local, 1 or full (0 forwards every call untouched; local checks each call on its own rank; full agrees every launch across ranks too)"
+            "expected 0, local, watch, 1 or full (0 forwards every call untouched; local checks each call on its own rank; watch also compares the ranks' calls in the background; full agrees every launch across ranks before NCCL gets it)"
                 .into(),
         ),
     }
@@ -401,6 +413,7 @@ mod tests {
         );
         assert_eq!(parse_checks("0"), Ok(Checks::Off));
         assert_eq!(parse_checks("FULL"), Ok(Checks::Full));
+        assert_eq!(parse_checks("Watch"), Ok(Checks::Watch));
         assert_eq!(parse_checks("1"), Ok(Checks::Full));
         assert_eq!(
             parse_timeout("1e9"),

@@ -476,11 +476,11 @@ fn bad_input_is_one_line_and_nothing_starts() {
         ),
         (
             with(&["--mode", "fast"]),
-            "rankwise check: --mode fast: expected strict, local or off",
+            "rankwise check: --mode fast: expected strict, watch, local or off",
         ),
         (
-            with(&["--mode", "watch"]),
-            "rankwise check: --mode watch: expected strict, local or off",
+            with(&["--mode", "Watch"]),
+            "rankwise check: --mode Watch: expected strict, watch, local or off",
         ),
         (
             with(&["--timeout", "inf"]),

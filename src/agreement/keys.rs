@@ -53,3 +53,36 @@ pub fn gone(comm: &str) -> String {
 pub fn lane_setup(comm: &str, round: u32) -> String {
     format!("{comm}/ring.{round}")
 }
+
+/// Watch mode's round `round`: the host leaders' summaries.
+pub fn watch_round(comm: &str, round: u64) -> String {
+    format!("{comm}/w{round}")
+}
+
+/// Watch mode's verdict of round `round` for `party` (a host's index
+/// among the leaders, or `m` and a rank for a host's member).
+pub fn watch_verdict(comm: &str, round: u64, party: &str) -> String {
+    format!("{comm}/w{round}.{party}")
+}
+
+/// Watch mode's summaries of round `round` among the ranks of the host
+/// led by `leader`, when they have no lane.
+pub fn watch_host(comm: &str, leader: usize, round: u64) -> String {
+    format!("{comm}/wh{leader}.{round}")
+}
+
+/// Watch mode's set-up: every rank's host identity; and the name under
+/// which the ranks of the host led by `leader` set up their lane.
+pub fn watch_hosts(comm: &str) -> String {
+    format!("{comm}/whosts")
+}
+
+pub fn watch_lane(comm: &str, leader: usize) -> String {
+    format!("{comm}/wlane{leader}")
+}
+
+/// `rank`'s watch post of lane round `seq` too large for a slot (two per
+/// rank, written over as the lane's slots are).
+pub fn watch_overflow(comm: &str, rank: usize, seq: u64) -> String {
+    format!("{comm}/wover{}.r{rank}", seq % 2)
+}

@@ -40,7 +40,9 @@ RANKWISE_PRELOAD=PATH preloads that library instead of the built-in one.";
 #[command(after_help = EXAMPLES)]
 pub struct Args {
     /// strict: each call's own checks, and every launch agreed across ranks
-    /// before NCCL runs it; local: each call's own checks only (nothing
+    /// before NCCL runs it; watch: each call's own checks, every call
+    /// forwarded at once, and the ranks' calls compared in the background
+    /// (a mismatch fails the communicator within a second); local: each call's own checks only (nothing
     /// waits on other ranks; the journals are still compared at the end);
     /// off: every call forwarded untouched
     #[arg(long, value_name = "MODE", default_value = "strict")]
@@ -67,6 +69,7 @@ pub struct Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Strict,
+    Watch,
     Local,
     Off,
 }
@@ -75,14 +78,16 @@ impl Mode {
     pub fn parse(s: &str) -> Result<Mode, String> {
         match s {
             "strict" => Ok(Mode::Strict),
+            "watch" => Ok(Mode::Watch),
             "local" => Ok(Mode::Local),
             "off" => Ok(Mode::Off),
-            _ => Err(format!("--mode {s}: expected strict, local or off")),
+            _ => Err(format!("--mode {s}: expected strict, watch, local or off")),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Mode::Strict => "strict",
+            Mode::Watch => "watch",
             Mode::Local => "local",
             Mode::Off => "off",
         }
@@ -91,6 +96,7 @@ impl Mode {
     fn check_value(self) -> &'static str {
         match self {
             Mode::Strict => "full",
+            Mode::Watch => "watch",
             Mode::Local => "local",
             Mode::Off => "0",
         }
@@ -299,17 +305,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_are_the_three_names_and_nothing_else() {
+    fn modes_are_the_four_names_and_nothing_else() {
         assert_eq!(Mode::parse("strict"), Ok(Mode::Strict));
+        assert_eq!(Mode::parse("watch"), Ok(Mode::Watch));
         assert_eq!(Mode::parse("local"), Ok(Mode::Local));
         assert_eq!(Mode::parse("off"), Ok(Mode::Off));
         for bad in ["full", "Strict", "", "0", "1"] {
             assert_eq!(
                 Mode::parse(bad),
-                Err(format!("--mode {bad}: expected strict, local or off"))
+                Err(format!(
+                    "--mode {bad}: expected strict, watch, local or off"
+                ))
             );
         }
-        for m in [Mode::Strict, Mode::Local, Mode::Off] {
+        for m in [Mode::Strict, Mode::Watch, Mode::Local, Mode::Off] {
             // each mode's value is one the checker accepts, meaning that mode
             let (s, errors) = Settings::parse(|name| {
                 (name == settings::CHECK).then(|| OsString::from(m.check_value()))
@@ -319,6 +328,7 @@ mod tests {
                 s.checks,
                 match m {
                     Mode::Strict => settings::Checks::Full,
+                    Mode::Watch => settings::Checks::Watch,
                     Mode::Local => settings::Checks::Local,
                     Mode::Off => settings::Checks::Off,
                 }

@@ -111,12 +111,19 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
     let (n, me) = (c.nranks, c.rank);
     let checked = check_call(&raw, n, &|op| s.premul.get(&op).copied())
         .and_then(|call| check_buffers(&call, n, me, &Space).map(|()| call));
+    let watching = s.watch.is_some();
     let call = match checked {
         Ok(call) => call,
+        // watch mode: the call is refused here alone, as in local mode
+        Err(e) if watching => return Action::Return(report(&c, &mut s, &e, None)),
         Err(e) => return refuse(&c, s, &raw, &e, grouped),
     };
     let op_count = s.group.op_count();
     s.tracer.coll(&raw, op_count, handle, n);
+    if watching {
+        watched(&mut s, call);
+        return Action::Forward;
+    }
     match s.group.queue(call) {
         Queued::Discarded => Action::Forward,
         Queued::Waiting => {
@@ -127,6 +134,22 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
             Ok(()) => Action::Forward,
             Err(rc) => Action::Return(rc),
         },
+    }
+}
+
+/// Watch mode: the call goes to NCCL at once; its launch (the call, or
+/// the group's at its outermost end) is numbered and folded into the
+/// communicator's track.
+fn watched(s: &mut CommState, call: Call) {
+    if s.group.queue(call) != Queued::LaunchNow {
+        return;
+    }
+    if let Some(mut l) = s.group.take() {
+        s.group.number(&mut l);
+        if let Some(w) = s.watch.as_mut() {
+            super::watch::fold(w, &l);
+        }
+        s.group.recycle(l);
     }
 }
 

@@ -133,8 +133,7 @@ pub fn all_made(handles: &[usize]) {
     let k = ALLS.fetch_add(1, Ordering::Relaxed);
     let key = format!("all{}.{k}", std::process::id());
     let comm_id = side::hash(key.as_bytes());
-    let channel =
-        (checks == Checks::Full && handles.len() > 1).then(|| Channel::Here(Store::new()));
+    let channel = (checks.across_ranks() && handles.len() > 1).then(|| Channel::Here(Store::new()));
     let n = handles.len();
     for (rank, &h) in handles.iter().enumerate() {
         register(h, (rank, n), comm_id, key.clone(), channel.clone());

@@ -54,6 +54,8 @@ pub struct CommState {
     pub tracer: RankTracer,
     /// a call on it was recorded into a CUDA graph, and the journal said so
     pub captured: bool,
+    /// watch mode's record and rounds (None in the other modes)
+    pub watch: Option<Box<super::watch::Watching>>,
 }
 
 /// One communicator: what never changes, what ends its waits, what tells
@@ -84,6 +86,11 @@ pub fn comm(handle: usize) -> Option<Shared> {
 /// Takes `handle` out of the registry (it is being destroyed or aborted).
 pub fn unregister(handle: usize) -> Option<Shared> {
     comms().remove(&handle)
+}
+
+/// Every communicator registered now.
+pub fn registered() -> Vec<Shared> {
+    comms().values().cloned().collect()
 }
 
 /// Every communicator, taken out of the registry (the process is ending).
@@ -142,11 +149,16 @@ pub fn register(
             failed: None,
             tracer,
             captured: false,
+            watch: None,
         }),
     });
     if let Some(channel) = channel {
         lock(&comm).agreement = Agreement::Setting(setup::start(&comm, channel, key));
         super::leaving::watch_process();
+        if settings().checks == Checks::Watch {
+            lock(&comm).watch = Some(super::watch::new(rank, nranks));
+            super::watch::start(&comm);
+        }
     }
     comms().insert(handle, comm);
 }
@@ -154,7 +166,7 @@ pub fn register(
 /// After the real `ncclGetUniqueId`: the side channel's address goes into
 /// the id.
 pub fn unique_id_made(id: &mut [u8; 128]) {
-    if settings().checks != Checks::Full {
+    if !settings().checks.across_ranks() {
         return;
     }
     if let Err(why) = side::stamp(id) {
@@ -173,7 +185,7 @@ pub fn init_id(id: &mut [u8; 128]) -> Option<side::StoreAt> {
             side::unstamp(id);
             None
         }
-        Checks::Full => side::unstamp(id),
+        Checks::Watch | Checks::Full => side::unstamp(id),
     }
 }
 
@@ -191,7 +203,7 @@ pub fn initialised(
         return;
     }
     let comm_id = side::hash(nccl_id);
-    if at.is_none() && nranks > 1 && checks == Checks::Full {
+    if at.is_none() && nranks > 1 && checks.across_ranks() {
         say(&format!(
             "rankwise: rank {rank} of comm {handle:#x} (commId {comm_id:#x}): its ncclUniqueId was not made through the interposer, so it names no side channel: this communicator gets the local checks only"
         ));

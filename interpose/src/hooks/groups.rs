@@ -12,6 +12,9 @@
 //!
 //! A PreMulSum op the program destroyed while calls of the open group use
 //! it is destroyed after those calls reached NCCL ([`Ended::doomed`]).
+//!
+//! In watch mode nothing is held: calls reach NCCL as they are made, and
+//! the outermost end folds each communicator's launch into its track.
 
 use super::agreement::{agree, fail};
 use super::calls::{failed_launch, refusal};
@@ -146,6 +149,9 @@ pub fn group_end() -> Option<Ended> {
         refused,
         doomed,
     } = closing(touched, true);
+    if settings().checks == Checks::Watch {
+        return watched(launches, refused, doomed);
+    }
     let views: Vec<(&Shared, &Launch)> = launches.iter().map(|(c, l)| (c, l)).collect();
     if let Some((e, code)) = refused {
         // nothing of a refused group reaches NCCL: every communicator it
@@ -187,6 +193,28 @@ pub fn group_end() -> Option<Ended> {
     Some(Ended {
         issue,
         code,
+        doomed,
+    })
+}
+
+/// Watch mode's group end: its calls went to NCCL as they were made; each
+/// communicator's launch is folded into its track, unless the group was
+/// refused (its code returned after NCCL's group closed).
+fn watched(
+    launches: Vec<(Shared, Launch)>,
+    refused: Option<(Error, i32)>,
+    doomed: Vec<(i32, usize)>,
+) -> Option<Ended> {
+    for (c, l) in launches {
+        let mut s = lock(&c);
+        if let (None, Some(w)) = (&refused, s.watch.as_mut()) {
+            super::watch::fold(w, &l);
+        }
+        s.group.recycle(l);
+    }
+    refused.map(|(_, code)| Ended {
+        issue: Vec::new(),
+        code: Some(code),
         doomed,
     })
 }

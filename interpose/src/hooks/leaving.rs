@@ -76,6 +76,10 @@ pub fn gone(handle: usize, abort: bool) {
     let Some(c) = unregister(handle) else {
         return;
     };
+    if !abort {
+        // watch mode: the last calls are compared before the rank leaves
+        super::watch::finish(&c);
+    }
     let failed = lock(&c).failed.clone();
     let rank = c.rank;
     let (why, what) = match abort {
@@ -129,6 +133,7 @@ pub fn forget_all() {
     if process::forked() {
         return;
     }
+    super::watch::finish_all();
     leave_all(
         |r| format!("rank {r}'s process exited without destroying the communicator"),
         "the process is exiting",

@@ -27,7 +27,8 @@
 //! `agreement` (the launch's agreement, without locks, and what a failure
 //! found there does to the communicator), `leaving` (destroy, abort,
 //! revoke, exit, signals: the peers told), `errors` (the error line,
-//! `ncclGetLastError`'s text, codes of the loaded NCCL).
+//! `ncclGetLastError`'s text, codes of the loaded NCCL), `watch` (watch
+//! mode: calls forwarded at once, compared in the background).
 
 mod agreement;
 mod calls;
@@ -39,6 +40,7 @@ mod leaving;
 mod memory;
 mod settings;
 mod setup;
+mod watch;
 
 pub use calls::{Action, IN_PROGRESS, SUCCESS, call, element_size, scalar_of};
 pub use children::{all_made, ready as child_ready, shrinking, shrunk, waiting as child_waiting};

@@ -450,6 +450,93 @@ pub fn percall(k: &Rank) -> Result<(), String> {
     Ok(())
 }
 
+/// Watch mode: the bug `RANKWISE_TEST_BUG` names (`count`, `skip`,
+/// `extra`, `swap`, `unmatched`, or `clean`: none) after a few correct
+/// steps, then AllReduces until one is refused (the checker failed the
+/// communicator) or 5 s pass; with `RANKWISE_TEST_END` the rank destroys
+/// its communicator right after the bug instead. Prints what it saw.
+pub fn watch(k: &Rank) -> Result<(), String> {
+    let (nc, comm, r, n) = (&k.nccl, k.comm, k.rank, k.n);
+    let b = vec_of(nc, &[1i32; 64]);
+    let big = alloc::<i32>(nc, 64 * n);
+    let ok = |what: &str, rc: Res| expect_eq(what, rc, 0);
+    let step = |i: usize| -> Result<(), String> {
+        ok("step AllReduce", k.all_reduce_i32(&[1; 4]).0)?;
+        // SAFETY: buffers of 64 int32 (`big`: 64 per rank).
+        unsafe {
+            (nc.group_start)();
+            (nc.send)(b as Ptr, 8, INT32, ((r + 1) % n) as c_int, comm, NULL);
+            (nc.recv)(b as Ptr, 8, INT32, ((r + n - 1) % n) as c_int, comm, NULL);
+            ok("step ring", (nc.group_end)())?;
+            ok(
+                "step AllGather",
+                (nc.all_gather)(b as Ptr, big as Ptr, 8 + i % 3, INT32, comm, NULL),
+            )?;
+            // count 0: NCCL does nothing, and neither is it compared
+            ok(
+                "step empty",
+                (nc.all_reduce)(b as Ptr, b as Ptr, 0, INT32, SUM, comm, NULL),
+            )?;
+        }
+        Ok(())
+    };
+    for i in 0..5 {
+        step(i)?;
+    }
+    let bug = std::env::var("RANKWISE_TEST_BUG").unwrap_or_default();
+    // SAFETY: a buffer of 64 int32.
+    let bcast = || unsafe { (nc.broadcast)(b as Ptr, b as Ptr, 4, INT32, 0, comm, NULL) };
+    // SAFETY: a buffer of 64 int32 and one of 64 per rank.
+    let gather = || unsafe { (nc.all_gather)(b as Ptr, big as Ptr, 4, INT32, comm, NULL) };
+    // SAFETY: a buffer of 64 int32.
+    let reduce = || unsafe { (nc.reduce)(b as Ptr, b as Ptr, 4, INT32, SUM, 0, comm, NULL) };
+    // SAFETY: a buffer of 64 int32.
+    let send = || unsafe { (nc.send)(b as Ptr, 16, INT32, 1, comm, NULL) };
+    let rcs: Vec<Res> = match bug.as_str() {
+        "count" => vec![k.all_reduce_i32(&vec![1; if r == 2 { 5 } else { 4 }]).0],
+        "skip" if r == 2 => vec![],
+        "skip" => vec![bcast()],
+        "extra" if r == 1 => vec![reduce(), gather()],
+        "extra" => vec![gather()],
+        "swap" if r == 0 => vec![gather(), bcast()],
+        "swap" => vec![bcast(), gather()],
+        "unmatched" if r == 0 => vec![send()],
+        "unmatched" | "clean" => vec![],
+        other => return Err(format!("no bug {other}")),
+    };
+    for rc in rcs {
+        ok("the bug's own calls (watch mode forwards them)", rc)?;
+    }
+    if std::env::var("RANKWISE_TEST_END").is_ok() {
+        ok("AllReduce", k.all_reduce_i32(&[1; 4]).0)?;
+        // SAFETY: a live communicator, destroyed once.
+        ok("destroy", unsafe { (nc.destroy)(comm) })?;
+        println!("watch ended");
+        return Ok(());
+    }
+    let t = Instant::now();
+    let mut calls = 0;
+    let rc = loop {
+        let rc = k.all_reduce_i32(&[1; 4]).0;
+        calls += 1;
+        if rc != 0 || t.elapsed() > Duration::from_secs(5) {
+            break rc;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut async_rc = 0;
+    // SAFETY: a live communicator and an out-pointer.
+    unsafe { (nc.get_async_error)(comm, &mut async_rc) };
+    println!(
+        "watch rc {rc} async {async_rc} after {} ms and {calls} calls: {}",
+        t.elapsed().as_millis(),
+        k.last_error()
+    );
+    // SAFETY: a live communicator, destroyed once.
+    unsafe { (nc.destroy)(comm) };
+    Ok(())
+}
+
 /// The rank program: runs only in the processes `run` starts.
 pub fn rank_main() {
     let Ok(scenario) = std::env::var("RANKWISE_TEST_SCENARIO") else {
@@ -467,6 +554,7 @@ pub fn rank_main() {
         "local" => local(&k),
         "late" => late(&k),
         "percall" => percall(&k),
+        "watch" => watch(&k),
         s => Err(format!("no scenario {s}")),
     };
     if let Err(e) = r {

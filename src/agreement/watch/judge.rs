@@ -194,55 +194,66 @@ fn majority(sigs: &[Option<u64>]) -> Option<(u64, Vec<usize>)> {
 }
 
 /// The first cut `m` at which the launches differ, worded: a skip, an
-/// extra launch or two launches in another order when the next cut shows
-/// it, else the field that differs as the strict mode says it.
+/// extra launch or two launches in another order when the cuts after it
+/// show exactly one of them, else the field that differs as the strict
+/// mode says it.
 fn explain(m: u64, all: &[Summary]) -> (String, String) {
-    let here: Vec<&Posted> = all.iter().map(|s| &s.posts[0]).collect();
-    let next: Vec<Option<&Posted>> = all.iter().map(|s| s.posts.get(1)).collect();
-    let owned: Vec<Posted> = here.iter().map(|p| (*p).clone()).collect();
-    let sides = agree::sides(&owned);
+    let here: Vec<Posted> = all.iter().map(|s| s.posts[0].clone()).collect();
+    let sides = agree::sides(&here);
     let sig = |p: &Posted| launch_sig(&p.calls);
     let head = format!("collective launch {m} on this communicator differs");
-    let plain = || match agree::collectives(&owned) {
+    let plain = || match agree::collectives(&here) {
         Err(e) => format!("{head}: {}", e.message),
         Ok(()) => format!("{head}: the calls differ"),
     };
     let Some((a, usual)) = majority(&here.iter().map(|p| Some(sig(p))).collect::<Vec<_>>()) else {
         return (plain(), sides);
     };
-    let b = majority(&next.iter().map(|p| p.map(sig)).collect::<Vec<_>>()).map(|x| x.0);
-    let first = &here[usual[0]];
-    let later = b.and_then(|b| next.iter().flatten().find(|p| sig(p) == b));
+    // the others' launches from this cut on, and their signatures
+    let theirs = &all[usual[0]].posts;
+    let t: Vec<u64> = theirs.iter().map(sig).collect();
     let mut said = Vec::new();
-    for (r, p) in here.iter().enumerate() {
-        if sig(p) == a {
+    for (r, s) in all.iter().enumerate() {
+        if sig(&s.posts[0]) == a {
             continue;
         }
-        let y = next[r].map(sig);
-        let line = match (b, later) {
-            (Some(b), Some(l)) if sig(p) == b && y == Some(a) => format!(
+        let c: Vec<u64> = s.posts.iter().map(sig).collect();
+        // c[k + dc] == t[k + dt] wherever both are known (at least once)
+        let aligned = |dc: usize, dt: usize| {
+            let n = c.len().saturating_sub(dc).min(t.len().saturating_sub(dt));
+            n > 0 && (0..n).all(|k| c[k + dc] == t[k + dt])
+        };
+        let swapped = c.len() >= 2 && t.len() >= 2 && c[0] == t[1] && c[1] == t[0] && {
+            let n = c.len().min(t.len());
+            (2..n).all(|k| c[k] == t[k])
+        };
+        let skipped = aligned(0, 1);
+        let extra = aligned(1, 0);
+        // two swapped launches also look like a skip or an extra launch
+        // when only two cuts are known: the swap, which needs both, wins
+        // a launch of the same function is a field that differs, whatever
+        // the cuts after it
+        let func = |p: &Posted| p.calls.first().map(|c| c.func);
+        let line = match (swapped, skipped, extra) {
+            _ if func(&s.posts[0]) == func(&theirs[0]) => return (plain(), sides),
+            (true, _, _) => format!(
                 "{} made {} and {} in the other order",
                 who(&[r]),
-                named(first),
-                named(l)
+                named(&theirs[0]),
+                named(&theirs[1])
             ),
-            (Some(b), Some(l)) if sig(p) == b => format!(
+            (false, true, false) => format!(
                 "{} skipped {} (its next collective is {}, which the others make after it)",
                 who(&[r]),
-                named(first),
-                named(l)
+                named(&theirs[0]),
+                named(&theirs[1])
             ),
-            // (a launch of the same function is a field that differs)
-            _ if y == Some(a)
-                && p.calls.first().map(|c| c.func) != first.calls.first().map(|c| c.func) =>
-            {
-                format!(
-                    "{} made an extra {} before {}",
-                    who(&[r]),
-                    named(p),
-                    named(first)
-                )
-            }
+            (false, false, true) => format!(
+                "{} made an extra {} before {}",
+                who(&[r]),
+                named(&s.posts[0]),
+                named(&theirs[0])
+            ),
             _ => return (plain(), sides),
         };
         said.push(line);

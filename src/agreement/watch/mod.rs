@@ -28,6 +28,7 @@
 //! rank and every other rank one value: bytes and messages grow with the
 //! ranks, never with their square.
 
+pub mod hosts;
 mod judge;
 mod round;
 mod wire;
@@ -37,7 +38,7 @@ mod tests;
 
 pub use judge::Judge;
 pub use round::Watcher;
-pub use wire::{Ask, PeerCount, Summary, Verdict};
+pub use wire::{Ask, At, PeerCount, Summary, Verdict};
 
 use crate::core::{Call, Launch, Posted};
 
@@ -45,6 +46,11 @@ use crate::core::{Call, Launch, Posted};
 /// no rank is more than this many collective launches past the last cut
 /// the ranks agreed on.
 pub const RING: usize = 1024;
+
+/// Cuts a rank sends from the first that differs on: enough to tell a
+/// skip, an extra launch and two swapped ones apart when the program's
+/// launches alternate.
+pub const WINDOW: u64 = 4;
 
 /// A 64-bit mix (splitmix64's finaliser): one word into a running hash.
 fn mix(h: u64, w: u64) -> u64 {
@@ -228,7 +234,7 @@ impl Track {
             }
         }
         if let Some(m) = ask.post {
-            s.posts = (m..m + 2).map_while(|m| self.posted(m)).collect();
+            s.posts = (m..m + WINDOW).map_while(|m| self.posted(m)).collect();
         }
         if ask.peers {
             s.peers = self

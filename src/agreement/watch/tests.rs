@@ -348,3 +348,127 @@ fn every_rank_hears_the_failure_through_the_store() {
         assert!(round <= 14, "round {round}");
     }
 }
+
+#[test]
+fn ranks_group_by_host_in_the_order_of_their_lowest_rank() {
+    assert_eq!(
+        hosts::group(&[7, 7, 3, 7, 3, 9]),
+        vec![vec![0, 1, 3], vec![2, 4], vec![5]]
+    );
+    assert_eq!(hosts::identity("/dev/shm"), hosts::identity("/dev/shm"));
+    assert_ne!(hosts::identity("/dev/shm/a"), hosts::identity("/dev/shm/b"));
+}
+
+#[test]
+fn a_host_folds_only_what_the_judge_reads_whole() {
+    let at = |digest, sent| {
+        Some(At {
+            m: 4,
+            digest,
+            before: Sums { sent, recvd: 1 },
+            after: Sums { sent, recvd: 2 },
+        })
+    };
+    let s = |m, at| Summary {
+        launches: m + 1,
+        m,
+        lo: 1,
+        at,
+        ..Summary::default()
+    };
+    let folded = hosts::fold(&[s(5, at(9, 10)), s(4, at(9, 20))]).unwrap();
+    assert_eq!((folded.m, folded.launches), (4, 11));
+    assert_eq!(
+        folded.at,
+        Some(At {
+            m: 4,
+            digest: 9,
+            before: Sums { sent: 30, recvd: 2 },
+            after: Sums { sent: 30, recvd: 4 },
+        })
+    );
+    // digests that differ, or answers from some only, do not fold
+    assert_eq!(hosts::fold(&[s(5, at(9, 1)), s(5, at(8, 1))]), None);
+    assert_eq!(hosts::fold(&[s(5, at(9, 1)), s(5, None)]), None);
+    // the judge asking for something per rank: each rank's, as they are
+    let parts = vec![(3, s(5, at(9, 1))), (6, s(5, at(9, 1)))];
+    let ask = Ask {
+        post: Some(2),
+        ..Ask::default()
+    };
+    let post = hosts::HostPost::of(parts.clone(), &ask);
+    assert_eq!(post, hosts::HostPost::Each(parts.clone()));
+    assert_eq!(hosts::HostPost::decode(&post.encode(), 8).unwrap(), post);
+    assert!(hosts::HostPost::decode(&post.encode(), 6).is_err());
+    let post = hosts::HostPost::of(parts, &Ask::default());
+    assert!(matches!(post, hosts::HostPost::Folded(_)));
+    assert_eq!(hosts::HostPost::decode(&post.encode(), 8).unwrap(), post);
+}
+
+/// Eight ranks on three simulated hosts, with lanes (`lanes`) or through
+/// the store: a count mismatch made mid-run is named on every rank, and a
+/// correct run's rounds keep the judge reading one post per host.
+fn hosts_hear(lanes: bool) {
+    let n = 8;
+    let ids = [1u64, 1, 1, 2, 2, 3, 3, 3];
+    let store = Store::new();
+    let dir = tempfile::tempdir().unwrap();
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let chan: std::sync::Arc<dyn crate::transport::store::SideChannel> = store.clone();
+            let dir = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let shm = lanes.then_some(dir.as_path());
+                let mut w = Watcher::with_hosts(
+                    chan,
+                    "ch".into(),
+                    (0..n).collect(),
+                    r,
+                    ids[r],
+                    shm,
+                    deadline,
+                )
+                .unwrap();
+                assert_eq!(w.hosts(), &[vec![0, 1, 2], vec![3, 4], vec![5, 6, 7]]);
+                let mut t = Track::new(r, n);
+                let mut ask = Ask::default();
+                for round in 0..40u64 {
+                    for i in 0..5 {
+                        let count = if round == 6 && i == 2 && r == 4 { 3 } else { 8 };
+                        t.fold(&coll(round * 5 + i, Func::AllReduce, count));
+                    }
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    let v = w.round(&t.summary(&ask), deadline).unwrap();
+                    if let Some(f) = v.failure {
+                        return (f, round);
+                    }
+                    ask = v.ask;
+                }
+                panic!("rank {r} heard no failure");
+            })
+        })
+        .collect();
+    for h in handles {
+        let ((what, sides), round) = h.join().unwrap();
+        assert_eq!(
+            what,
+            "collective launch 33 on this communicator differs: AllReduce #32: count differs: ranks 0,1,2,3,5,6,7 pass 8, rank 4 passes 3"
+        );
+        assert_eq!(
+            sides,
+            "ranks 0,1,2,3,5,6,7: AllReduce count 8 float sum; rank 4: AllReduce count 3 float sum"
+        );
+        assert!(round <= 12, "round {round}");
+    }
+}
+
+#[test]
+fn hosts_on_lanes_hear_the_failure() {
+    hosts_hear(true);
+}
+
+#[test]
+fn hosts_through_the_store_hear_the_failure() {
+    hosts_hear(false);
+}

@@ -14,7 +14,7 @@ pub struct Ask {
     pub digest_at: Option<u64>,
     /// the signatures of these cuts
     pub sigs: Option<(u64, u64)>,
-    /// the launches at this cut and the next
+    /// the launches at this cut and the next few (`WINDOW` in all)
     pub post: Option<u64>,
     /// every peer's Send and Recv counts
     pub peers: bool,

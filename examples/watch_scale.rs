@@ -1,0 +1,331 @@
+//! Watch mode at scale, on one machine: N ranks (threads) on H simulated
+//! hosts (each host's ranks share a segment directory of their own, so
+//! they meet on a lane of their own), every rank connected over TCP to one
+//! store (`Hub`), as ranks on several hosts are. Each rank makes calls
+//! (an AllReduce, a ring of Sends and Recvs, an AllGather per step) and
+//! runs watch mode's rounds every 100 ms on its own thread; the harness
+//! counts every request, and its bytes, that each rank's connection
+//! carries, which together is what the store's process handles.
+//!
+//! ```text
+//! cargo run --release --example watch_scale -- [--ranks 8,16,32,64,128,256] [--per-host 8] [--seconds 3] [--bug all|none|count|skip|extra|swap|unmatched] [--flat]
+//! ```
+//!
+//! Prints, per size: the store's messages and bytes per round (in and out)
+//! and the judge's, for watch mode by hosts (and flat, every rank its own
+//! host, with `--flat`); then, per bug class, the time from the call that
+//! made it to the last rank hearing the failure, and the words. The
+//! machine's cores are shared by every rank: on 2 cores 256 ranks take
+//! turns, and the times say so.
+
+use rankwise::agreement::watch::{Ask, Summary, Track, Verdict, Watcher};
+use rankwise::core::{Call, DataType, Func, Launch, RedOp, Result as RwResult};
+use rankwise::transport::store::{Client, Hub, Item, Key, Share, SideChannel};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+/// A rank's connection, counting what it carries.
+struct Counted {
+    inner: Client,
+    requests: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+}
+
+fn item_bytes(items: &[Item<'_>]) -> u64 {
+    items
+        .iter()
+        .map(|i| (i.key.len() + 8 * i.owners.len() + i.value.map_or(0, <[u8]>::len) + 16) as u64)
+        .sum()
+}
+
+impl SideChannel for Counted {
+    fn set(&self, key: &str, value: &[u8]) -> RwResult<()> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.bytes
+            .fetch_add((key.len() + value.len()) as u64, Ordering::Relaxed);
+        self.inner.set(key, value)
+    }
+    fn get(
+        &self,
+        key: &str,
+        owner: usize,
+        deadline: Instant,
+    ) -> RwResult<Result<Vec<u8>, rankwise::transport::store::Missing>> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let r = self.inner.get(key, owner, deadline)?;
+        let n = key.len() + r.as_ref().map_or(0, Vec::len);
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(r)
+    }
+    fn finish(&self, rank: usize, error: Option<&str>) -> RwResult<()> {
+        self.inner.finish(rank, error)
+    }
+    fn exchange(
+        &self,
+        items: &[Item<'_>],
+        note: Option<(usize, &[u8])>,
+        deadline: Instant,
+    ) -> RwResult<Vec<Vec<Share>>> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let answer = self.inner.exchange(items, note, deadline)?;
+        let back: usize = answer
+            .iter()
+            .flatten()
+            .map(|s| s.as_ref().map_or(8, |v| v.len() + 8))
+            .sum();
+        self.bytes
+            .fetch_add(item_bytes(items) + back as u64, Ordering::Relaxed);
+        Ok(answer)
+    }
+    fn last_note(&self, owner: usize) -> RwResult<Option<Vec<u8>>> {
+        self.inner.last_note(owner)
+    }
+}
+
+fn call(func: Func, count: usize, root: usize) -> Call {
+    Call {
+        func,
+        sendbuff: 0,
+        recvbuff: 0,
+        count,
+        datatype: DataType::Float32,
+        op: RedOp::Sum,
+        op_code: 0,
+        root,
+    }
+}
+
+/// Step `i`'s launches on rank `r` of `n`, with the bug `bug` made by one
+/// rank at step `at`.
+fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
+    let l = |op: u64, colls: Vec<Call>, p2p: Vec<Call>| Launch {
+        op_count: 3 * i + op,
+        colls,
+        p2p,
+    };
+    let ring = vec![
+        call(Func::Send, 64, (r + 1) % n),
+        call(Func::Recv, 64, (r + n - 1) % n),
+    ];
+    let mut out = vec![
+        l(0, vec![call(Func::AllReduce, 1 << 20, 0)], vec![]),
+        l(1, vec![], ring),
+        l(2, vec![call(Func::AllGather, 256, 0)], vec![]),
+    ];
+    let culprit = n / 2 + 1;
+    if i == at && r == culprit % n {
+        match bug {
+            "count" => out[0].colls[0].count += 1,
+            "skip" => {
+                out.remove(2);
+            }
+            "extra" => out.insert(2, l(2, vec![call(Func::Broadcast, 8, 0)], vec![])),
+            "swap" => out.swap(0, 2),
+            "unmatched" => out.insert(2, l(2, vec![], vec![call(Func::Send, 4, (r + 2) % n)])),
+            _ => {}
+        }
+    }
+    out
+}
+
+struct Outcome {
+    /// per round, at the store: requests, bytes
+    store: (f64, f64),
+    /// the judge's requests and bytes per round
+    judge: (f64, f64),
+    rounds: u64,
+    /// from the bug's call to the last rank hearing it, and the words
+    heard: Option<(Duration, String)>,
+    hosts: usize,
+}
+
+fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcome {
+    let key = Key::random().unwrap();
+    let hub = Hub::start(key.clone()).unwrap();
+    let addr = hub.addr();
+    let dirs: Vec<tempfile::TempDir> = (0..n.div_ceil(per_host))
+        .map(|_| tempfile::tempdir().unwrap())
+        .collect();
+    let dirs: Arc<Vec<std::path::PathBuf>> =
+        Arc::new(dirs.iter().map(|d| d.path().to_path_buf()).collect());
+    let requests: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
+    let bytes: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
+    let start = Arc::new(Barrier::new(n));
+    let made = Arc::new(Mutex::new(None::<Instant>));
+    let stop = Arc::new(AtomicBool::new(false));
+    // the bug is made 1 s into the run
+    let at_step = 100;
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let (key, dirs, start, made, stop) = (
+                key.clone(),
+                dirs.clone(),
+                start.clone(),
+                made.clone(),
+                stop.clone(),
+            );
+            let (requests, bytes) = (requests[r].clone(), bytes[r].clone());
+            let bug = bug.to_string();
+            std::thread::spawn(move || -> (u64, Option<(Instant, String)>) {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let chan = Counted {
+                    inner: Client::connect(addr, &key, r, deadline).unwrap(),
+                    requests,
+                    bytes,
+                };
+                let chan: Arc<dyn SideChannel> = Arc::new(chan);
+                let owners: Vec<usize> = (0..n).collect();
+                let dir = &dirs[r / per_host];
+                let mut w = if flat {
+                    Watcher::new(chan, "scale".into(), owners, r)
+                } else {
+                    let id = rankwise::agreement::watch::hosts::identity(&dir.to_string_lossy());
+                    Watcher::with_hosts(chan, "scale".into(), owners, r, id, Some(dir), deadline)
+                        .unwrap()
+                };
+                let mut t = Track::new(r, n);
+                let mut ask = Ask::default();
+                start.wait();
+                let t0 = Instant::now();
+                let mut next_round = t0 + Duration::from_millis(100);
+                let mut i = 0u64;
+                let mut rounds = 0;
+                loop {
+                    // one step every 10 ms
+                    while Instant::now() < next_round {
+                        if Instant::now() >= t0 + Duration::from_millis(10 * i) {
+                            if i == at_step {
+                                made.lock().unwrap().get_or_insert_with(Instant::now);
+                            }
+                            for l in step(r, n, i, &bug, at_step) {
+                                t.fold(&l);
+                            }
+                            i += 1;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    next_round += Duration::from_millis(100);
+                    let summary: Summary = t.summary(&ask);
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    let v: Verdict = w.round(&summary, deadline).unwrap();
+                    rounds += 1;
+                    if let Some((what, _)) = v.failure {
+                        return (rounds, Some((Instant::now(), what)));
+                    }
+                    ask = v.ask;
+                    if t0.elapsed().as_secs_f64() > seconds && !stop.load(Ordering::Relaxed) {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    if stop.load(Ordering::Relaxed) && bug == "none" {
+                        return (rounds, None);
+                    }
+                    if t0.elapsed() > Duration::from_secs(30) {
+                        return (rounds, None);
+                    }
+                }
+            })
+        })
+        .collect();
+    let results: Vec<(u64, Option<(Instant, String)>)> =
+        threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let rounds = results.iter().map(|r| r.0).min().unwrap_or(1).max(1);
+    let total_req: u64 = requests.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+    let total_bytes: u64 = bytes.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+    let made = *made.lock().unwrap();
+    let heard = match (made, results.iter().all(|r| r.1.is_some())) {
+        (Some(m), true) => {
+            let last = results
+                .iter()
+                .filter_map(|r| r.1.as_ref())
+                .map(|h| h.0)
+                .max()
+                .unwrap();
+            let words = results[0].1.as_ref().unwrap().1.clone();
+            Some((last.saturating_duration_since(m), words))
+        }
+        _ => None,
+    };
+    Outcome {
+        store: (
+            total_req as f64 / rounds as f64,
+            total_bytes as f64 / rounds as f64,
+        ),
+        judge: (
+            requests[0].load(Ordering::Relaxed) as f64 / rounds as f64,
+            bytes[0].load(Ordering::Relaxed) as f64 / rounds as f64,
+        ),
+        rounds,
+        heard,
+        hosts: if flat { n } else { n.div_ceil(per_host) },
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let sizes: Vec<usize> = arg("--ranks")
+        .unwrap_or_else(|| "8,16,32,64,128,256".into())
+        .split(',')
+        .map(|s| s.parse().expect("--ranks: a comma list of numbers"))
+        .collect();
+    let per_host: usize = arg("--per-host").map_or(8, |s| s.parse().expect("--per-host"));
+    let seconds: f64 = arg("--seconds").map_or(3.0, |s| s.parse().expect("--seconds"));
+    let bug = arg("--bug").unwrap_or_else(|| "all".into());
+    let flat = args.iter().any(|a| a == "--flat");
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    println!(
+        "watch mode, ranks as threads on {cores} cores, {per_host} ranks per simulated host, rounds every 100 ms; one store over TCP"
+    );
+    if bug == "none" || bug == "all" {
+        println!();
+        println!("load per round, no bug ({seconds} s each):");
+        println!(
+            "{:>6} {:>6} {:>6} | {:>14} {:>14} | {:>14} {:>14}",
+            "ranks", "hosts", "rounds", "store req", "store bytes", "judge req", "judge bytes"
+        );
+        for &n in &sizes {
+            for f in if flat { vec![false, true] } else { vec![false] } {
+                let o = run(n, per_host, seconds, "none", f);
+                println!(
+                    "{:>6} {:>6} {:>6} | {:>14.1} {:>14.0} | {:>14.1} {:>14.0}{}",
+                    n,
+                    o.hosts,
+                    o.rounds,
+                    o.store.0,
+                    o.store.1,
+                    o.judge.0,
+                    o.judge.1,
+                    if f { "  (flat)" } else { "" }
+                );
+            }
+        }
+    }
+    let bugs: Vec<&str> = match bug.as_str() {
+        "all" => vec!["count", "skip", "extra", "swap", "unmatched"],
+        "none" => vec![],
+        b => vec![b],
+    };
+    for &n in &sizes {
+        if bugs.is_empty() {
+            break;
+        }
+        println!();
+        println!(
+            "{n} ranks on {} hosts: from the bug's call to the last rank hearing it",
+            n.div_ceil(per_host)
+        );
+        for b in &bugs {
+            let o = run(n, per_host, seconds, b, flat);
+            match o.heard {
+                Some((d, what)) => println!("  {b:<10} {:>7.0} ms  {what}", d.as_secs_f64() * 1e3),
+                None => println!("  {b:<10}  not named within 30 s"),
+            }
+        }
+    }
+}

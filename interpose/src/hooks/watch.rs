@@ -1,0 +1,220 @@
+//! Watch mode (`RANKWISE_CHECK=watch`) around NCCL: every call goes to
+//! NCCL at once, after its own checks; each launch is folded into its
+//! communicator's `rankwise::agreement::watch::Track` (no wait, no
+//! request, nothing allocated once warm), and a thread per communicator
+//! runs the background rounds every [`INTERVAL`]. When the judge finds a
+//! contract violation, every rank says it (the error line, the journal)
+//! and fails the communicator: every later call on it is refused with the
+//! reason, `ncclCommGetAsyncError` reports it (a framework's watchdog,
+//! PyTorch's among them, aborts the communicator on that), and its peers
+//! are told. A communicator being destroyed, or a process exiting, first
+//! finishes the rounds under way, so the last calls of a program are
+//! compared too.
+
+use super::comms::{Agreement, Comm, Shared, lock};
+use super::settings::{say, settings};
+use super::{agreement, errors, setup};
+use rankwise::agreement::watch::{Ask, Track, Watcher, hosts};
+use rankwise::core::{Error, ErrorKind, Launch};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// Time between two rounds.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+
+/// How long a communicator's end waits for its last rounds.
+const LAST_ROUNDS: Duration = Duration::from_secs(5);
+
+/// A communicator's watch: its track, and how its thread is told to finish.
+pub struct Watching {
+    pub track: Track,
+    closing: Arc<AtomicBool>,
+    done: Option<Receiver<()>>,
+}
+
+/// Folds launch `l` into `w` (the hot path).
+pub fn fold(w: &mut Watching, l: &Launch) {
+    w.track.fold(l);
+}
+
+/// The watch of rank `rank` of `nranks`, with its thread started once
+/// the communicator is registered ([`start`]).
+pub fn new(rank: usize, nranks: usize) -> Box<Watching> {
+    Box::new(Watching {
+        track: Track::new(rank, nranks),
+        closing: Arc::new(AtomicBool::new(false)),
+        done: None,
+    })
+}
+
+/// Starts `c`'s rounds on a thread of its own.
+pub fn start(c: &Shared) {
+    let (tx, rx) = mpsc::channel();
+    let closing = {
+        let mut s = lock(c);
+        let Some(w) = s.watch.as_mut() else { return };
+        w.done = Some(rx);
+        w.closing.clone()
+    };
+    let comm = c.clone();
+    let spawned = std::thread::Builder::new()
+        .name("rankwise-watch".into())
+        .spawn(move || run(&comm, &closing, tx));
+    if spawned.is_err() {
+        say(&format!(
+            "rankwise: rank {} of comm {:#x}: no thread for watch mode: this communicator gets the local checks only",
+            c.rank, c.handle
+        ));
+    }
+}
+
+/// Finishes `c`'s rounds under way (it is being destroyed, or the process
+/// is exiting), for at most [`LAST_ROUNDS`].
+pub fn finish(c: &Comm) {
+    let done = {
+        let mut s = lock(c);
+        let Some(w) = s.watch.as_mut() else { return };
+        w.closing.store(true, Ordering::SeqCst);
+        w.done.take()
+    };
+    if let Some(done) = done {
+        let _ = done.recv_timeout(LAST_ROUNDS);
+    }
+}
+
+/// Finishes the rounds of every communicator still registered, at once
+/// (the process is exiting normally).
+pub fn finish_all() {
+    let all = super::comms::registered();
+    for c in &all {
+        if let Some(w) = lock(c).watch.as_mut() {
+            w.closing.store(true, Ordering::SeqCst);
+        }
+    }
+    for c in &all {
+        finish(c);
+    }
+}
+
+/// The rounds of `c`, until it ends, a rank leaves or a failure is found.
+/// (`done` is dropped when it returns: that tells [`finish`].)
+fn run(c: &Comm, closing: &AtomicBool, done: Sender<()>) {
+    let _done = done;
+    let Some(mut watcher) = watcher_of(c) else {
+        return;
+    };
+    let mut ask = Ask::default();
+    // rounds in a row that asked for nothing, once closing
+    let mut quiet = 0;
+    loop {
+        if !closing.load(Ordering::SeqCst) {
+            let until = Instant::now() + INTERVAL;
+            while Instant::now() < until {
+                if c.stop.raised().is_some() || closing.load(Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if c.stop.raised().is_some() {
+            return;
+        }
+        let summary = {
+            let s = lock(c);
+            match &s.watch {
+                Some(w) => w.track.summary(&ask),
+                None => return,
+            }
+        };
+        let deadline = Instant::now() + settings().timeout;
+        let verdict = match watcher.round(&summary, deadline) {
+            Ok(v) => v,
+            Err(e) => {
+                // a peer that left ends the watch (its leaving is said
+                // where it matters); anything else is said in the journal
+                if e.kind != ErrorKind::RemoteError {
+                    lock(c).tracer.init_info(&format!(
+                        "rankwise: comm {:#x} rank {}: watch mode stopped: {}",
+                        c.handle, c.rank, e.message
+                    ));
+                }
+                return;
+            }
+        };
+        if let Some((what, sides)) = verdict.failure {
+            failed(c, &what, &sides);
+            return;
+        }
+        ask = verdict.ask;
+        if closing.load(Ordering::SeqCst) {
+            quiet = if ask == Ask::default() { quiet + 1 } else { 0 };
+            if quiet >= 2 {
+                return;
+            }
+        }
+    }
+}
+
+/// The watcher of `c` over its side channel, once its set-up is done
+/// (None: it has none).
+fn watcher_of(c: &Comm) -> Option<Watcher> {
+    let a = std::mem::replace(&mut lock(c).agreement, Agreement::Out);
+    let (peers, line) = setup::ready(c, a).ok()?;
+    let watcher = peers.link().map(|l| {
+        let dir = settings()
+            .shm_dir
+            .clone()
+            .unwrap_or_else(|| "/dev/shm".into());
+        let lanes = settings().shm.then(|| PathBuf::from(&dir));
+        let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
+        let (chan, key, owners) = (l.chan.clone(), l.key.clone(), l.owners.clone());
+        Watcher::with_hosts(
+            chan,
+            key,
+            owners,
+            c.rank,
+            hosts::identity(&dir),
+            lanes.as_deref(),
+            deadline,
+        )
+    });
+    let mut s = lock(c);
+    if let Some(line) = line {
+        s.tracer.init_info(&line);
+    }
+    s.agreement = Agreement::Ready(peers);
+    match watcher? {
+        Ok(w) => {
+            let hosts = w.hosts();
+            s.tracer.init_info(&format!(
+                "rankwise: comm {:#x} rank {} watches with its peers: {} hosts, this one's ranks {:?}{}",
+                c.handle,
+                c.rank,
+                hosts.len(),
+                hosts.iter().find(|h| h.contains(&c.rank)).map_or(&[][..], |h| &h[..]),
+                if w.on_lane() { " through shared memory" } else { "" }
+            ));
+            Some(w)
+        }
+        Err(e) => {
+            s.tracer.init_info(&format!(
+                "rankwise: comm {:#x} rank {}: watch mode could not start: {}",
+                c.handle, c.rank, e.message
+            ));
+            None
+        }
+    }
+}
+
+/// The judge found a contract violation: this rank says it, and the
+/// communicator fails.
+fn failed(c: &Comm, what: &str, sides: &str) {
+    let e = Error::new(ErrorKind::Mismatch, format!("watch: {what}"));
+    let mut s = lock(c);
+    let e = agreement::fail(c, &mut s, e);
+    let detail = (!sides.is_empty()).then_some(sides);
+    errors::report(c, &mut s, &e, detail);
+}

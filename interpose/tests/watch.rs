@@ -1,0 +1,145 @@
+//! Watch mode (`RANKWISE_CHECK=watch`) in front of a stand-in NCCL that
+//! returns at once and moves nothing, as a GPU NCCL's calls return before
+//! the work is done: every call is forwarded, and each bug class a program
+//! makes is named on every rank within a second, the communicator then
+//! failing (calls refused, `ncclCommGetAsyncError` reporting it); a
+//! correct program is never named; a bug in the last calls before
+//! `ncclCommDestroy` is named too. Four rank processes per test.
+
+#[path = "support/programs.rs"]
+mod programs;
+#[path = "support/ranks.rs"]
+mod ranks;
+#[path = "support/standin.rs"]
+mod support_standin;
+#[path = "support/sym.rs"]
+mod support_sym;
+
+use ranks::*;
+
+/// The rank program: runs only in the processes `run` starts.
+#[test]
+fn rank_main() {
+    programs::rank_main();
+}
+
+fn watched(bug: &str, end: bool) -> Run {
+    let mut env = vec![
+        ("RANKWISE_CHECK", "watch"),
+        ("RANKWISE_STANDIN_NULL", "1"),
+        ("RANKWISE_TEST_BUG", bug),
+    ];
+    if end {
+        env.push(("RANKWISE_TEST_END", "1"));
+    }
+    let run = run("watch", 4, true, &env);
+    run.assert_ok();
+    run
+}
+
+/// Rank `r`'s watch error line (without its comm), and how long after
+/// the bug its program's calls were refused (ms).
+fn named(run: &Run, r: usize) -> (String, u64) {
+    let errs = run.errors(r);
+    let first = errs
+        .first()
+        .unwrap_or_else(|| panic!("rank {r} said nothing:\n{}", run.stderr(r)));
+    let line = first.split(" (comm ").next().unwrap().to_string();
+    let out = run.stdout(r);
+    let seen = out
+        .lines()
+        .find_map(|l| l.strip_prefix("watch rc "))
+        .unwrap_or_else(|| panic!("rank {r}: {out}"));
+    // `5 async 5 after 230 ms and 21 calls: ...`
+    let words: Vec<&str> = seen.split(' ').collect();
+    assert_eq!(words[0], "5", "rank {r}: the refused call's code: {seen}");
+    assert_eq!(words[2], "5", "rank {r}: ncclCommGetAsyncError: {seen}");
+    (line, words[4].parse().unwrap())
+}
+
+fn every_rank_names(bug: &str, what: &str, sides: &str) {
+    let run = watched(bug, false);
+    for r in 0..4 {
+        let (line, ms) = named(&run, r);
+        let sides = match sides {
+            "" => String::new(),
+            s => format!(" [{s}]"),
+        };
+        assert_eq!(
+            line,
+            format!("rankwise: ncclInvalidUsage on rank {r}: watch: {what}{sides}")
+        );
+        assert!(ms < 1000, "rank {r}: named after {ms} ms");
+    }
+}
+
+#[test]
+fn a_count_mismatch_is_named_on_every_rank() {
+    every_rank_names(
+        "count",
+        "collective launch 11 on this communicator differs: AllReduce #15: count differs: ranks 0,1,3 pass 4, rank 2 passes 5",
+        "ranks 0,1,3: AllReduce count 4 int32 sum; rank 2: AllReduce count 5 int32 sum",
+    );
+}
+
+#[test]
+fn a_skipped_collective_is_named() {
+    every_rank_names(
+        "skip",
+        "collective launch 11 on this communicator differs: rank 2 skipped Broadcast #15 (its next collective is AllReduce #16, which the others make after it)",
+        "ranks 0,1,3: Broadcast count 4 int32 root 0; rank 2: AllReduce count 4 int32 sum",
+    );
+}
+
+#[test]
+fn an_extra_collective_is_named() {
+    every_rank_names(
+        "extra",
+        "collective launch 11 on this communicator differs: rank 1 made an extra Reduce #15 before AllGather #15",
+        "ranks 0,2,3: AllGather count 4 int32; rank 1: Reduce count 4 int32 sum root 0",
+    );
+}
+
+#[test]
+fn two_collectives_in_another_order_are_named() {
+    every_rank_names(
+        "swap",
+        "collective launch 11 on this communicator differs: rank 0 made Broadcast #15 and AllGather #16 in the other order",
+        "ranks 1,2,3: Broadcast count 4 int32 root 0; rank 0: AllGather count 4 int32",
+    );
+}
+
+#[test]
+fn an_unmatched_send_is_named() {
+    every_rank_names(
+        "unmatched",
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: rank 0's Send #6 to rank 1 has no matching Recv: rank 1 made 5 Recvs from rank 0",
+        "rank 0: 6 Sends (the last: count 16 int32) to rank 1; rank 1: 5 Recvs (the last: count 8 int32) from rank 0",
+    );
+}
+
+#[test]
+fn a_correct_program_is_never_named() {
+    let run = watched("clean", false);
+    for r in 0..4 {
+        assert_eq!(run.errors(r), Vec::<String>::new(), "rank {r}");
+        let out = run.stdout(r);
+        assert!(out.contains("watch rc 0 async 0 after"), "rank {r}: {out}");
+    }
+}
+
+#[test]
+fn a_bug_in_the_last_calls_before_destroy_is_named() {
+    let run = watched("count", true);
+    for r in 0..4 {
+        let errs = run.errors(r);
+        assert!(
+            errs.first().is_some_and(|e| e.contains(
+                "watch: collective launch 11 on this communicator differs: AllReduce #15: count differs"
+            )),
+            "rank {r}: {errs:?}\n{}",
+            run.stderr(r)
+        );
+        assert!(run.stdout(r).contains("watch ended"), "rank {r}");
+    }
+}

@@ -1,0 +1,160 @@
+//! Watch mode's hierarchy: which ranks share a host, and what a host's
+//! leader (its lowest rank) sends on for them. The ranks of a host post
+//! their summaries on a shared-memory lane of their own; the leader folds
+//! them into one ([`fold`]) when the judge asks only for what folds
+//! (the latest cut, the digest and sums there), and sends each rank's
+//! otherwise; the judge reads one post per host.
+
+use super::wire::{Ask, At, Summary};
+use super::{Sums, mix};
+use crate::core::{Error, ErrorKind, Result};
+
+/// Where a rank runs, as a number every rank of the same host (and the
+/// same `RANKWISE_SHM_DIR`, which is how tests make hosts on one machine)
+/// computes alike: the host's name and boot, and the segments' directory.
+pub fn identity(shm_dir: &str) -> u64 {
+    let read = |p: &str| std::fs::read(p).unwrap_or_default();
+    [
+        read("/proc/sys/kernel/hostname"),
+        read("/proc/sys/kernel/random/boot_id"),
+        shm_dir.as_bytes().to_vec(),
+    ]
+    .iter()
+    .fold(0x686f_7374, |h, part| {
+        part.iter()
+            .fold(mix(h, part.len() as u64), |h, b| mix(h, *b as u64))
+    })
+}
+
+/// The ranks of each host, from every rank's identity: hosts in the order
+/// of their lowest rank, each host's ranks in order (its leader first).
+pub fn group(ids: &[u64]) -> Vec<Vec<usize>> {
+    let mut hosts: Vec<(u64, Vec<usize>)> = Vec::new();
+    for (r, id) in ids.iter().enumerate() {
+        match hosts.iter_mut().find(|(h, _)| h == id) {
+            Some((_, ranks)) => ranks.push(r),
+            None => hosts.push((*id, vec![r])),
+        }
+    }
+    hosts.into_iter().map(|(_, ranks)| ranks).collect()
+}
+
+/// Whether the judge's `ask` needs each rank's own summary.
+pub fn each_needed(ask: &Ask) -> bool {
+    ask.sigs.is_some() || ask.post.is_some() || ask.peers
+}
+
+/// The summaries of a host's ranks as one, when the judge reads nothing
+/// per rank from them this round: the lowest cut, and the digest at the
+/// asked cut with the sums added up. None when they do not fold (their
+/// digests differ there, or only some answered): each is sent then.
+pub fn fold(parts: &[Summary]) -> Option<Summary> {
+    let first = parts.first()?;
+    let at = match first.at {
+        None => {
+            if parts.iter().any(|s| s.at.is_some()) {
+                return None;
+            }
+            None
+        }
+        Some(a) => {
+            let mut total = At {
+                before: Sums::default(),
+                after: Sums::default(),
+                ..a
+            };
+            for s in parts {
+                let b = s.at.filter(|b| b.m == a.m && b.digest == a.digest)?;
+                total.before.sent = total.before.sent.wrapping_add(b.before.sent);
+                total.before.recvd = total.before.recvd.wrapping_add(b.before.recvd);
+                total.after.sent = total.after.sent.wrapping_add(b.after.sent);
+                total.after.recvd = total.after.recvd.wrapping_add(b.after.recvd);
+            }
+            Some(total)
+        }
+    };
+    Some(Summary {
+        launches: parts.iter().map(|s| s.launches).sum(),
+        m: parts.iter().map(|s| s.m).min().unwrap_or(0),
+        lo: parts.iter().map(|s| s.lo).max().unwrap_or(0),
+        at,
+        ..Summary::default()
+    })
+}
+
+/// A host's post to the judge: one folded summary, or each rank's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostPost {
+    Folded(Summary),
+    Each(Vec<(usize, Summary)>),
+}
+
+const FOLDED: u64 = u64::MAX;
+
+fn garbled(why: &str) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("a host leader's watch post is garbled: {why}"),
+    )
+}
+
+impl HostPost {
+    /// What a leader sends for its host's `parts` (rank, summary).
+    pub fn of(parts: Vec<(usize, Summary)>, ask: &Ask) -> HostPost {
+        if !each_needed(ask) {
+            let summaries: Vec<Summary> = parts.iter().map(|(_, s)| s.clone()).collect();
+            if let Some(f) = fold(&summaries) {
+                return HostPost::Folded(f);
+            }
+        }
+        HostPost::Each(parts)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut part = |tag: u64, s: &Summary| {
+            let b = s.encode();
+            out.extend_from_slice(&tag.to_le_bytes());
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(&b);
+        };
+        match self {
+            HostPost::Folded(s) => part(FOLDED, s),
+            HostPost::Each(parts) => parts.iter().for_each(|(r, s)| part(*r as u64, s)),
+        }
+        out
+    }
+
+    /// The post in `b`, its ranks below `nranks`.
+    pub fn decode(mut b: &[u8], nranks: usize) -> Result<HostPost> {
+        let word = |b: &mut &[u8]| -> Result<u64> {
+            let (w, rest) = b
+                .split_first_chunk::<8>()
+                .ok_or_else(|| garbled("cut short"))?;
+            *b = rest;
+            Ok(u64::from_le_bytes(*w))
+        };
+        let mut each = Vec::new();
+        while !b.is_empty() {
+            let tag = word(&mut b)?;
+            let len = usize::try_from(word(&mut b)?)
+                .ok()
+                .filter(|n| *n <= b.len())
+                .ok_or_else(|| garbled("a length past its end"))?;
+            let s = Summary::decode(&b[..len])?;
+            b = &b[len..];
+            if tag == FOLDED {
+                return match (b.is_empty(), each.is_empty()) {
+                    (true, true) => Ok(HostPost::Folded(s)),
+                    _ => Err(garbled("a folded summary among others")),
+                };
+            }
+            let r = usize::try_from(tag)
+                .ok()
+                .filter(|r| *r < nranks)
+                .ok_or_else(|| garbled(&format!("rank {tag} of {nranks}")))?;
+            each.push((r, s));
+        }
+        Ok(HostPost::Each(each))
+    }
+}
