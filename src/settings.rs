@@ -435,7 +435,7 @@ mod tests {
         ]);
         let shown: Vec<String> = e.iter().map(|e| e.to_string()).collect();
         assert_eq!(shown.len(), 6, "{shown:?}");
-        assert!(shown[4].starts_with("RANKWISE_CHECK=yes: expected 0, local, 1 or full"));
+        assert!(shown[4].starts_with("RANKWISE_CHECK=yes: expected 0, local, watch, 1 or full"));
         assert!(shown[5].starts_with("RANKWISE_ABORT=true: expected 0 or 1"));
         assert_eq!(
             (s.checks, s.abort),

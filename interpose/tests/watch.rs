@@ -41,9 +41,13 @@ fn watched(bug: &str, end: bool) -> Run {
 /// the bug its program's calls were refused (ms).
 fn named(run: &Run, r: usize) -> (String, u64) {
     let errs = run.errors(r);
-    let first = errs
-        .first()
-        .unwrap_or_else(|| panic!("rank {r} said nothing:\n{}", run.stderr(r)));
+    let first = errs.first().unwrap_or_else(|| {
+        panic!(
+            "rank {r} said nothing:\n{}\n{}",
+            run.stdout(r),
+            run.stderr(r)
+        )
+    });
     let line = first.split(" (comm ").next().unwrap().to_string();
     let out = run.stdout(r);
     let seen = out
@@ -116,6 +120,35 @@ fn an_unmatched_send_is_named() {
         "Send/Recv pairs do not match, so NCCL can never complete them in order: rank 0's Send #6 to rank 1 has no matching Recv: rank 1 made 5 Recvs from rank 0",
         "rank 0: 6 Sends (the last: count 16 int32) to rank 1; rank 1: 5 Recvs (the last: count 8 int32) from rank 0",
     );
+}
+
+#[test]
+fn a_rank_that_stops_calling_is_named_after_the_timeout() {
+    let run = run(
+        "watch",
+        4,
+        true,
+        &[
+            ("RANKWISE_CHECK", "watch"),
+            ("RANKWISE_STANDIN_NULL", "1"),
+            ("RANKWISE_TEST_BUG", "late"),
+            ("RANKWISE_TIMEOUT", "1"),
+        ],
+    );
+    run.assert_ok();
+    for r in 0..4 {
+        let (line, ms) = named(&run, r);
+        assert_eq!(
+            line,
+            format!(
+                "rankwise: ncclInvalidUsage on rank {r}: watch: rank 3 has made no collective launch past 10 for 1.0 s, while ranks 0,1,2 made launch 11 (AllReduce #15): NCCL waits for rank 3 there"
+            )
+        );
+        // named after the timeout, well before rank 3 comes back
+        if r < 3 {
+            assert!((1000..2500).contains(&ms), "rank {r}: named after {ms} ms");
+        }
+    }
 }
 
 #[test]

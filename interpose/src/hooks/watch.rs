@@ -180,6 +180,7 @@ fn watcher_of(c: &Comm) -> Option<Watcher> {
             lanes.as_deref(),
             deadline,
         )
+        .map(|w| w.stall_after(settings().timeout))
     });
     let mut s = lock(c);
     if let Some(line) = line {

@@ -451,7 +451,8 @@ pub fn percall(k: &Rank) -> Result<(), String> {
 }
 
 /// Watch mode: the bug `RANKWISE_TEST_BUG` names (`count`, `skip`,
-/// `extra`, `swap`, `unmatched`, or `clean`: none) after a few correct
+/// `extra`, `swap`, `unmatched`, `late`: rank 3 stops calling for 3 s, or
+/// `clean`: none) after a few correct
 /// steps, then AllReduces until one is refused (the checker failed the
 /// communicator) or 5 s pass; with `RANKWISE_TEST_END` the rank destroys
 /// its communicator right after the bug instead. Prints what it saw.
@@ -501,7 +502,12 @@ pub fn watch(k: &Rank) -> Result<(), String> {
         "swap" if r == 0 => vec![gather(), bcast()],
         "swap" => vec![bcast(), gather()],
         "unmatched" if r == 0 => vec![send()],
-        "unmatched" | "clean" => vec![],
+        "late" if r == 3 => {
+            // makes no call for 3 s while the others go on
+            std::thread::sleep(Duration::from_secs(3));
+            vec![]
+        }
+        "unmatched" | "clean" | "late" => vec![],
         other => return Err(format!("no bug {other}")),
     };
     for rc in rcs {

@@ -76,6 +76,7 @@ pub fn fold(parts: &[Summary]) -> Option<Summary> {
     Some(Summary {
         launches: parts.iter().map(|s| s.launches).sum(),
         m: parts.iter().map(|s| s.m).min().unwrap_or(0),
+        high: parts.iter().map(|s| s.high).max().unwrap_or(0),
         lo: parts.iter().map(|s| s.lo).max().unwrap_or(0),
         at,
         ..Summary::default()

@@ -10,6 +10,7 @@ use super::wire::{Ask, PeerCount, Summary, Verdict};
 use super::{Sums, launch_sig};
 use crate::core::{DataType, Posted, agree};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// What the last round asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,8 @@ enum Stage {
     Sigs(u64, u64),
     Post(u64),
     Peers,
+    /// the ranks at this cut have made no collective since for too long
+    Stall(u64),
 }
 
 /// The judging rank's state across rounds.
@@ -29,6 +32,10 @@ pub struct Judge {
     agreed: u64,
     stage: Stage,
     failure: Option<(String, String)>,
+    /// how long the lowest cut may stay put while other ranks are past it
+    stall: Duration,
+    /// the lowest cut, and since when it is the lowest
+    low_since: Option<(u64, Instant)>,
 }
 
 impl Default for Judge {
@@ -38,11 +45,22 @@ impl Default for Judge {
             agreed: 0,
             stage: Stage::Idle,
             failure: None,
+            stall: Duration::from_secs(300),
+            low_since: None,
         }
     }
 }
 
 impl Judge {
+    /// A judge that names ranks which made no collective for `stall`
+    /// while others are past them (what strict mode's timeout names).
+    pub fn with_stall(stall: Duration) -> Judge {
+        Judge {
+            stall,
+            ..Judge::default()
+        }
+    }
+
     /// The last cut every rank agreed on.
     pub fn agreed(&self) -> u64 {
         self.agreed
@@ -59,10 +77,22 @@ impl Judge {
             (Some(_), _) => Ask::default(),
             (None, Stage::Idle) => {
                 let low = all.iter().map(|s| s.m).min().unwrap_or(0);
+                let high = all.iter().map(|s| s.high).max().unwrap_or(0);
+                let since = match self.low_since {
+                    Some((l, t)) if l == low && low < high => t,
+                    _ => Instant::now(),
+                };
+                self.low_since = (low < high).then_some((low, since));
                 if low > self.agreed {
                     self.stage = Stage::Digest(low);
                     Ask {
                         digest_at: Some(low),
+                        ..Ask::default()
+                    }
+                } else if low < high && since.elapsed() >= self.stall {
+                    self.stage = Stage::Stall(low);
+                    Ask {
+                        post: Some(low + 1),
                         ..Ask::default()
                     }
                 } else {
@@ -79,6 +109,10 @@ impl Judge {
             },
             (None, Stage::Post(m)) => Ask {
                 post: Some(m),
+                ..Ask::default()
+            },
+            (None, Stage::Stall(low)) => Ask {
+                post: Some(low + 1),
                 ..Ask::default()
             },
             (None, Stage::Peers) => Ask {
@@ -148,6 +182,10 @@ impl Judge {
                 }
                 self.failure = Some(explain(m, all));
             }
+            Stage::Stall(low) => {
+                self.stage = Stage::Idle;
+                self.failure = stalled(low, all, self.stall);
+            }
             Stage::Peers => {
                 self.stage = Stage::Idle;
                 let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
@@ -156,6 +194,38 @@ impl Judge {
                 }
             }
         }
+    }
+}
+
+/// Ranks still at cut `low` (none made a collective since) while others
+/// made the next one: the ranks that never came, and where the others
+/// wait. None when every rank has gone past it meanwhile.
+fn stalled(low: u64, all: &[Summary], stall: Duration) -> Option<(String, String)> {
+    let (late, on): (Vec<usize>, Vec<usize>) = (0..all.len()).partition(|&r| all[r].m <= low);
+    let waiting = on.first().and_then(|&r| all[r].posts.first())?;
+    if late.is_empty() {
+        return None;
+    }
+    let verb = if late.len() == 1 { "has" } else { "have" };
+    Some((
+        format!(
+            "{} {verb} made no collective launch past {low} for {} s, while {} made launch {} ({}): NCCL waits for {} there",
+            who(&late),
+            seconds(stall),
+            who(&on),
+            low + 1,
+            named(waiting),
+            who(&late)
+        ),
+        String::new(),
+    ))
+}
+
+/// `0.2`, `12`: seconds as a person reads them.
+fn seconds(d: Duration) -> String {
+    match d.as_secs_f64() {
+        s if s < 10.0 => format!("{s:.1}"),
+        s => format!("{s:.0}"),
     }
 }
 

@@ -206,6 +206,7 @@ impl Track {
         let mut s = Summary {
             launches: self.launches,
             m: self.m,
+            high: self.m,
             lo: self.lo(),
             ..Summary::default()
         };

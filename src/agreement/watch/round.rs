@@ -157,6 +157,16 @@ impl Watcher {
         (0..self.owners.len()).collect()
     }
 
+    /// The watcher whose judge names ranks that made no collective for
+    /// `stall` while others are past them (rank 0's; the others' have no
+    /// judge).
+    pub fn stall_after(mut self, stall: Duration) -> Watcher {
+        if self.judge.is_some() {
+            self.judge = Some(Judge::with_stall(stall));
+        }
+        self
+    }
+
     /// Whether this rank's host meets on a lane.
     pub fn on_lane(&self) -> bool {
         self.lane.is_some()

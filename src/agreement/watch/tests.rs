@@ -276,6 +276,7 @@ fn garbled_summaries_and_verdicts_are_refused() {
     let s = Summary {
         launches: 3,
         m: 2,
+        high: 2,
         lo: 1,
         sigs: vec![1, 2],
         ..Summary::default()
@@ -287,7 +288,7 @@ fn garbled_summaries_and_verdicts_are_refused() {
     }
     // a length far past the bytes is refused before anything is allocated
     let mut huge = b.clone();
-    huge[12 * 8..13 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    huge[13 * 8..14 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(Summary::decode(&huge).is_err());
     let v = Verdict {
         round: 2,
@@ -372,12 +373,13 @@ fn a_host_folds_only_what_the_judge_reads_whole() {
     let s = |m, at| Summary {
         launches: m + 1,
         m,
+        high: m,
         lo: 1,
         at,
         ..Summary::default()
     };
     let folded = hosts::fold(&[s(5, at(9, 10)), s(4, at(9, 20))]).unwrap();
-    assert_eq!((folded.m, folded.launches), (4, 11));
+    assert_eq!((folded.m, folded.high, folded.launches), (4, 5, 11));
     assert_eq!(
         folded.at,
         Some(At {
@@ -471,4 +473,32 @@ fn hosts_on_lanes_hear_the_failure() {
 #[test]
 fn hosts_through_the_store_hear_the_failure() {
     hosts_hear(false);
+}
+
+#[test]
+fn ranks_that_stop_making_collectives_are_named_after_the_stall() {
+    let tracks = made(4, |r| {
+        let k = if r == 3 { 4 } else { 6 };
+        (0..k).map(|i| coll(i, Func::AllReduce, 8)).collect()
+    });
+    let mut judge = Judge::with_stall(Duration::from_millis(200));
+    let mut ask = Ask::default();
+    let t = Instant::now();
+    let found = loop {
+        let all: Vec<Summary> = tracks.iter().map(|t| t.summary(&ask)).collect();
+        let v = judge.judge(&all);
+        if let Some(f) = v.failure {
+            break f;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never named");
+        ask = v.ask;
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        found.0,
+        "rank 3 has made no collective launch past 4 for 0.2 s, while ranks 0,1,2 made launch 5 (AllReduce #4): NCCL waits for rank 3 there"
+    );
+    // a rank merely behind, that catches up within the stall, is not named
+    assert_eq!(judged(&tracks, 12), None);
 }

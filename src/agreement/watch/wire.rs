@@ -47,8 +47,10 @@ pub struct At {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
     pub launches: u64,
-    /// cuts made
+    /// cuts made (the fewest, for a host's folded summary)
     pub m: u64,
+    /// the most cuts made among the ranks it stands for
+    pub high: u64,
     /// the oldest cut the rank still holds
     pub lo: u64,
     /// the answer to `Ask::digest_at` (None: out of its ring)
@@ -164,7 +166,7 @@ const PEER_WORDS: usize = 9;
 impl Summary {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128 + 8 * self.sigs.len());
-        for w in [VERSION, self.launches, self.m, self.lo] {
+        for w in [VERSION, self.launches, self.m, self.high, self.lo] {
             put(&mut out, w);
         }
         put(&mut out, self.at.is_some() as u64);
@@ -214,7 +216,7 @@ impl Summary {
         if r.word()? != VERSION {
             return Err(garbled("another version"));
         }
-        let (launches, m, lo) = (r.word()?, r.word()?, r.word()?);
+        let (launches, m, high, lo) = (r.word()?, r.word()?, r.word()?, r.word()?);
         let has_at = r.word()?;
         let mut w = [0u64; 6];
         for x in &mut w {
@@ -266,6 +268,7 @@ impl Summary {
         Ok(Summary {
             launches,
             m,
+            high,
             lo,
             at,
             sigs_from,
