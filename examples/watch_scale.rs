@@ -14,7 +14,8 @@
 //! Prints, per size: the store's messages and bytes per round (in and out)
 //! and the judge's, for watch mode by hosts (and flat, every rank its own
 //! host, with `--flat`); then, per bug class, the time from the call that
-//! made it to the last rank hearing the failure, and the words. The
+//! made it to the last rank hearing the failure, and the words; it exits
+//! 1 when a bug is not named on every rank or a correct run is. The
 //! machine's cores are shared by every rank: on 2 cores 256 ranks take
 //! turns, and the times say so.
 
@@ -137,6 +138,8 @@ struct Outcome {
     rounds: u64,
     /// from the bug's call to the last rank hearing it, and the words
     heard: Option<(Duration, String)>,
+    /// ranks that heard a failure (with no bug: false alarms)
+    alarms: usize,
     hosts: usize,
 }
 
@@ -246,7 +249,9 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
         }
         _ => None,
     };
+    let alarms = results.iter().filter(|r| r.1.is_some()).count();
     Outcome {
+        alarms,
         store: (
             total_req as f64 / rounds as f64,
             total_bytes as f64 / rounds as f64,
@@ -278,6 +283,8 @@ fn main() {
     let seconds: f64 = arg("--seconds").map_or(3.0, |s| s.parse().expect("--seconds"));
     let bug = arg("--bug").unwrap_or_else(|| "all".into());
     let flat = args.iter().any(|a| a == "--flat");
+    // a bug not named, or a correct program named, fails the run
+    let mut failed = false;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     println!(
         "watch mode, ranks as threads on {cores} cores, {per_host} ranks per simulated host, rounds every 100 ms; one store over TCP"
@@ -292,6 +299,10 @@ fn main() {
         for &n in &sizes {
             for f in if flat { vec![false, true] } else { vec![false] } {
                 let o = run(n, per_host, seconds, "none", f);
+                if o.alarms > 0 {
+                    println!("{n} ranks: a correct program was named on {} ranks", o.alarms);
+                    failed = true;
+                }
                 println!(
                     "{:>6} {:>6} {:>6} | {:>14.1} {:>14.0} | {:>14.1} {:>14.0}{}",
                     n,
@@ -324,8 +335,14 @@ fn main() {
             let o = run(n, per_host, seconds, b, flat);
             match o.heard {
                 Some((d, what)) => println!("  {b:<10} {:>7.0} ms  {what}", d.as_secs_f64() * 1e3),
-                None => println!("  {b:<10}  not named within 30 s"),
+                None => {
+                    println!("  {b:<10}  not named on every rank within 30 s");
+                    failed = true;
+                }
             }
         }
+    }
+    if failed {
+        std::process::exit(1);
     }
 }
