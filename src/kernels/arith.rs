@@ -49,8 +49,9 @@ pub trait Arith: Element {
             *a = Self::mul(*x, s);
         }
     }
-    /// `acc[i] = rnd(x0[i]·s) + x1[i]·s` over a block: [`Arith::scale_all`]
-    /// then [`Arith::premul_add_all`], which a type may fuse.
+    /// `acc[i] = rnd(rnd(x0[i]·s) + x1[i]·s)` over a block, the sum rounded
+    /// once: [`Arith::scale_all`] then [`Arith::premul_add_all`], which a
+    /// type may do in one pass.
     #[inline(always)]
     fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
         Self::scale_all::<V3>(acc, x0, s);
@@ -127,12 +128,12 @@ arith_via_f32!(
     F8E5M2 => F8E5M2::to_f32, F8E5M2::from_f32
 );
 
-// half's and bfloat16's Sum, Avg and PreMulSum on x86-64-v3 run 8 lanes
-// at a time with explicit vector code (`isa`: F16C's conversions for half,
-// shifts for bfloat16), elsewhere through the core's bit-level
-// conversions (the `half` crate checks for hardware support on every f16
-// call, and branches on NaN in its bf16 ones): the same values, both round
-// to nearest even.
+// half's and bfloat16's Sum, Avg and PreMulSum on x86-64-v3 run 8 and 16
+// elements at a time with explicit vector code (`isa`: F16C's conversions
+// for half, shifts and masks for bfloat16), elsewhere through the core's
+// bit-level conversions (the `half` crate checks for hardware support on
+// every f16 call, and branches on NaN in its bf16 ones): the same values,
+// both round to nearest even.
 impl Arith for f16 {
     #[inline(always)]
     fn add(a: Self, b: Self) -> Self {
