@@ -49,6 +49,14 @@ pub trait Arith: Element {
             *a = Self::mul(*x, s);
         }
     }
+    /// `acc[i] = rnd(rnd(x0[i]·s) + x1[i]·s)` over a block, the sum rounded
+    /// once: [`Arith::scale_all`] then [`Arith::premul_add_all`], which a
+    /// type may do in one pass.
+    #[inline(always)]
+    fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
+        Self::scale_all::<V3>(acc, x0, s);
+        Self::premul_add_all::<V3>(acc, x1, s);
+    }
     /// `acc[i] = acc[i] + x[i]·s` over a block, each step as
     /// [`Arith::premul_add`] (with `V3`, [`Arith::premul_add_fma`]).
     #[inline(always)]
@@ -120,12 +128,12 @@ arith_via_f32!(
     F8E5M2 => F8E5M2::to_f32, F8E5M2::from_f32
 );
 
-// half's and bfloat16's Sum, Avg and PreMulSum on x86-64-v3 run 8 lanes
-// at a time with explicit vector code (`isa`: F16C's conversions for half,
-// shifts for bfloat16), elsewhere through the core's bit-level
-// conversions (the `half` crate checks for hardware support on every f16
-// call, and branches on NaN in its bf16 ones): the same values, both round
-// to nearest even.
+// half's and bfloat16's Sum, Avg and PreMulSum on x86-64-v3 run 8 and 16
+// elements at a time with explicit vector code (`isa`: F16C's conversions
+// for half, shifts and masks for bfloat16), elsewhere through the core's
+// bit-level conversions (the `half` crate checks for hardware support on
+// every f16 call, and branches on NaN in its bf16 ones): the same values,
+// both round to nearest even.
 impl Arith for f16 {
     #[inline(always)]
     fn add(a: Self, b: Self) -> Self {
@@ -185,6 +193,15 @@ impl Arith for f16 {
         }
     }
     #[inline(always)]
+    fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            return super::isa::half_premul_two(acc, x0, x1, s);
+        }
+        Self::scale_all::<V3>(acc, x0, s);
+        Self::premul_add_all::<V3>(acc, x1, s);
+    }
+    #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if V3 {
@@ -221,16 +238,27 @@ impl Arith for bf16 {
     fn premul_add(acc: Self, x: Self, s: Self) -> Self {
         fused_bf16(acc, x, s)
     }
-    /// Sum stays in the baseline's code even on x86-64-v3: on this
-    /// project's machine (AMD Zen 1, whose 256-bit operations split in two)
-    /// its 8-lane form, widening and packing across the register's halves,
-    /// was slower than the baseline's 4-lane loop (BENCHMARKS.md).
     #[inline(always)]
     fn sum_all<'a, const V3: bool>(
         acc: &mut [Self],
         n: usize,
-        input: impl FnMut(usize) -> &'a [Self],
+        mut input: impl FnMut(usize) -> &'a [Self],
     ) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            let len = acc.len();
+            if n == 1 {
+                acc.copy_from_slice(&input(0)[..len]);
+                return;
+            }
+            let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
+            super::isa::bf16_add(acc, x0, x1);
+            for s in 2..n {
+                let x = &input(s)[..len];
+                super::isa::bf16_add_into(acc, x);
+            }
+            return;
+        }
         baseline_sum(acc, n, input)
     }
     #[inline(always)]
@@ -242,6 +270,15 @@ impl Arith for bf16 {
         for (a, x) in acc.iter_mut().zip(x) {
             *a = Self::mul(*x, s);
         }
+    }
+    #[inline(always)]
+    fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if V3 {
+            return super::isa::bf16_premul_two(acc, x0, x1, s);
+        }
+        Self::scale_all::<V3>(acc, x0, s);
+        Self::premul_add_all::<V3>(acc, x1, s);
     }
     #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {

@@ -162,8 +162,12 @@ fn pre_mul_sum<'a, T: Arith, const V3: bool>(
     scalar: T,
 ) {
     let len = acc.len();
-    T::scale_all::<V3>(acc, &input(0)[..len], scalar);
-    for s in 1..n {
+    if n == 1 {
+        return T::scale_all::<V3>(acc, &input(0)[..len], scalar);
+    }
+    let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
+    T::premul_two_all::<V3>(acc, x0, x1, scalar);
+    for s in 2..n {
         T::premul_add_all::<V3>(acc, &input(s)[..len], scalar);
     }
 }

@@ -7,12 +7,19 @@
 //! F16C (the x86-64-v3 level) the compiler vectorises them 8 floats wide
 //! and the float and double Avg/PreMulSum step becomes one fused
 //! multiply-add instruction instead of a libm call or an exact emulation.
-//! Half's Sum, Avg and PreMulSum and bfloat16's Avg and PreMulSum take
-//! explicit vector code here instead (the compiler cannot turn the
-//! portable bit-level half conversions into F16C's, and its bfloat16 step
-//! ran at a fifth of float's speed per byte, benches/kernels.rs). Every path computes the same values (the step is
-//! rounded once on all of them; `tests` hold each path to an exact
-//! reference and to each other), so which one runs never shows.
+//! Half's and bfloat16's Sum, Avg and PreMulSum take explicit vector code
+//! here instead (the compiler cannot turn the portable bit-level half
+//! conversions into F16C's, and its bfloat16 loops ran at a fifth of
+//! float's speed per byte, benches/kernels.rs). Their fused step is the
+//! f32 FMA alone where the scalar has no significand bits (a power of two:
+//! every Avg with N a power of two), where rounding that to 16 bits
+//! rounds the exact value once (the sections below say why); otherwise
+//! bfloat16 settles the lanes left on a midpoint with an error term and
+//! half rounds the sum to odd first.
+//! Every path computes the same values (the step is rounded once on all
+//! of them; `tests` hold each path to an exact reference and to each
+//! other, the 16-bit blocks on every value of the type), so which one
+//! runs never shows.
 
 use super::Arith;
 use crate::core::RedOp;
@@ -144,6 +151,20 @@ pub(super) fn half_premul_add(acc: &mut [half::f16], x: &[half::f16], s: half::f
     unsafe { half_v3::premul_add(acc, x, s) }
 }
 
+/// `acc[i] = rnd(rnd(x0[i]·s) + x1[i]·s)`, the sum rounded once.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(super) fn half_premul_two(
+    acc: &mut [half::f16],
+    x0: &[half::f16],
+    x1: &[half::f16],
+    s: half::f16,
+) {
+    assert!(Isa::X86V3.available(), "F16C needed");
+    // SAFETY: as in `half_add`.
+    unsafe { half_v3::premul_two(acc, x0, x1, s) }
+}
+
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod half_v3 {
     use super::super::Arith;
@@ -176,7 +197,7 @@ mod half_v3 {
     /// inexact and even) in vector form.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    pub(super) fn add_odd(a: __m256, b: __m256) -> __m256 {
+    fn add_odd(a: __m256, b: __m256) -> __m256 {
         let s = _mm256_add_ps(a, b);
         let bb = _mm256_sub_ps(s, a);
         let e = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(b, bb));
@@ -231,134 +252,414 @@ mod half_v3 {
         }
     }
 
+    /// Whether the fused step with `s` needs no rounding to odd: `s` a
+    /// power of two, zero, infinite or NaN (no stored significand bits).
+    /// `x·s` then has at most 11 significant bits, like `acc`, and the f32
+    /// FMA rounds the exact sum once at 24 bits: for that to be inexact the
+    /// two terms must be 13 binades apart, and then the sum is the larger
+    /// term, a half value, moved by less than a 2^-12 fraction (never onto
+    /// a midpoint), or the larger term exactly (a midpoint only when `x·s`
+    /// is below half's normals, where any nonzero `acc`, at least 2^-24, is
+    /// within f32's 24 bits of it and the sum is exact): rounding it to
+    /// half rounds the exact value once.
+    #[inline(always)]
+    fn short_scalar(s: f16) -> bool {
+        s.to_bits() & 0x3FF == 0
+    }
+
+    /// The fused step on 8 lanes, rounded to f32 such that rounding the
+    /// result to half rounds the exact `acc + x·s` once: the FMA for a
+    /// scalar of no significand bits, else the sum rounded to odd.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn premul_add(acc: &mut [f16], x: &[f16], s: f16) {
+    #[inline]
+    fn step<const SHORT: bool>(acc: __m256, x: __m256, sv: __m256) -> __m256 {
+        if SHORT {
+            _mm256_fmadd_ps(x, sv, acc)
+        } else {
+            add_odd(acc, _mm256_mul_ps(x, sv))
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn premul_two_with<const SHORT: bool>(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
         let sv = _mm256_set1_ps(f16_to_f32(s));
         let whole = acc.len() / 8 * 8;
         for i in (0..whole).step_by(8) {
-            let r = add_odd(load(&acc[i..]), _mm256_mul_ps(load(&x[i..]), sv));
+            // rnd(x0·s), as half and back (exact)
+            let first = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+                _mm256_mul_ps(load(&x0[i..]), sv),
+            ));
+            store(&mut acc[i..], step::<SHORT>(first, load(&x1[i..]), sv));
+        }
+        for i in whole..acc.len() {
+            acc[i] = f16::premul_add(f16::mul(x0[i], s), x1[i], s);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn premul_two(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
+        if short_scalar(s) {
+            premul_two_with::<true>(acc, x0, x1, s)
+        } else {
+            premul_two_with::<false>(acc, x0, x1, s)
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn premul_add_with<const SHORT: bool>(acc: &mut [f16], x: &[f16], s: f16) {
+        let sv = _mm256_set1_ps(f16_to_f32(s));
+        let whole = acc.len() / 8 * 8;
+        for i in (0..whole).step_by(8) {
+            let r = step::<SHORT>(load(&acc[i..]), load(&x[i..]), sv);
             store(&mut acc[i..], r);
         }
         for i in whole..acc.len() {
             acc[i] = f16::premul_add(acc[i], x[i], s);
         }
     }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn premul_add(acc: &mut [f16], x: &[f16], s: f16) {
+        if short_scalar(s) {
+            premul_add_with::<true>(acc, x, s)
+        } else {
+            premul_add_with::<false>(acc, x, s)
+        }
+    }
 }
 
 // -------------------------------------------------------- bfloat16 with AVX2
 //
-// Avg and PreMulSum only: Sum stays in the baseline's code (`arith`).
-// bfloat16 is the top half of a float: widening is a shift, and rounding
-// back is the integer rounding of `core::datatype::f32_to_bf16` (to nearest,
-// ties to even; a NaN quiet with its payload's top bits), written 8 lanes
-// wide. The fused step is `fused`'s block path per 8 lanes: through f32 when
-// the 8 products are exact there, else those 8 lanes through the exact
-// element step.
+// bfloat16 is the top half of a float: 16 elements load as one 256-bit
+// register whose 32-bit lanes hold two elements each, the odd-indexed one
+// already in the top half (masking off the low half gives it as a float)
+// and the even-indexed one in the low half (a shift up gives it). Each
+// half is computed 8 lanes wide as floats, and the results go back into
+// one register by a shift and a 16-bit blend, all within the 128-bit
+// halves of the register (Zen 1 executes 256-bit operations as two
+// 128-bit ones; an operation across the halves costs more).
+//
+// Rounding back is the integer rounding of `core::datatype::f32_to_bf16`
+// (add 0x7FFF plus the kept part's last bit, keep the top half). That
+// function also passes a NaN's top bits through rather than rounding them;
+// here no NaN has a nonzero low half (every NaN is a widened input, which
+// the float operations return quiet with its bits, or the default NaN), so
+// the addition cannot carry into the kept part and gives the same quiet
+// NaN.
+//
+// The fused step `rnd(acc + x·s)`, acc a bfloat16 value: `fma(x, s, acc)`
+// in f32 is the exact value rounded once at 24 bits, and rounding that to
+// bfloat16 rounds the exact value once unless it landed exactly on a
+// midpoint between two bfloat16 values without being exact (double
+// rounding: the ulps of f32 and bfloat16 differ by 2^16 in every binade,
+// subnormals included, so a value that is not on a midpoint is on the
+// same side of every midpoint as the exact value). Two cases:
+//
+// - `s` a power of two (every Avg with N a power of two), zero, infinite
+//   or NaN: never. `x·s` then has at most 8 significant bits, like `acc`.
+//   An inexact f32 sum needs the two terms 16 binades apart, and then the
+//   larger one decides: if it is `acc`, a bfloat16 value, the sum lies
+//   within a 2^-16 fraction of it, nowhere near a midpoint; if it is `x·s`,
+//   the sum's bits below the larger term's 8 are either nonzero (not a
+//   midpoint) or it equals `x·s` exactly, which is only a midpoint when
+//   `x·s` is in bfloat16's subnormal range, where every nonzero `acc`
+//   (at least 2^-133) is within 24 bits of it and the sum is exact.
+// - any other `s`: a lane of the f32 result that is a midpoint takes the
+//   direction of the exact value from TwoSum's error term (exact when
+//   `x·s` is exact in f32, i.e. not below 2^-134 nor past the largest
+//   float; lanes where that fails go through the portable element step).
+//   On most data few lanes land on a midpoint, so 16 lanes at a time skip
+//   the error term when none does.
 
-/// `acc[i] = rnd(x[i]·s)`.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-#[inline]
-pub(super) fn bf16_scale(acc: &mut [half::bf16], x: &[half::bf16], s: half::bf16) {
-    assert!(Isa::X86V3.available(), "AVX2 needed");
-    // SAFETY: the CPU has every feature the function is compiled with.
-    unsafe { bf16_v3::scale(acc, x, s) }
+macro_rules! bf16_entry {
+    ($($(#[$doc:meta])* $name:ident => $inner:ident($($arg:ident: $t:ty),*);)*) => {$(
+        $(#[$doc])*
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[inline]
+        pub(super) fn $name($($arg: $t),*) {
+            assert!(Isa::X86V3.available(), "AVX2 and FMA needed");
+            // SAFETY: the CPU has every feature the function is compiled
+            // with (checked just above); it is otherwise an ordinary safe
+            // function.
+            unsafe { bf16_v3::$inner($($arg),*) }
+        }
+    )*};
 }
 
-/// `acc[i] = rnd(acc[i] + x[i]·s)`, rounded once.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-#[inline]
-pub(super) fn bf16_premul_add(acc: &mut [half::bf16], x: &[half::bf16], s: half::bf16) {
-    assert!(Isa::X86V3.available(), "AVX2 needed");
-    // SAFETY: as in `bf16_scale`.
-    unsafe { bf16_v3::premul_add(acc, x, s) }
+use half::bf16;
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+bf16_entry! {
+    /// `acc[i] = rnd(x0[i] + x1[i])`; the slices are at least `acc`'s length.
+    bf16_add => add(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]);
+    /// `acc[i] = rnd(acc[i] + x[i])`.
+    bf16_add_into => add_into(acc: &mut [bf16], x: &[bf16]);
+    /// `acc[i] = rnd(x[i]·s)`.
+    bf16_scale => scale(acc: &mut [bf16], x: &[bf16], s: bf16);
+    /// `acc[i] = rnd(rnd(x0[i]·s) + x1[i]·s)`, the sum rounded once.
+    bf16_premul_two => premul_two(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16);
+    /// `acc[i] = rnd(acc[i] + x[i]·s)`, rounded once.
+    bf16_premul_add => premul_add(acc: &mut [bf16], x: &[bf16], s: bf16);
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod bf16_v3 {
     use super::super::Arith;
-    use super::half_v3::add_odd;
     use crate::core::datatype::bf16_to_f32;
     use half::bf16;
     use std::arch::x86_64::*;
 
-    /// The 8 bfloat16 of `x` as floats (exact: a shift).
+    /// The top half of a 32-bit lane.
+    const HIGH: i32 = 0xFFFF_0000_u32 as i32;
+
+    /// 16 bfloat16 of `x` as floats (exact): the even-indexed elements'
+    /// lanes and the odd-indexed ones'.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn load(x: &[bf16]) -> __m256 {
-        let x = &x[..8];
-        // SAFETY: `x` holds 8 bfloat16, 16 bytes; the load is unaligned.
-        let h = unsafe { _mm_loadu_si128(x.as_ptr().cast()) };
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    fn load(x: &[bf16]) -> (__m256, __m256) {
+        let x = &x[..16];
+        // SAFETY: `x` holds 16 bfloat16, 32 bytes; the load is unaligned.
+        let v = unsafe { _mm256_loadu_si256(x.as_ptr().cast()) };
+        let even = _mm256_slli_epi32::<16>(v);
+        let odd = _mm256_and_si256(v, _mm256_set1_epi32(HIGH));
+        (_mm256_castsi256_ps(even), _mm256_castsi256_ps(odd))
     }
 
-    /// 8 floats rounded to bfloat16 into the 8 elements of `out`.
+    /// `v` rounded to bfloat16 (to nearest, ties to even) in each lane's
+    /// top half; the low half is left over (see the section's comment).
+    /// `0x7FFF` plus the kept part's last bit is written as `0x8000` minus
+    /// one where that bit is 0: a compare instead of a shift, which ran a
+    /// few percent faster on the project's Zen 1 machine.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn store(out: &mut [bf16], v: __m256) {
-        let out = &mut out[..8];
+    fn round(v: __m256) -> __m256i {
         let bits = _mm256_castps_si256(v);
-        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(1));
-        let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb);
-        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(bits, bias));
-        let quiet = _mm256_or_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(0x40));
-        let magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(i32::MAX));
-        let nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7F80_0000));
-        let code = _mm256_blendv_epi8(rounded, quiet, nan);
-        // 8 codes below 2^16 into 8 halves: pack within each 128-bit
-        // lane, then gather the two lanes' low quarters
-        let packed = _mm256_packus_epi32(code, code);
-        let both = _mm256_permute4x64_epi64::<0b1000>(packed);
-        // SAFETY: `out` holds 8 bfloat16, 16 bytes; the store is unaligned.
-        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm256_castsi256_si128(both)) }
+        let last = _mm256_and_si256(bits, _mm256_set1_epi32(0x1_0000));
+        let even = _mm256_cmpeq_epi32(last, _mm256_setzero_si256());
+        _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x8000)), even)
+    }
+
+    /// [`round`] as a float: the bfloat16 value, exact.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn rounded(v: __m256) -> __m256 {
+        _mm256_castsi256_ps(_mm256_and_si256(round(v), _mm256_set1_epi32(HIGH)))
+    }
+
+    /// The top halves of the even- and odd-indexed lanes of [`load`]'s
+    /// layout into the 16 elements of `out`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn store(out: &mut [bf16], even: __m256i, odd: __m256i) {
+        let out = &mut out[..16];
+        let v = _mm256_blend_epi16::<0xAA>(_mm256_srli_epi32::<16>(even), odd);
+        // SAFETY: `out` holds 16 bfloat16, 32 bytes; the store is unaligned.
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn add(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
+        let whole = acc.len() / 16 * 16;
+        for i in (0..whole).step_by(16) {
+            let (ae, ao) = load(&x0[i..]);
+            let (be, bo) = load(&x1[i..]);
+            store(
+                &mut acc[i..],
+                round(_mm256_add_ps(ae, be)),
+                round(_mm256_add_ps(ao, bo)),
+            );
+        }
+        for i in whole..acc.len() {
+            acc[i] = bf16::add(x0[i], x1[i]);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn add_into(acc: &mut [bf16], x: &[bf16]) {
+        let whole = acc.len() / 16 * 16;
+        for i in (0..whole).step_by(16) {
+            let (ae, ao) = load(&acc[i..]);
+            let (xe, xo) = load(&x[i..]);
+            store(
+                &mut acc[i..],
+                round(_mm256_add_ps(ae, xe)),
+                round(_mm256_add_ps(ao, xo)),
+            );
+        }
+        for i in whole..acc.len() {
+            acc[i] = bf16::add(acc[i], x[i]);
+        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn scale(acc: &mut [bf16], x: &[bf16], s: bf16) {
         let sv = _mm256_set1_ps(bf16_to_f32(s));
-        let whole = acc.len() / 8 * 8;
-        for i in (0..whole).step_by(8) {
+        let whole = acc.len() / 16 * 16;
+        for i in (0..whole).step_by(16) {
             // the product rounded to f32, then to bfloat16, as `mul` does
-            store(&mut acc[i..], _mm256_mul_ps(load(&x[i..]), sv));
+            let (xe, xo) = load(&x[i..]);
+            store(
+                &mut acc[i..],
+                round(_mm256_mul_ps(xe, sv)),
+                round(_mm256_mul_ps(xo, sv)),
+            );
         }
         for i in whole..acc.len() {
             acc[i] = bf16::mul(x[i], s);
         }
     }
 
+    /// Whether the fused step with `s` never needs the error term: `s` a
+    /// power of two, zero, infinite or NaN (no stored significand bits).
+    #[inline(always)]
+    fn short_scalar(s: bf16) -> bool {
+        s.to_bits() & 0x7F == 0
+    }
+
+    /// The fused step on 8 lanes with the scalar `sv` of no significand
+    /// bits: the f32 FMA, rounded (the section's comment says why that is
+    /// rounding once).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn step_short(acc: __m256, x: __m256, sv: __m256) -> __m256i {
+        round(_mm256_fmadd_ps(x, sv, acc))
+    }
+
+    /// The fused step on 8 lanes with any scalar: the rounded bits, and the
+    /// lanes whose midpoint direction this could not settle (movemask
+    /// bits), which the caller computes again with the element step.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn step_any(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) {
+        let s = _mm256_fmadd_ps(x, sv, acc);
+        let bits = _mm256_castps_si256(s);
+        let low = _mm256_and_si256(bits, _mm256_set1_epi32(0xFFFF));
+        let mid = _mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000));
+        if _mm256_testz_si256(mid, mid) == 1 {
+            return (round(s), 0);
+        }
+        // TwoSum: e = acc + p − s exactly, when p = x·s is exact
+        let p = _mm256_mul_ps(x, sv);
+        let bb = _mm256_sub_ps(s, acc);
+        let e = _mm256_add_ps(
+            _mm256_sub_ps(acc, _mm256_sub_ps(s, bb)),
+            _mm256_sub_ps(p, bb),
+        );
+        // p is exact in f32 when it is at least 2^-134 (its 16 bits then
+        // reach no lower than 2^-149) and finite
+        let pm = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
+        let p_ok = _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_GE_OQ>(pm, _mm256_set1_ps(f32::from_bits(1 << 15))),
+            _mm256_cmp_ps::<_CMP_LT_OQ>(pm, _mm256_set1_ps(f32::INFINITY)),
+        );
+        let unsettled = _mm256_andnot_ps(p_ok, _mm256_castsi256_ps(mid));
+        // at a midpoint that is not the exact value, one f32 unit towards
+        // it: +1 on the bits when e has s's sign (away from zero), else −1
+        let inexact = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_OQ>(e, _mm256_setzero_ps()));
+        let signs = _mm256_xor_si256(_mm256_castps_si256(e), bits);
+        let step = _mm256_or_si256(_mm256_srai_epi32::<31>(signs), _mm256_set1_epi32(1));
+        let delta = _mm256_and_si256(_mm256_and_si256(mid, inexact), step);
+        let stepped = _mm256_castsi256_ps(_mm256_add_epi32(bits, delta));
+        (round(stepped), _mm256_movemask_ps(unsettled))
+    }
+
+    /// `premul_two` for 16 elements from `i`, with the step `step`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn premul_two_16<const SHORT: bool>(
+        acc: &mut [bf16],
+        x0: &[bf16],
+        x1: &[bf16],
+        i: usize,
+        s: bf16,
+        sv: __m256,
+    ) {
+        let (ae, ao) = load(&x0[i..]);
+        let (ae, ao) = (
+            rounded(_mm256_mul_ps(ae, sv)),
+            rounded(_mm256_mul_ps(ao, sv)),
+        );
+        let (xe, xo) = load(&x1[i..]);
+        if SHORT {
+            store(
+                &mut acc[i..],
+                step_short(ae, xe, sv),
+                step_short(ao, xo, sv),
+            );
+            return;
+        }
+        let (re, ue) = step_any(ae, xe, sv);
+        let (ro, uo) = step_any(ao, xo, sv);
+        store(&mut acc[i..], re, ro);
+        if ue | uo != 0 {
+            for k in i..i + 16 {
+                acc[k] = bf16::premul_add(bf16::mul(x0[k], s), x1[k], s);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn premul_two(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
+        let sv = _mm256_set1_ps(bf16_to_f32(s));
+        let whole = acc.len() / 16 * 16;
+        if short_scalar(s) {
+            for i in (0..whole).step_by(16) {
+                premul_two_16::<true>(acc, x0, x1, i, s, sv);
+            }
+        } else {
+            for i in (0..whole).step_by(16) {
+                premul_two_16::<false>(acc, x0, x1, i, s, sv);
+            }
+        }
+        for i in whole..acc.len() {
+            acc[i] = bf16::premul_add(bf16::mul(x0[i], s), x1[i], s);
+        }
+    }
+
+    /// `premul_add` for 16 elements from `i`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn premul_add_16<const SHORT: bool>(
+        acc: &mut [bf16],
+        x: &[bf16],
+        i: usize,
+        s: bf16,
+        sv: __m256,
+    ) {
+        let (ae, ao) = load(&acc[i..]);
+        let (xe, xo) = load(&x[i..]);
+        if SHORT {
+            store(
+                &mut acc[i..],
+                step_short(ae, xe, sv),
+                step_short(ao, xo, sv),
+            );
+            return;
+        }
+        let (re, ue) = step_any(ae, xe, sv);
+        let (ro, uo) = step_any(ao, xo, sv);
+        if ue | uo == 0 {
+            store(&mut acc[i..], re, ro);
+        } else {
+            for k in i..i + 16 {
+                acc[k] = bf16::premul_add(acc[k], x[k], s);
+            }
+        }
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn premul_add(acc: &mut [bf16], x: &[bf16], s: bf16) {
-        let sw = bf16_to_f32(s);
-        let sv = _mm256_set1_ps(sw);
-        // a zero, infinite or NaN scalar makes every product exactly what
-        // f32 computes
-        let any_product = if sw == 0.0 || !sw.is_finite() { -1 } else { 0 };
-        let always = _mm256_castsi256_ps(_mm256_set1_epi32(any_product));
-        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
-        let inf = _mm256_set1_ps(f32::INFINITY);
-        let min = _mm256_set1_ps(f32::MIN_POSITIVE);
-        let whole = acc.len() / 8 * 8;
-        for i in (0..whole).step_by(8) {
-            let xv = load(&x[i..]);
-            let p = _mm256_mul_ps(xv, sv);
-            // exact in f32: normal and finite, or x zero, infinite or NaN
-            let pm = _mm256_and_ps(p, abs);
-            let in_range = _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_GE_OQ>(pm, min),
-                _mm256_cmp_ps::<_CMP_LT_OQ>(pm, inf),
-            );
-            let x_zero = _mm256_cmp_ps::<_CMP_EQ_OQ>(xv, _mm256_setzero_ps());
-            let x_special = _mm256_cmp_ps::<_CMP_NLT_UQ>(_mm256_and_ps(xv, abs), inf);
-            let exact = _mm256_or_ps(
-                _mm256_or_ps(in_range, always),
-                _mm256_or_ps(x_zero, x_special),
-            );
-            if _mm256_movemask_ps(exact) == 0xFF {
-                let r = add_odd(load(&acc[i..]), p);
-                store(&mut acc[i..], r);
-            } else {
-                for k in i..i + 8 {
-                    acc[k] = bf16::premul_add(acc[k], x[k], s);
-                }
+        let sv = _mm256_set1_ps(bf16_to_f32(s));
+        let whole = acc.len() / 16 * 16;
+        if short_scalar(s) {
+            for i in (0..whole).step_by(16) {
+                premul_add_16::<true>(acc, x, i, s, sv);
+            }
+        } else {
+            for i in (0..whole).step_by(16) {
+                premul_add_16::<false>(acc, x, i, s, sv);
             }
         }
         for i in whole..acc.len() {
