@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Prints, per size: the store's messages and bytes per round (in and out)
-//! and the judge's, for watch mode by hosts (and flat, every rank its own
+//! and the judge's, and the set-up's once, for watch mode by hosts (and flat, every rank its own
 //! host, with `--flat`); then, per bug class, the time from the call that
 //! made it to the last rank hearing the failure, and the words; it exits
 //! 1 when a bug is not named on every rank or a correct run is. The
@@ -138,6 +138,8 @@ struct Outcome {
     rounds: u64,
     /// from the bug's call to the last rank hearing it, and the words
     heard: Option<(Duration, String)>,
+    /// the set-up's requests and bytes at the store
+    setup: (u64, u64),
     /// ranks that heard a failure (with no bug: false alarms)
     alarms: usize,
     hosts: usize,
@@ -157,6 +159,7 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
     let start = Arc::new(Barrier::new(n));
     let made = Arc::new(Mutex::new(None::<Instant>));
     let stop = Arc::new(AtomicBool::new(false));
+    let setups = Arc::new(Mutex::new(Vec::<(u64, u64)>::new()));
     // the bug is made 1 s into the run
     let at_step = 100;
     let threads: Vec<_> = (0..n)
@@ -169,6 +172,8 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
                 stop.clone(),
             );
             let (requests, bytes) = (requests[r].clone(), bytes[r].clone());
+            let counted = (requests.clone(), bytes.clone());
+            let setups = setups.clone();
             let bug = bug.to_string();
             std::thread::spawn(move || -> (u64, Option<(Instant, String)>) {
                 let deadline = Instant::now() + Duration::from_secs(120);
@@ -190,6 +195,12 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
                 let mut t = Track::new(r, n);
                 let mut ask = Ask::default();
                 start.wait();
+                // the rounds' traffic only: the set-up's is counted apart
+                let setup = (
+                    counted.0.swap(0, Ordering::Relaxed),
+                    counted.1.swap(0, Ordering::Relaxed),
+                );
+                setups.lock().unwrap().push(setup);
                 let t0 = Instant::now();
                 let mut next_round = t0 + Duration::from_millis(100);
                 let mut i = 0u64;
@@ -250,7 +261,13 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
         _ => None,
     };
     let alarms = results.iter().filter(|r| r.1.is_some()).count();
+    let setup = setups
+        .lock()
+        .unwrap()
+        .iter()
+        .fold((0, 0), |t, s| (t.0 + s.0, t.1 + s.1));
     Outcome {
+        setup,
         alarms,
         store: (
             total_req as f64 / rounds as f64,
@@ -293,18 +310,29 @@ fn main() {
         println!();
         println!("load per round, no bug ({seconds} s each):");
         println!(
-            "{:>6} {:>6} {:>6} | {:>14} {:>14} | {:>14} {:>14}",
-            "ranks", "hosts", "rounds", "store req", "store bytes", "judge req", "judge bytes"
+            "{:>6} {:>6} {:>6} | {:>14} {:>14} | {:>14} {:>14} | {:>12} {:>12}",
+            "ranks",
+            "hosts",
+            "rounds",
+            "store req",
+            "store bytes",
+            "judge req",
+            "judge bytes",
+            "set-up req",
+            "set-up bytes"
         );
         for &n in &sizes {
             for f in if flat { vec![false, true] } else { vec![false] } {
                 let o = run(n, per_host, seconds, "none", f);
                 if o.alarms > 0 {
-                    println!("{n} ranks: a correct program was named on {} ranks", o.alarms);
+                    println!(
+                        "{n} ranks: a correct program was named on {} ranks",
+                        o.alarms
+                    );
                     failed = true;
                 }
                 println!(
-                    "{:>6} {:>6} {:>6} | {:>14.1} {:>14.0} | {:>14.1} {:>14.0}{}",
+                    "{:>6} {:>6} {:>6} | {:>14.1} {:>14.0} | {:>14.1} {:>14.0} | {:>12} {:>12}{}",
                     n,
                     o.hosts,
                     o.rounds,
@@ -312,6 +340,8 @@ fn main() {
                     o.store.1,
                     o.judge.0,
                     o.judge.1,
+                    o.setup.0,
+                    o.setup.1,
                     if f { "  (flat)" } else { "" }
                 );
             }
