@@ -292,6 +292,39 @@ fn local_mode_forwards_the_mismatch_and_the_journals_still_convict_it() {
 }
 
 #[test]
+fn watch_mode_forwards_the_mismatch_names_it_on_every_rank_and_convicts_it() {
+    let m = meet();
+    let r = check(
+        &[
+            "--mode",
+            "watch",
+            "--",
+            &launch(),
+            &rank(),
+            m.path().to_str().unwrap(),
+            "count",
+            "0",
+        ],
+        &[("RANKWISE_STANDIN_TIMEOUT", "2")],
+    );
+    assert_eq!(r.code(), Some(3), "{}", r.show());
+    // the call reached the stand-in, and the ranks' rounds named it meanwhile
+    for k in 0..RANKS {
+        let line = format!(
+            "rankwise: ncclInvalidUsage on rank {k}: watch: collective launch 2 on this communicator differs: AllReduce #1: count differs: ranks 0,1,3 pass 4, rank 2 passes 5"
+        );
+        assert!(r.stderr().contains(&line), "rank {k}: {}", r.show());
+    }
+    assert!(
+        r.ours()
+            .iter()
+            .any(|l| l.starts_with("rankwise check: contract violation: ") && l.contains("rank 2")),
+        "{}",
+        r.show()
+    );
+}
+
+#[test]
 fn the_launchers_own_preload_is_kept_behind_the_checker() {
     let cc = |name: &str, dir: &Path| {
         let src = dir.join(format!("{name}.c"));
