@@ -9,6 +9,9 @@
 #   scripts/interpose_gpu.sh --serial  the programs with LD_PRELOAD only, one
 #                                      at a time, so each job's wall time is its
 #                                      own (runs/times-serial.log)
+#   scripts/interpose_gpu.sh --watch   every program with LD_PRELOAD and
+#                                      RANKWISE_CHECK=watch, all at once
+#                                      (runs/times-watch.log)
 #   scripts/interpose_gpu.sh --baselines "root isend a2a"
 #                                      the named programs without LD_PRELOAD and
 #                                      under TORCH_DISTRIBUTED_DEBUG=DETAIL, all
@@ -16,12 +19,14 @@
 set -u
 cd "$(dirname "$0")/.."
 serial=0
+watch=0
 baselines=""
 case "${1:-}" in
   --serial) serial=1 ;;
+  --watch) watch=1 ;;
   --baselines) baselines=${2:?--baselines needs the programs, e.g. "root isend"} ;;
   "") ;;
-  *) echo "usage: $0 [--serial | --baselines PROGRAMS]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--serial | --watch | --baselines PROGRAMS]" >&2; exit 2 ;;
 esac
 out=${OUT:-/tmp}/runs
 mkdir -p "$out"
@@ -44,6 +49,16 @@ if [ -n "$baselines" ]; then
   done
   wait
   cat "$out/times-baselines.log"
+  exit 0
+fi
+if [ "$watch" = 1 ]; then
+  : > "$out/times-watch.log"
+  for bug in $bugs; do
+    one times-watch.log "watch-$bug" LD_PRELOAD="$so" RANKWISE_NCCL_LIBRARY="$lib" RANKWISE_TIMEOUT=10 \
+      RANKWISE_CHECK=watch python3 scripts/interpose_bugs.py $bug --timeout 25 &
+  done
+  wait
+  cat "$out/times-watch.log"
   exit 0
 fi
 if [ "$serial" = 1 ]; then
