@@ -263,27 +263,13 @@ impl Watcher {
                 .collect()
         };
         let verdict = judge.judge(&all);
-        let bytes = verdict.encode();
-        let keys: Vec<String> = (1..self.hosts.len())
-            .map(|h| keys::watch_verdict(&self.key, self.round, &h.to_string()))
-            .collect();
-        let pairs: Vec<[usize; 2]> = (1..self.hosts.len())
-            .map(|h| [owners[0], owners[h]])
-            .collect();
-        let items: Vec<Item<'_>> = keys
-            .iter()
-            .zip(&pairs)
-            .map(|(key, owners)| Item {
-                key,
-                owners,
-                me: 0,
-                value: Some(&bytes),
-                read: Read::Never,
+        let to: Vec<(String, [usize; 2])> = (1..self.hosts.len())
+            .map(|h| {
+                let key = keys::watch_verdict(&self.key, self.round, &h.to_string());
+                (key, [owners[0], owners[h]])
             })
             .collect();
-        if !items.is_empty() {
-            self.chan.exchange(&items, None, deadline)?;
-        }
+        self.send(&verdict, &to, deadline)?;
         Ok(verdict)
     }
 
@@ -397,17 +383,27 @@ impl Watcher {
         if let Some(lane) = &self.lane {
             return self.lane_post(lane, self.seqs().1, &bytes);
         }
-        let keys: Vec<String> = mine[1..]
+        let to: Vec<(String, [usize; 2])> = mine[1..]
             .iter()
-            .map(|r| keys::watch_verdict(&self.key, self.round, &format!("m{r}")))
+            .map(|r| {
+                let key = keys::watch_verdict(&self.key, self.round, &format!("m{r}"));
+                (key, [self.owners[mine[0]], self.owners[*r]])
+            })
             .collect();
-        let pairs: Vec<[usize; 2]> = mine[1..]
+        self.send(verdict, &to, deadline)
+    }
+
+    /// `verdict` into each exchange of `to` (its key, and the owners of
+    /// the sender and the one who reads it), in one request.
+    fn send(
+        &self,
+        verdict: &Verdict,
+        to: &[(String, [usize; 2])],
+        deadline: Instant,
+    ) -> Result<()> {
+        let bytes = verdict.encode();
+        let items: Vec<Item<'_>> = to
             .iter()
-            .map(|r| [self.owners[mine[0]], self.owners[*r]])
-            .collect();
-        let items: Vec<Item<'_>> = keys
-            .iter()
-            .zip(&pairs)
             .map(|(key, owners)| Item {
                 key,
                 owners,
@@ -416,7 +412,10 @@ impl Watcher {
                 read: Read::Never,
             })
             .collect();
-        self.chan.exchange(&items, None, deadline).map(|_| ())
+        if !items.is_empty() {
+            self.chan.exchange(&items, None, deadline)?;
+        }
+        Ok(())
     }
 
     /// A host's other rank: the verdict from its leader.

@@ -310,6 +310,38 @@ proptest::proptest! {
     }
 }
 
+/// Rank `r` of `n` makes 5 AllReduces of count 8 between rounds, except
+/// that in round `bad.0` its call `bad.1` has count `bad.3` on rank
+/// `bad.2`; rounds go on until the verdict names a failure: it, and the
+/// round it came in.
+fn until_named(
+    w: &mut Watcher,
+    r: usize,
+    n: usize,
+    bad: (u64, u64, usize, usize),
+) -> ((String, String), u64) {
+    let mut t = Track::new(r, n);
+    let mut ask = Ask::default();
+    for round in 0..40u64 {
+        // the program goes on making calls between rounds
+        for i in 0..5 {
+            let count = if (round, i, r) == (bad.0, bad.1, bad.2) {
+                bad.3
+            } else {
+                8
+            };
+            t.fold(&coll(round * 5 + i, Func::AllReduce, count));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let v = w.round(&t.summary(&ask), deadline).unwrap();
+        if let Some(f) = v.failure {
+            return (f, round);
+        }
+        ask = v.ask;
+    }
+    panic!("rank {r} heard no failure");
+}
+
 /// The rounds over a real store, ranks as threads: a count mismatch made
 /// mid-run is named on every rank.
 #[test]
@@ -321,22 +353,7 @@ fn every_rank_hears_the_failure_through_the_store() {
             let chan: std::sync::Arc<dyn crate::transport::store::SideChannel> = store.clone();
             std::thread::spawn(move || {
                 let mut w = Watcher::new(chan, "cw".into(), (0..n).collect(), r);
-                let mut t = Track::new(r, n);
-                let mut ask = Ask::default();
-                for round in 0..40u64 {
-                    // the program goes on making calls between rounds
-                    for i in 0..5 {
-                        let count = if round == 7 && i == 3 && r == 1 { 9 } else { 8 };
-                        t.fold(&coll(round * 5 + i, Func::AllReduce, count));
-                    }
-                    let deadline = Instant::now() + Duration::from_secs(20);
-                    let v = w.round(&t.summary(&ask), deadline).unwrap();
-                    if let Some(f) = v.failure {
-                        return (f, round);
-                    }
-                    ask = v.ask;
-                }
-                panic!("rank {r} heard no failure");
+                until_named(&mut w, r, n, (7, 3, 1, 9))
             })
         })
         .collect();
@@ -433,21 +450,7 @@ fn hosts_hear(lanes: bool) {
                 )
                 .unwrap();
                 assert_eq!(w.hosts(), &[vec![0, 1, 2], vec![3, 4], vec![5, 6, 7]]);
-                let mut t = Track::new(r, n);
-                let mut ask = Ask::default();
-                for round in 0..40u64 {
-                    for i in 0..5 {
-                        let count = if round == 6 && i == 2 && r == 4 { 3 } else { 8 };
-                        t.fold(&coll(round * 5 + i, Func::AllReduce, count));
-                    }
-                    let deadline = Instant::now() + Duration::from_secs(20);
-                    let v = w.round(&t.summary(&ask), deadline).unwrap();
-                    if let Some(f) = v.failure {
-                        return (f, round);
-                    }
-                    ask = v.ask;
-                }
-                panic!("rank {r} heard no failure");
+                until_named(&mut w, r, n, (6, 2, 4, 3))
             })
         })
         .collect();
