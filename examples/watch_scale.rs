@@ -19,70 +19,15 @@
 //! machine's cores are shared by every rank: on 2 cores 256 ranks take
 //! turns, and the times say so.
 
+#[path = "support/counted.rs"]
+mod counted;
+use counted::Counted;
 use rankwise::agreement::watch::{Ask, Summary, Track, Verdict, Watcher};
-use rankwise::core::{Call, DataType, Func, Launch, RedOp, Result as RwResult};
-use rankwise::transport::store::{Client, Hub, Item, Key, Share, SideChannel};
+use rankwise::core::{Call, DataType, Func, Launch, RedOp};
+use rankwise::transport::store::{Client, Hub, Key, SideChannel};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
-
-/// A rank's connection, counting what it carries.
-struct Counted {
-    inner: Client,
-    requests: Arc<AtomicU64>,
-    bytes: Arc<AtomicU64>,
-}
-
-fn item_bytes(items: &[Item<'_>]) -> u64 {
-    items
-        .iter()
-        .map(|i| (i.key.len() + 8 * i.owners.len() + i.value.map_or(0, <[u8]>::len) + 16) as u64)
-        .sum()
-}
-
-impl SideChannel for Counted {
-    fn set(&self, key: &str, value: &[u8]) -> RwResult<()> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        self.bytes
-            .fetch_add((key.len() + value.len()) as u64, Ordering::Relaxed);
-        self.inner.set(key, value)
-    }
-    fn get(
-        &self,
-        key: &str,
-        owner: usize,
-        deadline: Instant,
-    ) -> RwResult<Result<Vec<u8>, rankwise::transport::store::Missing>> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let r = self.inner.get(key, owner, deadline)?;
-        let n = key.len() + r.as_ref().map_or(0, Vec::len);
-        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(r)
-    }
-    fn finish(&self, rank: usize, error: Option<&str>) -> RwResult<()> {
-        self.inner.finish(rank, error)
-    }
-    fn exchange(
-        &self,
-        items: &[Item<'_>],
-        note: Option<(usize, &[u8])>,
-        deadline: Instant,
-    ) -> RwResult<Vec<Vec<Share>>> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let answer = self.inner.exchange(items, note, deadline)?;
-        let back: usize = answer
-            .iter()
-            .flatten()
-            .map(|s| s.as_ref().map_or(8, |v| v.len() + 8))
-            .sum();
-        self.bytes
-            .fetch_add(item_bytes(items) + back as u64, Ordering::Relaxed);
-        Ok(answer)
-    }
-    fn last_note(&self, owner: usize) -> RwResult<Option<Vec<u8>>> {
-        self.inner.last_note(owner)
-    }
-}
 
 fn call(func: Func, count: usize, root: usize) -> Call {
     Call {
@@ -188,7 +133,7 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
                 let mut w = if flat {
                     Watcher::new(chan, "scale".into(), owners, r)
                 } else {
-                    let id = rankwise::agreement::watch::hosts::identity(&dir.to_string_lossy());
+                    let id = rankwise::agreement::tier::identity(dir);
                     Watcher::with_hosts(chan, "scale".into(), owners, r, id, Some(dir), deadline)
                         .unwrap()
                 };

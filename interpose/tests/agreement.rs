@@ -178,6 +178,49 @@ fn ranks_on_one_host_agree_through_shared_memory_unless_told_not_to() {
     }
 }
 
+/// Ranks on two simulated hosts: each host's ranks agree on a lane of
+/// their own and one leader per host through the store, and a mismatch
+/// reads as it does on one host, on every rank; a rank that never comes
+/// is named with where it was last, which its host's leader saw.
+#[test]
+fn ranks_on_several_hosts_agree_through_their_host_leaders() {
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = dir.path().join("journal.%p.log");
+    let env = [
+        ("RANKWISE_DEBUG", "INFO"),
+        ("RANKWISE_DEBUG_FILE", pattern.to_str().unwrap()),
+    ];
+    let run = run_on_hosts("count", 4, 2, &env);
+    run.assert_ok();
+    for r in 0..4 {
+        let head = run.errors(r)[0]
+            .split(" (comm ")
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            head,
+            format!(
+                "rankwise: ncclInvalidUsage on rank {r}: AllReduce #0: count differs: ranks 0,1,3 pass 4, rank 2 passes 5 [ranks 0,1,3: AllReduce count 4 int32 sum; rank 2: AllReduce count 5 int32 sum]"
+            )
+        );
+    }
+    let j = journals(dir.path());
+    let line = "through shared memory on each of its 2 hosts, and the store at 127.0.0.1:";
+    assert_eq!(j.matches(line).count(), 4, "{j}");
+    let run = run_on_hosts("late", 4, 2, &[("RANKWISE_TIMEOUT", "2")]);
+    run.assert_ok();
+    for r in 0..3 {
+        let e = run.errors(r).join("\n");
+        assert!(
+            e.contains(&format!(
+                "on rank {r}: rank 3 did not enter AllReduce #1 within 2s [rank 3 was last in AllReduce (opCount 0)]"
+            )),
+            "rank {r}: {e}"
+        );
+    }
+}
+
 #[test]
 fn a_rank_that_finished_ends_the_wait_at_once() {
     let run = run("late", 4, true, &[("RANKWISE_TEST_LEAVE", "1")]);

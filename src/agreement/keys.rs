@@ -86,3 +86,43 @@ pub fn watch_lane(comm: &str, leader: usize) -> String {
 pub fn watch_overflow(comm: &str, rank: usize, seq: u64) -> String {
     format!("{comm}/wover{}.r{rank}", seq % 2)
 }
+
+/// The tier of strict mode across hosts (`super::tier`): its name under
+/// the communicator's, under which the names below go.
+pub fn tier(comm: &str) -> String {
+    format!("{comm}/t")
+}
+
+/// The tier's set-up: every rank's host identity.
+pub fn tier_hosts(tier: &str) -> String {
+    format!("{tier}/hosts")
+}
+
+/// The name under which the ranks of the host led by `leader` set up
+/// their lane.
+pub fn tier_lane(tier: &str, leader: usize) -> String {
+    format!("{tier}/lane{leader}")
+}
+
+/// Round `round` among the ranks of the host led by `leader`, when they
+/// have no lane.
+pub fn tier_host(tier: &str, leader: usize, round: u64) -> String {
+    format!("{tier}/h{leader}.{round}")
+}
+
+/// Round `round` among the host leaders: each one's table for the judge.
+pub fn tier_up(tier: &str, round: u64) -> String {
+    format!("{tier}/u{round}")
+}
+
+/// Round `round`'s answer for `party` (a host's index among the leaders,
+/// or `m` and a rank for a host's rank without a lane).
+pub fn tier_down(tier: &str, round: u64, party: &str) -> String {
+    format!("{tier}/d{round}.{party}")
+}
+
+/// `rank`'s post of lane round `seq` too large for a slot (two per rank,
+/// written over as the lane's slots are).
+pub fn tier_overflow(tier: &str, rank: usize, seq: u64) -> String {
+    format!("{tier}/over{}.r{rank}", seq % 2)
+}

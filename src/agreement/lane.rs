@@ -12,7 +12,7 @@ use crate::core::{Error, Result};
 use crate::transport::lane::{Lane, Part, Stopped, Waited, join_with};
 use crate::transport::store::{Item, Missing, Read, Share, SideChannel};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Sets up the lane for rank `rank` of the communicator named `key`, whose
 /// store owners are `owners`, through `chan`: the lane when every rank
@@ -70,10 +70,44 @@ pub(super) fn post(r: &Round<'_>) -> Result<()> {
 }
 
 /// Whether rank `rank` has left, as the store says: its owner finished.
-fn gone(link: &Link, rank: usize) -> Option<(usize, Missing)> {
+pub(super) fn gone(link: &Link, rank: usize) -> Option<(usize, Missing)> {
     match link.get(&keys::gone(&link.key), link.owner(rank), Instant::now()) {
         Ok(Err(m @ Missing::Finished { .. })) => Some((rank, m)),
         _ => None,
+    }
+}
+
+/// The longest a lane wait goes without asking the store who left.
+const ASK_AT_MOST: Duration = Duration::from_millis(200);
+
+/// When a lane wait asks the store which of the ranks it waits for left:
+/// at its first tick, then 10 ms later, doubling up to [`ASK_AT_MOST`].
+/// Each question is a request per missing rank, so a long wait of many
+/// ranks (64 on 2 cores take turns for ms) must not ask at every tick.
+pub(super) struct Asking {
+    next: Option<Instant>,
+    gap: Duration,
+}
+
+impl Default for Asking {
+    fn default() -> Asking {
+        Asking {
+            next: None,
+            gap: Duration::from_millis(10),
+        }
+    }
+}
+
+impl Asking {
+    /// Whether to ask now (and, if so, when next).
+    pub(super) fn due(&mut self) -> bool {
+        let now = Instant::now();
+        if self.next.is_some_and(|t| now < t) {
+            return false;
+        }
+        self.next = Some(now + self.gap);
+        self.gap = (self.gap * 2).min(ASK_AT_MOST);
+        true
     }
 }
 
@@ -97,11 +131,21 @@ pub(super) fn shares(
     deadline: Instant,
 ) -> Result<Vec<Share>> {
     let link = r.link;
+    let mut asking = Asking::default();
     let waited = lane.wait(seq, deadline, |missing| {
         if let Some(e) = link.watch.as_ref().and_then(|w| w.stopped()) {
             return Some(Ended::Stopped(e));
         }
-        let left: Vec<(usize, Missing)> = missing.iter().filter_map(|&q| gone(link, q)).collect();
+        if !asking.due() {
+            return None;
+        }
+        // a rank may post, finish the round and leave between the look at
+        // its slot and the store's answer: it left only if it never posted
+        let left: Vec<(usize, Missing)> = missing
+            .iter()
+            .filter_map(|&q| gone(link, q))
+            .filter(|(q, _)| lane.read(*q, seq).is_none())
+            .collect();
         (!left.is_empty()).then_some(Ended::Left(left))
     });
     let parts: Vec<std::result::Result<Part, Missing>> = match waited {

@@ -51,6 +51,7 @@ fn collectives(link: &Link, me: usize, seq: u64, value: Vec<u8>) -> Posting {
         party: me,
         value,
         lane_round: link.lane.is_some().then_some(seq),
+        tier_round: (link.lane.is_none() && link.tier.is_some()).then_some(seq),
     }
 }
 
@@ -97,6 +98,7 @@ fn post(p: &mut Peers, l: &Launch, refused: Option<&str>) -> Result<InFlight, Er
                 None => pairs::encode_side(sd),
             },
             lane_round: None,
+            tier_round: None,
         });
     }
     f.sides = sides;

@@ -48,9 +48,10 @@ pub fn whereabouts(link: &Link, missing: &[usize]) -> String {
     missing
         .iter()
         .map(|r| {
-            let note = match &link.lane {
-                Some(lane) => lane.note(*r),
-                None => link.last_note(link.owners[*r]).ok().flatten(),
+            let note = match (&link.lane, &link.tier) {
+                (Some(lane), _) => lane.note(*r),
+                (None, Some(tier)) => tier.note(*r),
+                (None, None) => link.last_note(link.owners[*r]).ok().flatten(),
             };
             match note {
                 Some(b) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),

@@ -48,6 +48,7 @@ pub mod missing;
 pub mod pairs;
 mod round;
 pub mod stop;
+pub mod tier;
 mod verdicts;
 pub mod watch;
 
@@ -76,6 +77,10 @@ pub struct Link {
     /// The lane through shared memory, when every rank is on this host: a
     /// launch's collectives agree there instead of in the store.
     pub lane: Option<Lane>,
+    /// The ranks grouped by host, when they span hosts and some share one
+    /// ([`tier`]): a launch's collectives agree through the host leaders
+    /// instead of every rank in the store.
+    pub tier: Option<Box<tier::Tier>>,
     /// What ends this communicator's waits from outside (None: only their
     /// deadlines end them).
     stop: Option<Stop>,
@@ -90,6 +95,7 @@ impl Link {
             key,
             owners,
             lane: None,
+            tier: None,
             stop: None,
             watch: None,
         }
@@ -113,8 +119,9 @@ impl Link {
     }
 
     /// Sets up the lane when every rank of the communicator can map it
-    /// ([`lane::join`]). Every rank must call it at the same point, after
-    /// no launch or after the same ones.
+    /// ([`lane::join`]), else the tier when the ranks span hosts and some
+    /// share one ([`tier::Tier::join`]). Every rank must call it at the
+    /// same point, after no launch or after the same ones.
     pub fn join_lane(&mut self, me: usize, wanted: bool, deadline: Instant) {
         // counted in flight: a rank that leaves meanwhile says so elsewhere
         let _busy = match &self.stop {
@@ -124,8 +131,9 @@ impl Link {
             },
             None => None,
         };
+        let dir = crate::transport::lane::segment_dir();
         self.lane = lane::join(
-            &crate::transport::lane::segment_dir(),
+            &dir,
             &*self.chan,
             &self.key,
             me,
@@ -133,6 +141,15 @@ impl Link {
             wanted,
             deadline,
         );
+        if self.lane.is_none() && self.owners.len() > 2 {
+            let id = tier::identity(&dir);
+            self.tier = tier::Tier::join(self, me, id, &dir, wanted, deadline).map(Box::new);
+        }
+    }
+
+    /// The error of this launch's stop, once it is raised.
+    fn stopped(&self) -> Option<Error> {
+        self.watch.as_ref().and_then(|w| w.stopped())
     }
 
     /// Rank `rank`'s owner id in the store.

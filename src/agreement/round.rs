@@ -4,10 +4,14 @@
 //! rank reads comes back. A group across communicators posts on every one
 //! before it reads any, so ranks that list them in different orders (or
 //! whose communicators use different stores) do not wait on each other.
+//! A communicator whose ranks span hosts ([`super::tier`]) takes its
+//! collectives up and down its tier instead, each step on every
+//! communicator before the next.
 
+use super::tier::{Absent, Table, Tier};
 use super::{Link, lane};
-use crate::core::Result;
-use crate::transport::store::{Item, Read, Share};
+use crate::core::{Error, ErrorKind, Result, wire};
+use crate::transport::store::{Item, Missing, Read, Share};
 use std::time::Instant;
 
 /// The store owners of an exchange's parties.
@@ -27,6 +31,8 @@ pub struct Posting {
     pub value: Vec<u8>,
     /// the lane round that carries it instead of the store
     pub lane_round: Option<u64>,
+    /// the tier round that carries it instead of the store
+    pub tier_round: Option<u64>,
 }
 
 impl Posting {
@@ -79,22 +85,139 @@ pub fn exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<S
 fn post_and_read(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<Share>>>> {
     for r in rounds {
         lane::post(r)?;
+        if let (Some(t), Some(note)) = (&r.link.tier, r.note) {
+            t.set_note(note);
+        }
+        if let Some((t, p, seq)) = tiered(r) {
+            t.tell(r.link, seq, &p.value, r.note)?;
+        }
     }
     let mut stored = store_exchange(rounds, deadline)?.into_iter();
+    let mut up_and_down = tiers(rounds, deadline)?.into_iter();
     rounds
         .iter()
         .map(|r| {
             let mut from_store = stored.next().unwrap_or_default().into_iter();
+            let mut from_tier = up_and_down.next().flatten();
             r.postings
                 .iter()
-                .map(|p| match (p.lane_round, &r.link.lane) {
-                    (Some(seq), Some(on)) if r.reads => lane::shares(r, on, seq, deadline),
-                    (Some(_), _) => Ok(Vec::new()),
-                    (None, _) => Ok(from_store.next().unwrap_or_default()),
+                .map(|p| match (p.lane_round, &r.link.lane, p.tier_round) {
+                    (Some(seq), Some(on), _) if r.reads => lane::shares(r, on, seq, deadline),
+                    (Some(_), _, _) => Ok(Vec::new()),
+                    (None, _, Some(_)) if r.reads => Ok(from_tier.take().unwrap_or_default()),
+                    (None, _, Some(_)) => Ok(Vec::new()),
+                    (None, _, None) => Ok(from_store.next().unwrap_or_default()),
                 })
                 .collect()
         })
         .collect()
+}
+
+/// A round's posting that goes up its communicator's tier, with the tier
+/// and the tier round.
+fn tiered<'a>(r: &Round<'a>) -> Option<(&'a Tier, &'a Posting, u64)> {
+    let t: &Tier = r.link.tier.as_deref()?;
+    r.postings
+        .iter()
+        .find_map(|p| p.tier_round.map(|seq| (t, p, seq)))
+}
+
+/// Why a rank this one waited on up or down the tier did not answer.
+fn absent(what: &str, (rank, m): Absent) -> Error {
+    match m {
+        Missing::Timeout => Error::new(ErrorKind::Timeout, format!("rank {rank} {what} in time")),
+        Missing::Finished { reason: None } => Error::new(
+            ErrorKind::Deadlock,
+            format!("rank {rank} finished its program: it {what}"),
+        ),
+        Missing::Finished { reason: Some(why) } => {
+            Error::new(ErrorKind::RemoteError, format!("rank {rank} failed: {why}"))
+        }
+    }
+}
+
+/// Every rank's share of each round's tier posting (None for a round
+/// without one), the steps of [`super::tier`] made on every communicator
+/// before the next step.
+fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share>>>> {
+    let on: Vec<Option<(&Tier, &Posting, u64)>> = rounds.iter().map(tiered).collect();
+    let many = on.iter().flatten().count() > 1;
+    let read = if many { Read::Later } else { Read::Now };
+    let judge_gone =
+        |a| wire::encode_notice(&absent("judges the hosts' posts and did not answer", a).message);
+    // leaders: their host's table up to the judge (and, on a round of one
+    // communicator, the judge's answer back in the same request)
+    let mut ups: Vec<Option<Vec<Share>>> = vec![None; rounds.len()];
+    let mut answers: Vec<Option<Vec<u8>>> = vec![None; rounds.len()];
+    for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
+        let Some((t, p, seq)) = t else { continue };
+        if t.is_leader() {
+            let table = t.gather(r.link, *seq, &p.value, deadline)?;
+            if many || t.is_judge() {
+                ups[i] = t.up(r.link, *seq, &table, (read, r.note), deadline)?;
+            } else {
+                let heard = t.up_and_hear(r.link, *seq, &table, r.note, deadline)?;
+                answers[i] = Some(heard.unwrap_or_else(judge_gone));
+            }
+        }
+    }
+    // the judge: every host's tables merged, and down to every leader
+    let mut out: Vec<Option<Vec<Share>>> = vec![None; rounds.len()];
+    for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
+        let Some((t, _, seq)) = t else { continue };
+        if t.is_judge() {
+            let ups = match ups[i].take() {
+                Some(u) => u,
+                None => t.judge_read(r.link, *seq, deadline)?,
+            };
+            let table: Table = t.merge(r.link, ups);
+            let bytes = table.encode();
+            t.down(r.link, *seq, &table)?;
+            t.keep_notes(&table);
+            out[i] = Some(table.shares);
+            answers[i] = Some(bytes);
+        }
+    }
+    // the other leaders: the judge's table
+    for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
+        let Some((t, _, seq)) = t else { continue };
+        if t.is_leader() && !t.is_judge() && answers[i].is_none() {
+            answers[i] = Some(
+                t.hear_judge(r.link, *seq, deadline)?
+                    .unwrap_or_else(judge_gone),
+            );
+        }
+    }
+    // down to every host's ranks
+    for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
+        let (Some((t, _, seq)), Some(b)) = (t, &answers[i]) else {
+            continue;
+        };
+        t.pass_on(r.link, *seq, b)?;
+    }
+    for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
+        let Some((t, _, seq)) = t else { continue };
+        if out[i].is_some() {
+            continue;
+        }
+        let bytes = match answers[i].take() {
+            Some(b) => b,
+            None => match t.hear_leader(r.link, *seq, deadline)? {
+                Ok(b) => b,
+                Err(a) => {
+                    return Err(absent(
+                        "leads this host's ranks and did not pass on its answer",
+                        a,
+                    ));
+                }
+            },
+        };
+        if let Some(why) = wire::notice(&bytes) {
+            return Err(Error::new(ErrorKind::RemoteError, why));
+        }
+        out[i] = Some(t.every_share(&bytes)?);
+    }
+    Ok(out)
 }
 
 /// The store's part of [`exchange`]: per round, the shares of its postings
@@ -104,7 +227,7 @@ fn store_exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec
     fn items<'a>(r: &Round<'a>, read: Read) -> Vec<Item<'a>> {
         r.postings
             .iter()
-            .filter(|p| p.lane_round.is_none())
+            .filter(|p| p.lane_round.is_none() && p.tier_round.is_none())
             .map(|p| p.item(r.link, read))
             .collect()
     }
@@ -112,7 +235,12 @@ fn store_exchange(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec
         r.note.map(|n| (r.link.owner(r.me), n))
     }
     let busy: Vec<usize> = (0..rounds.len())
-        .filter(|&i| rounds[i].postings.iter().any(|p| p.lane_round.is_none()))
+        .filter(|&i| {
+            rounds[i]
+                .postings
+                .iter()
+                .any(|p| p.lane_round.is_none() && p.tier_round.is_none())
+        })
         .collect();
     let mut out = vec![Vec::new(); rounds.len()];
     if let [i] = busy[..] {

@@ -40,6 +40,7 @@ fn postings(link: &Link, me: usize, op_count: u64, p: &Pairing) -> Vec<Posting> 
                 party: usize::from(me == hi.0),
                 value: mine.clone(),
                 lane_round: None,
+                tier_round: None,
             }
         })
         .collect()

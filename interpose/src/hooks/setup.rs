@@ -116,9 +116,14 @@ fn set_up(comm: &Comm, channel: Channel, key: String) -> Made {
     let mut link = Link::new(chan, key, owners).with_stop(comm.stop.clone());
     let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
     link.join_lane(me, settings().shm, deadline);
-    let through = match link.lane {
-        Some(_) => "shared memory (every rank is on this host)".to_string(),
-        None => channel.describe(),
+    let through = match (&link.lane, &link.tier) {
+        (Some(_), _) => "shared memory (every rank is on this host)".to_string(),
+        (None, Some(t)) => format!(
+            "shared memory on each of its {} hosts, and {} between their leaders",
+            t.hosts().len(),
+            channel.describe()
+        ),
+        (None, None) => channel.describe(),
     };
     let line =
         format!("rankwise: comm {handle:#x} rank {me} agrees with its peers through {through}");

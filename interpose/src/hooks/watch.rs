@@ -14,7 +14,8 @@
 use super::comms::{Agreement, Comm, Shared, lock};
 use super::settings::{say, settings};
 use super::{agreement, errors, setup};
-use rankwise::agreement::watch::{Ask, Track, Watcher, hosts};
+use rankwise::agreement::tier;
+use rankwise::agreement::watch::{Ask, Track, Watcher};
 use rankwise::core::{Error, ErrorKind, Launch};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -176,7 +177,7 @@ fn watcher_of(c: &Comm) -> Option<Watcher> {
             key,
             owners,
             c.rank,
-            hosts::identity(&dir),
+            tier::identity(std::path::Path::new(&dir)),
             lanes.as_deref(),
             deadline,
         )

@@ -87,6 +87,24 @@ impl Run {
 /// Runs `scenario` on `n` rank processes, the interposer preloaded unless
 /// `preload` is false, with extra environment `env`.
 pub fn run(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)]) -> Run {
+    spawn(scenario, n, preload, env, None)
+}
+
+/// [`run`] on simulated hosts of `per_host` ranks each: each host's ranks
+/// get a segment directory of their own (`RANKWISE_SHM_DIR`), as ranks on
+/// different machines have, so they share a lane only with each other.
+#[allow(dead_code)]
+pub fn run_on_hosts(scenario: &str, n: usize, per_host: usize, env: &[(&str, &str)]) -> Run {
+    spawn(scenario, n, true, env, Some(per_host))
+}
+
+fn spawn(
+    scenario: &str,
+    n: usize,
+    preload: bool,
+    env: &[(&str, &str)],
+    per_host: Option<usize>,
+) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     // built before the clock starts: a test's time is its ranks'
@@ -119,6 +137,11 @@ pub fn run(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)]) -> Run
             }
             for (k, v) in env {
                 c.env(k, v);
+            }
+            if let Some(k) = per_host {
+                let host = dir.path().join(format!("host{}", r / k));
+                std::fs::create_dir_all(&host).unwrap();
+                c.env("RANKWISE_SHM_DIR", host);
             }
             c.stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

@@ -1,43 +1,13 @@
-//! Watch mode's hierarchy: which ranks share a host, and what a host's
-//! leader (its lowest rank) sends on for them. The ranks of a host post
+//! Watch mode's hierarchy: what a host's leader (its lowest rank) sends on
+//! for its ranks (which ranks share a host is `agreement::tier`'s). The ranks of a host post
 //! their summaries on a shared-memory lane of their own; the leader folds
 //! them into one ([`fold`]) when the judge asks only for what folds
 //! (the latest cut, the digest and sums there), and sends each rank's
 //! otherwise; the judge reads one post per host.
 
+use super::Sums;
 use super::wire::{Ask, At, Summary};
-use super::{Sums, mix};
 use crate::core::{Error, ErrorKind, Result};
-
-/// Where a rank runs, as a number every rank of the same host (and the
-/// same `RANKWISE_SHM_DIR`, which is how tests make hosts on one machine)
-/// computes alike: the host's name and boot, and the segments' directory.
-pub fn identity(shm_dir: &str) -> u64 {
-    let read = |p: &str| std::fs::read(p).unwrap_or_default();
-    [
-        read("/proc/sys/kernel/hostname"),
-        read("/proc/sys/kernel/random/boot_id"),
-        shm_dir.as_bytes().to_vec(),
-    ]
-    .iter()
-    .fold(0x686f_7374, |h, part| {
-        part.iter()
-            .fold(mix(h, part.len() as u64), |h, b| mix(h, *b as u64))
-    })
-}
-
-/// The ranks of each host, from every rank's identity: hosts in the order
-/// of their lowest rank, each host's ranks in order (its leader first).
-pub fn group(ids: &[u64]) -> Vec<Vec<usize>> {
-    let mut hosts: Vec<(u64, Vec<usize>)> = Vec::new();
-    for (r, id) in ids.iter().enumerate() {
-        match hosts.iter_mut().find(|(h, _)| h == id) {
-            Some((_, ranks)) => ranks.push(r),
-            None => hosts.push((*id, vec![r])),
-        }
-    }
-    hosts.into_iter().map(|(_, ranks)| ranks).collect()
-}
 
 /// Whether the judge's `ask` needs each rank's own summary.
 pub fn each_needed(ask: &Ask) -> bool {

@@ -13,10 +13,11 @@
 //! [`Watcher::new`] makes every rank a host of its own (the flat form:
 //! every rank posts to the store); [`Watcher::with_hosts`] groups them.
 
-use super::hosts::{HostPost, each_needed, group};
+use super::hosts::{HostPost, each_needed};
 use super::judge::Judge;
 use super::wire::{Ask, Summary, Verdict};
 use crate::agreement::keys;
+use crate::agreement::tier::group;
 use crate::core::{Error, ErrorKind, Result};
 use crate::transport::lane::{Lane, Part, SLOT_BYTES, Waited};
 use crate::transport::store::{Item, Missing, Read, SideChannel, gathered};
@@ -100,7 +101,7 @@ impl Watcher {
     }
 
     /// [`Watcher::new`] with the ranks grouped by host: every rank tells
-    /// the others its `identity` (`hosts::identity`) once, and the ranks
+    /// the others its `identity` (`agreement::tier::identity`) once, and the ranks
     /// of each host set up a lane of their own in `shm_dir` (None: they
     /// meet in the store).
     pub fn with_hosts(
@@ -312,8 +313,11 @@ impl Watcher {
                         return None;
                     }
                     asked = Instant::now();
-                    let gone: Vec<(usize, Missing)> =
-                        late.iter().filter_map(|&l| self.gone(mine[l])).collect();
+                    // posted, and left, since the look at its slot: not missing
+                    let gone: Vec<(usize, Missing)> = late
+                        .iter()
+                        .filter_map(|&l| self.gone(mine[l]).filter(|_| lane.read(l, seq).is_none()))
+                        .collect();
                     (!gone.is_empty()).then_some(gone)
                 });
                 let parts = match waited {
@@ -442,7 +446,11 @@ impl Watcher {
             if asked.elapsed() >= ASK_GONE {
                 asked = Instant::now();
                 if let Some(gone) = self.gone(leader) {
-                    return Err(left("watch", &[gone]));
+                    // it may have answered and left since the look above
+                    if lane.read(0, seq).is_none() {
+                        return Err(left("watch", &[gone]));
+                    }
+                    continue;
                 }
             }
             std::thread::sleep(nap);

@@ -370,11 +370,12 @@ fn every_rank_hears_the_failure_through_the_store() {
 #[test]
 fn ranks_group_by_host_in_the_order_of_their_lowest_rank() {
     assert_eq!(
-        hosts::group(&[7, 7, 3, 7, 3, 9]),
+        crate::agreement::tier::group(&[7, 7, 3, 7, 3, 9]),
         vec![vec![0, 1, 3], vec![2, 4], vec![5]]
     );
-    assert_eq!(hosts::identity("/dev/shm"), hosts::identity("/dev/shm"));
-    assert_ne!(hosts::identity("/dev/shm/a"), hosts::identity("/dev/shm/b"));
+    let id = |d: &str| crate::agreement::tier::identity(std::path::Path::new(d));
+    assert_eq!(id("/dev/shm"), id("/dev/shm"));
+    assert_ne!(id("/dev/shm/a"), id("/dev/shm/b"));
 }
 
 #[test]
