@@ -368,17 +368,6 @@ fn every_rank_hears_the_failure_through_the_store() {
 }
 
 #[test]
-fn ranks_group_by_host_in_the_order_of_their_lowest_rank() {
-    assert_eq!(
-        crate::agreement::tier::group(&[7, 7, 3, 7, 3, 9]),
-        vec![vec![0, 1, 3], vec![2, 4], vec![5]]
-    );
-    let id = |d: &str| crate::agreement::tier::identity(std::path::Path::new(d));
-    assert_eq!(id("/dev/shm"), id("/dev/shm"));
-    assert_ne!(id("/dev/shm/a"), id("/dev/shm/b"));
-}
-
-#[test]
 fn a_host_folds_only_what_the_judge_reads_whole() {
     let at = |digest, sent| {
         Some(At {
