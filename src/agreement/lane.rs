@@ -136,6 +136,18 @@ pub(super) fn shares(
         if let Some(e) = link.watch.as_ref().and_then(|w| w.stopped()) {
             return Some(Ended::Stopped(e));
         }
+        // a rank waiting in a pair for a side this rank has not made: a
+        // cycle, which no deadline would end any better
+        if let Some(counts) = r.pairs {
+            let mine = super::cycle::text(r.note.unwrap_or_default());
+            let cycle = missing.iter().find_map(|&q| {
+                let theirs = lane.note(q)?;
+                super::cycle::cycle(r.me, counts, &mine, q, &theirs)
+            });
+            if let Some(e) = cycle {
+                return Some(Ended::Stopped(e));
+            }
+        }
         if !asking.due() {
             return None;
         }

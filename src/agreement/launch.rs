@@ -20,8 +20,9 @@ struct InFlight {
     /// with its posting after the collectives'
     sides: Vec<(Side, u64)>,
     postings: Vec<Posting>,
-    /// `AllReduce (opCount 3)`: where this rank is
-    note: String,
+    /// `AllReduce (opCount 3)`: where this rank is, and the pairs it
+    /// waits in ([`super::cycle::note`])
+    note: Vec<u8>,
     /// this rank refused the launch: its posts are notices giving why
     refused: bool,
 }
@@ -69,7 +70,7 @@ fn post(p: &mut Peers, l: &Launch, refused: Option<&str>) -> Result<InFlight, Er
         colls: false,
         sides: Vec::new(),
         postings: Vec::new(),
-        note: String::new(),
+        note: Vec::new(),
         refused: refused.is_some(),
     };
     if p.link.is_none() {
@@ -101,10 +102,17 @@ fn post(p: &mut Peers, l: &Launch, refused: Option<&str>) -> Result<InFlight, Er
             tier_round: None,
         });
     }
-    f.sides = sides;
     if !f.postings.is_empty() {
-        f.note = l.describe();
+        let waits: Vec<(usize, usize, u64)> = sides
+            .iter()
+            .map(|(sd, seq)| {
+                let (src, dst, _) = pairs::ends(me, sd);
+                (src, dst, *seq)
+            })
+            .collect();
+        f.note = super::cycle::note(&l.describe(), &waits);
     }
+    f.sides = sides;
     Ok(f)
 }
 
@@ -284,7 +292,8 @@ pub fn first_round(
                     me: p.me,
                     postings: &f.postings,
                     reads: true,
-                    note: Some(f.note.as_bytes()),
+                    note: Some(&f.note),
+                    pairs: Some(&p.pairs),
                 })
             })
             .collect();
@@ -319,6 +328,7 @@ pub fn exchange(p: &mut Peers, mine: &Posted, timeout: Duration) -> Result<Vec<P
         postings: &postings,
         reads: true,
         note: Some(name.as_bytes()),
+        pairs: None,
     };
     let shares = round::exchange(&[round], deadline)?
         .pop()

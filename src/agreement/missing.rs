@@ -54,7 +54,7 @@ pub fn whereabouts(link: &Link, missing: &[usize]) -> String {
                 (None, None) => link.last_note(link.owners[*r]).ok().flatten(),
             };
             match note {
-                Some(b) => format!("rank {r} was last in {}", String::from_utf8_lossy(&b)),
+                Some(b) => format!("rank {r} was last in {}", super::cycle::text(&b)),
                 None => format!("rank {r} has made no call on this communicator"),
             }
         })

@@ -41,6 +41,7 @@
 //! `ask` and [`lane`].
 
 mod ask;
+pub mod cycle;
 pub mod keys;
 pub mod lane;
 mod launch;

@@ -45,6 +45,16 @@ impl PairCounts {
         }
     }
 
+    /// How many Sends to `peer` this rank has made (posted) so far.
+    pub fn sent(&self, peer: usize) -> u64 {
+        self.sent[peer]
+    }
+
+    /// How many Recvs from `peer` this rank has made (posted) so far.
+    pub fn received(&self, peer: usize) -> u64 {
+        self.received[peer]
+    }
+
     /// Numbers `launch`'s Sends and Recvs on rank `me`. Its Sends to itself
     /// pair with its own Recvs from itself here (the group end already
     /// refused unequal numbers of each); the sides to other ranks come back

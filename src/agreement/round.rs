@@ -61,6 +61,10 @@ pub struct Round<'a> {
     /// where this rank is, kept (by the lane or the store) for ranks that
     /// wait on it
     pub note: Option<&'a [u8]>,
+    /// the Sends and Recvs this rank has made, when a wait on the lane is
+    /// to look for a wait-for cycle with the ranks it waits for
+    /// ([`super::cycle`])
+    pub pairs: Option<&'a super::pairs::PairCounts>,
 }
 
 /// Makes one round on every communicator of `rounds`: per round, per

@@ -696,3 +696,40 @@ fn a_rank_that_posts_and_leaves_while_asked_about_came() {
     assert!(got.is_ok(), "{:?}", got.err().map(|f| f.error));
     drop(one);
 }
+
+/// Rank 0 waits in a collective for rank 1 while rank 1 waits in a Recv
+/// from rank 0: a wait-for cycle, named by rank 0 at once from rank 1's
+/// note on the lane (not at the deadline); rank 0 then leaves with it and
+/// rank 1 hears why.
+#[test]
+fn a_wait_for_cycle_is_named_at_once_not_at_the_deadline() {
+    let store = Store::new();
+    let dir = tempfile::tempdir().unwrap();
+    let start = std::time::Instant::now();
+    let long = Duration::from_secs(20);
+    let got = on_ranks(
+        ranks(&store, dir.path(), (User::Checker, Via::Lane), "c0", 2),
+        |r, p| {
+            let l = match r {
+                0 => launch(0, vec![call(Func::AllReduce, 4, 0)], vec![]),
+                _ => launch(0, vec![], vec![call(Func::Recv, 4, 0)]),
+            };
+            let got = agree_one(p, &l, long);
+            if let Err(f) = &got {
+                p.leave(Some(&f.error.message)).unwrap();
+            }
+            got
+        },
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    let e = &got[0].as_ref().unwrap_err().error;
+    assert_eq!(e.kind, ErrorKind::Deadlock, "{e}");
+    let cycle = "deadlock: rank 0 waits in AllReduce (opCount 0) for rank 1, which waits in Recv (opCount 0) for rank 0's Send #0 to rank 1, which rank 0 has not made: neither can go on";
+    assert_eq!(e.message, cycle);
+    let e = &got[1].as_ref().unwrap_err().error;
+    assert!(e.message.contains(cycle), "rank 1: {e}");
+}

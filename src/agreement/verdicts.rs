@@ -98,6 +98,7 @@ pub fn second_round(
             postings: &s.postings,
             reads: s.pairing.verdict.is_ok(),
             note: None,
+            pairs: None,
         })
         .collect();
     let answers = round::exchange(&rounds, deadline)?;
