@@ -156,7 +156,8 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
     for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
         let Some((t, p, seq)) = t else { continue };
         if t.is_leader() {
-            let table = t.gather(r.link, *seq, &p.value, deadline)?;
+            let cycle = r.pairs.map(|c| (c, r.note.unwrap_or_default()));
+            let table = t.gather(r.link, *seq, &p.value, cycle, deadline)?;
             if many || t.is_judge() {
                 ups[i] = t.up(r.link, *seq, &table, (read, r.note), deadline)?;
             } else {

@@ -733,3 +733,40 @@ fn a_wait_for_cycle_is_named_at_once_not_at_the_deadline() {
     let e = &got[1].as_ref().unwrap_err().error;
     assert!(e.message.contains(cycle), "rank 1: {e}");
 }
+
+/// The same cycle between a host's leader and a rank of its host, on
+/// simulated hosts: the leader finds it while it gathers its host's posts,
+/// and every rank of both hosts hears of it long before the deadline.
+#[test]
+fn a_wait_for_cycle_within_a_host_is_named_by_its_leader() {
+    let store = Store::new();
+    let dir = tempfile::tempdir().unwrap();
+    let start = std::time::Instant::now();
+    let long = Duration::from_secs(20);
+    let got = on_ranks(
+        ranks(&store, dir.path(), (User::Checker, Via::Hosts), "c0", 4),
+        |r, p| {
+            let l = match r {
+                1 => launch(0, vec![], vec![call(Func::Recv, 4, 0)]),
+                _ => launch(0, vec![call(Func::AllReduce, 4, 0)], vec![]),
+            };
+            let got = agree_one(p, &l, long);
+            if let Err(f) = &got {
+                p.leave(Some(&f.error.message)).unwrap();
+            }
+            got
+        },
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let cycle = "deadlock: rank 0 waits in AllReduce (opCount 0) for rank 1, which waits in Recv (opCount 0) for rank 0's Send #0 to rank 1, which rank 0 has not made: neither can go on";
+    let e = &got[0].as_ref().unwrap_err().error;
+    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Deadlock, cycle));
+    for (r, g) in got.iter().enumerate().skip(1) {
+        let e = &g.as_ref().unwrap_err().error;
+        assert!(e.message.contains(cycle), "rank {r}: {e}");
+    }
+}

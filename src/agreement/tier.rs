@@ -396,8 +396,17 @@ impl Tier {
 
     /// Step 2, a leader: its host's table of round `round` (`own` first),
     /// waiting for its ranks until `deadline` or until the store says one
-    /// left.
-    pub fn gather(&self, link: &Link, round: u64, own: &[u8], deadline: Instant) -> Result<Table> {
+    /// left. With `cycle` (this rank's Send/Recv counts and where it is),
+    /// a rank of the host whose note shows it waiting for a side this
+    /// rank has not made ends the wait with the cycle ([`super::cycle`]).
+    pub fn gather(
+        &self,
+        link: &Link,
+        round: u64,
+        own: &[u8],
+        cycle: Option<(&super::pairs::PairCounts, &[u8])>,
+        deadline: Instant,
+    ) -> Result<Table> {
         let mine = self.mine();
         let mut t = Table::of(vec![Ok(own.to_vec())]);
         if mine.len() < 2 {
@@ -432,6 +441,16 @@ impl Tier {
         let waited = lane.wait(seq, deadline, |late| {
             if let Some(e) = link.stopped() {
                 return Some(Err(e));
+            }
+            if let Some((counts, note)) = cycle {
+                let here = super::cycle::text(note);
+                let found = late.iter().find_map(|&l| {
+                    let theirs = lane.note(l)?;
+                    super::cycle::cycle(self.me, counts, &here, mine[l], &theirs)
+                });
+                if let Some(e) = found {
+                    return Some(Err(e));
+                }
             }
             if !asking.due() {
                 return None;
