@@ -126,6 +126,12 @@ fn tiered<'a>(r: &Round<'a>) -> Option<(&'a Tier, &'a Posting, u64)> {
         .find_map(|p| p.tier_round.map(|seq| (t, p, seq)))
 }
 
+/// What a wait up or down the tier looks for a wait-for cycle with: this
+/// rank's Send/Recv counts and its note, when the round has them.
+fn cycle_of<'a>(r: &Round<'a>) -> Option<(&'a super::pairs::PairCounts, &'a [u8])> {
+    r.pairs.map(|c| (c, r.note.unwrap_or_default()))
+}
+
 /// Why a rank this one waited on up or down the tier did not answer.
 fn absent(what: &str, (rank, m): Absent) -> Error {
     match m {
@@ -156,8 +162,7 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
     for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
         let Some((t, p, seq)) = t else { continue };
         if t.is_leader() {
-            let cycle = r.pairs.map(|c| (c, r.note.unwrap_or_default()));
-            let table = t.gather(r.link, *seq, &p.value, cycle, deadline)?;
+            let table = t.gather(r.link, *seq, &p.value, cycle_of(r), deadline)?;
             if many || t.is_judge() {
                 ups[i] = t.up(r.link, *seq, &table, (read, r.note), deadline)?;
             } else {
@@ -207,7 +212,7 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
         }
         let bytes = match answers[i].take() {
             Some(b) => b,
-            None => match t.hear_leader(r.link, *seq, deadline)? {
+            None => match t.hear_leader(r.link, *seq, cycle_of(r), deadline)? {
                 Ok(b) => b,
                 Err(a) => {
                     return Err(absent(

@@ -770,3 +770,40 @@ fn a_wait_for_cycle_within_a_host_is_named_by_its_leader() {
         assert!(e.message.contains(cycle), "rank {r}: {e}");
     }
 }
+
+/// The other way round: the host's leader waits in a Send to a rank of
+/// its host, which waits in an AllReduce for the leader's answer; that
+/// rank reads the leader's note and names the cycle.
+#[test]
+fn a_wait_for_cycle_with_the_leader_is_named_by_its_rank() {
+    let store = Store::new();
+    let dir = tempfile::tempdir().unwrap();
+    let start = std::time::Instant::now();
+    let long = Duration::from_secs(20);
+    let got = on_ranks(
+        ranks(&store, dir.path(), (User::Checker, Via::Hosts), "c0", 4),
+        |r, p| {
+            let l = match r {
+                0 => launch(0, vec![], vec![call(Func::Send, 4, 1)]),
+                _ => launch(0, vec![call(Func::AllReduce, 4, 0)], vec![]),
+            };
+            let got = agree_one(p, &l, long);
+            if let Err(f) = &got {
+                p.leave(Some(&f.error.message)).unwrap();
+            }
+            got
+        },
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let cycle = "deadlock: rank 1 waits in AllReduce (opCount 0) for rank 0, which waits in Send (opCount 0) for rank 1's Recv #0 from rank 0, which rank 1 has not made: neither can go on";
+    let e = &got[1].as_ref().unwrap_err().error;
+    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Deadlock, cycle));
+    for (r, g) in got.iter().enumerate() {
+        let e = &g.as_ref().unwrap_err().error;
+        assert!(e.message.contains(cycle), "rank {r}: {e}");
+    }
+}

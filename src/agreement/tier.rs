@@ -660,10 +660,14 @@ impl Tier {
 
     /// Step 6, a rank but its host's leader: the table from its leader, or
     /// why the leader did not send it.
+    /// With `cycle` (this rank's Send/Recv counts and where it is), a
+    /// leader whose note shows it waiting for a side this rank has not made
+    /// ends the wait with the cycle ([`super::cycle`]).
     pub fn hear_leader(
         &self,
         link: &Link,
         round: u64,
+        cycle: Option<(&super::pairs::PairCounts, &[u8])>,
         deadline: Instant,
     ) -> Result<std::result::Result<Vec<u8>, Absent>> {
         let leader = self.mine()[0];
@@ -687,15 +691,19 @@ impl Tier {
             if Instant::now() >= deadline {
                 return Ok(Err((leader, Missing::Timeout)));
             }
-            if start.elapsed() >= Duration::from_millis(2)
-                && asking.due()
-                && let Some((_, m)) = gone(link, leader)
-            {
-                // it may have answered and left since the look above
-                if lane.read(0, seq).is_none() {
-                    return Ok(Err((leader, m)));
+            if start.elapsed() >= Duration::from_millis(2) && asking.due() {
+                let found = cycle.and_then(|(counts, note)| {
+                    let here = super::cycle::text(note);
+                    super::cycle::cycle(self.me, counts, &here, leader, &lane.note(0)?)
+                });
+                let gone = || gone(link, leader).map(|(_, m)| Ok(Err((leader, m))));
+                if let Some(end) = found.map(Err).or_else(gone) {
+                    // it may have answered (and left) since the look above
+                    if lane.read(0, seq).is_none() {
+                        return end;
+                    }
+                    continue;
                 }
-                continue;
             }
             // as a lane wait does: the core given away, then short naps
             if start.elapsed() < Duration::from_millis(1) {
