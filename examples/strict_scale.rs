@@ -19,12 +19,12 @@
 //! machine's cores are shared by every rank: on 2 cores 64 ranks take
 //! turns, and the times say so.
 
-#[path = "support/counted.rs"]
-mod counted;
-use counted::Counted;
+#[path = "support/scale.rs"]
+mod scale;
 use rankwise::agreement::{Link, Peers, agree, lane, tier};
 use rankwise::core::{Call, DataType, ErrorKind, Func, Launch, RedOp};
 use rankwise::transport::store::{Client, Hub, Key, SideChannel};
+use scale::{Counted, arg, sizes};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -163,18 +163,7 @@ fn run(n: usize, per_host: usize, launches: u64, way: Way, bad: Option<u64>) -> 
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let sizes: Vec<usize> = arg("--ranks")
-        .unwrap_or_else(|| "8,16,32,64".into())
-        .split(',')
-        .map(|s| s.parse().expect("--ranks: a comma list of numbers"))
-        .collect();
+    let sizes = sizes("8,16,32,64");
     let per_host: usize = arg("--per-host").map_or(8, |s| s.parse().expect("--per-host"));
     let launches: u64 = arg("--launches").map_or(300, |s| s.parse().expect("--launches"));
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());

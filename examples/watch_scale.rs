@@ -19,12 +19,12 @@
 //! machine's cores are shared by every rank: on 2 cores 256 ranks take
 //! turns, and the times say so.
 
-#[path = "support/counted.rs"]
-mod counted;
-use counted::Counted;
+#[path = "support/scale.rs"]
+mod scale;
 use rankwise::agreement::watch::{Ask, Summary, Track, Verdict, Watcher};
 use rankwise::core::{Call, DataType, Func, Launch, RedOp};
 use rankwise::transport::store::{Client, Hub, Key, SideChannel};
+use scale::{Counted, arg, sizes};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -229,22 +229,11 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let sizes: Vec<usize> = arg("--ranks")
-        .unwrap_or_else(|| "8,16,32,64,128,256".into())
-        .split(',')
-        .map(|s| s.parse().expect("--ranks: a comma list of numbers"))
-        .collect();
+    let sizes = sizes("8,16,32,64,128,256");
     let per_host: usize = arg("--per-host").map_or(8, |s| s.parse().expect("--per-host"));
     let seconds: f64 = arg("--seconds").map_or(3.0, |s| s.parse().expect("--seconds"));
     let bug = arg("--bug").unwrap_or_else(|| "all".into());
-    let flat = args.iter().any(|a| a == "--flat");
+    let flat = std::env::args().any(|a| a == "--flat");
     // a bug not named, or a correct program named, fails the run
     let mut failed = false;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());

@@ -1,6 +1,6 @@
-//! A rank's connection to the store that counts every request it makes
-//! and the bytes it carries both ways: what the scale harnesses report as
-//! the store's load.
+//! What the scale harnesses share: a rank's connection to the store that
+//! counts every request it makes and the bytes it carries both ways (what
+//! they report as the store's load), and their command line.
 
 use rankwise::core::Result as RwResult;
 use rankwise::transport::store::{Client, Item, Share, SideChannel};
@@ -64,4 +64,22 @@ impl SideChannel for Counted {
     fn last_note(&self, owner: usize) -> RwResult<Option<Vec<u8>>> {
         self.inner.last_note(owner)
     }
+}
+
+/// The value after `name` on the command line.
+pub fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// `--ranks`: the sizes to run, a comma list (`default` without it).
+pub fn sizes(default: &str) -> Vec<usize> {
+    arg("--ranks")
+        .unwrap_or_else(|| default.into())
+        .split(',')
+        .map(|s| s.parse().expect("--ranks: a comma list of numbers"))
+        .collect()
 }
