@@ -8,8 +8,16 @@
 //! carries, which together is what the store's process handles.
 //!
 //! ```text
-//! cargo run --release --example watch_scale -- [--ranks 8,16,32,64,128,256] [--per-host 8] [--seconds 3] [--bug all|none|count|skip|extra|swap|unmatched] [--flat]
+//! cargo run --release --example watch_scale -- [--ranks 8,16,32,64,128,256] [--per-host 8] [--seconds 3] [--threshold 2] [--bug all|none|count|skip|extra|swap|unmatched|stuck] [--flat]
 //! ```
+//!
+//! Each rank's launches also go through watch mode's flights
+//! (`agreement::watch::flight`) on a pretend stream that finishes every
+//! launch at once; the `stuck` bug freezes the streams: one rank's before
+//! its next launch, every other rank's inside it (the hang where every
+//! rank's calls agree). `--threshold` is `RANKWISE_TIMEOUT`: how long a
+//! rank may make no collective, or a launch stay unfinished, before it is
+//! named.
 //!
 //! Prints, per size: the store's messages and bytes per round (in and out)
 //! and the judge's, and the set-up's once, for watch mode by hosts (and flat, every rank its own
@@ -21,6 +29,7 @@
 
 #[path = "support/scale.rs"]
 mod scale;
+use rankwise::agreement::watch::flight::{Events, Flights};
 use rankwise::agreement::watch::{Ask, Summary, Track, Verdict, Watcher};
 use rankwise::core::{Call, DataType, Func, Launch, RedOp};
 use rankwise::transport::store::{Client, Hub, Key, SideChannel};
@@ -42,6 +51,11 @@ fn call(func: Func, count: usize, root: usize) -> Call {
     }
 }
 
+/// The rank that makes the bug.
+fn culprit(n: usize) -> usize {
+    (n / 2 + 1) % n
+}
+
 /// Step `i`'s launches on rank `r` of `n`, with the bug `bug` made by one
 /// rank at step `at`.
 fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
@@ -59,8 +73,7 @@ fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
         l(1, vec![], ring),
         l(2, vec![call(Func::AllGather, 256, 0)], vec![]),
     ];
-    let culprit = n / 2 + 1;
-    if i == at && r == culprit % n {
+    if i == at && r == culprit(n) {
         match bug {
             "count" => out[0].colls[0].count += 1,
             "skip" => {
@@ -73,6 +86,33 @@ fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
         }
     }
     out
+}
+
+/// A rank's pretend stream: every mark is reached at once, up to `limit`
+/// once the streams freeze.
+#[derive(Default)]
+struct Stream {
+    issued: u64,
+    limit: Option<u64>,
+    /// per event, the position it was recorded at
+    at: Vec<u64>,
+}
+
+impl Events for Stream {
+    type Event = usize;
+    fn create(&mut self) -> Option<usize> {
+        self.at.push(0);
+        Some(self.at.len() - 1)
+    }
+    fn record(&mut self, ev: usize, _stream: usize) -> bool {
+        self.issued += 1;
+        self.at[ev] = self.issued;
+        true
+    }
+    fn reached(&mut self, ev: usize) -> Option<bool> {
+        Some(self.limit.is_none_or(|l| self.at[ev] <= l))
+    }
+    fn destroy(&mut self, _ev: usize) {}
 }
 
 struct Outcome {
@@ -90,7 +130,14 @@ struct Outcome {
     hosts: usize,
 }
 
-fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcome {
+fn run(
+    n: usize,
+    per_host: usize,
+    seconds: f64,
+    threshold: Duration,
+    bug: &str,
+    flat: bool,
+) -> Outcome {
     let key = Key::random().unwrap();
     let hub = Hub::start(key.clone()).unwrap();
     let addr = hub.addr();
@@ -130,14 +177,16 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
                 let chan: Arc<dyn SideChannel> = Arc::new(chan);
                 let owners: Vec<usize> = (0..n).collect();
                 let dir = &dirs[r / per_host];
-                let mut w = if flat {
+                let w = if flat {
                     Watcher::new(chan, "scale".into(), owners, r)
                 } else {
                     let id = rankwise::agreement::tier::identity(dir);
                     Watcher::with_hosts(chan, "scale".into(), owners, r, id, Some(dir), deadline)
                         .unwrap()
                 };
+                let mut w = w.stall_after(threshold);
                 let mut t = Track::new(r, n);
+                let (mut stream, mut flights) = (Stream::default(), Flights::default());
                 let mut ask = Ask::default();
                 start.wait();
                 // the rounds' traffic only: the set-up's is counted apart
@@ -156,16 +205,28 @@ fn run(n: usize, per_host: usize, seconds: f64, bug: &str, flat: bool) -> Outcom
                         if Instant::now() >= t0 + Duration::from_millis(10 * i) {
                             if i == at_step {
                                 made.lock().unwrap().get_or_insert_with(Instant::now);
+                                if bug == "stuck" {
+                                    // the culprit's stream stops before its
+                                    // next launch, the others' inside it
+                                    let inside = (r != culprit(n)) as u64;
+                                    stream.limit = Some(stream.issued + inside);
+                                }
                             }
                             for l in step(r, n, i, &bug, at_step) {
-                                t.fold(&l);
+                                if let Some(m) = t.fold(&l) {
+                                    flights.depart(&mut stream, m, 0);
+                                    flights.land(&mut stream);
+                                }
                             }
                             i += 1;
                         }
                         std::thread::sleep(Duration::from_millis(2));
                     }
                     next_round += Duration::from_millis(100);
-                    let summary: Summary = t.summary(&ask);
+                    let summary = Summary {
+                        flight: flights.poll(&mut stream, Instant::now()),
+                        ..t.summary(&ask)
+                    };
                     let deadline = Instant::now() + Duration::from_secs(60);
                     let v: Verdict = w.round(&summary, deadline).unwrap();
                     rounds += 1;
@@ -232,13 +293,17 @@ fn main() {
     let sizes = sizes("8,16,32,64,128,256");
     let per_host: usize = arg("--per-host").map_or(8, |s| s.parse().expect("--per-host"));
     let seconds: f64 = arg("--seconds").map_or(3.0, |s| s.parse().expect("--seconds"));
+    let threshold = Duration::from_secs_f64(
+        arg("--threshold").map_or(2.0, |s| s.parse().expect("--threshold")),
+    );
     let bug = arg("--bug").unwrap_or_else(|| "all".into());
     let flat = std::env::args().any(|a| a == "--flat");
     // a bug not named, or a correct program named, fails the run
     let mut failed = false;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     println!(
-        "watch mode, ranks as threads on {cores} cores, {per_host} ranks per simulated host, rounds every 100 ms; one store over TCP"
+        "watch mode, ranks as threads on {cores} cores, {per_host} ranks per simulated host, rounds every 100 ms, threshold {} s; one store over TCP",
+        threshold.as_secs_f64()
     );
     if bug == "none" || bug == "all" {
         println!();
@@ -257,7 +322,7 @@ fn main() {
         );
         for &n in &sizes {
             for f in if flat { vec![false, true] } else { vec![false] } {
-                let o = run(n, per_host, seconds, "none", f);
+                let o = run(n, per_host, seconds, threshold, "none", f);
                 if o.alarms > 0 {
                     println!(
                         "{n} ranks: a correct program was named on {} ranks",
@@ -282,7 +347,7 @@ fn main() {
         }
     }
     let bugs: Vec<&str> = match bug.as_str() {
-        "all" => vec!["count", "skip", "extra", "swap", "unmatched"],
+        "all" => vec!["count", "skip", "extra", "swap", "unmatched", "stuck"],
         "none" => vec![],
         b => vec![b],
     };
@@ -296,7 +361,7 @@ fn main() {
             n.div_ceil(per_host)
         );
         for b in &bugs {
-            let o = run(n, per_host, seconds, b, flat);
+            let o = run(n, per_host, seconds, threshold, b, flat);
             match o.heard {
                 Some((d, what)) => println!("  {b:<10} {:>7.0} ms  {what}", d.as_secs_f64() * 1e3),
                 None => {

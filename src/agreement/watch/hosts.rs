@@ -11,7 +11,7 @@ use crate::core::{Error, ErrorKind, Result};
 
 /// Whether the judge's `ask` needs each rank's own summary.
 pub fn each_needed(ask: &Ask) -> bool {
-    ask.sigs.is_some() || ask.post.is_some() || ask.peers
+    ask.sigs.is_some() || ask.post.is_some() || ask.peers || ask.flights
 }
 
 /// The summaries of a host's ranks as one, when the judge reads nothing
@@ -49,6 +49,7 @@ pub fn fold(parts: &[Summary]) -> Option<Summary> {
         high: parts.iter().map(|s| s.high).max().unwrap_or(0),
         lo: parts.iter().map(|s| s.lo).max().unwrap_or(0),
         at,
+        flight: super::flight::Flight::fold(parts.iter().map(|s| s.flight)),
         ..Summary::default()
     })
 }

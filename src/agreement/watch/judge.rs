@@ -22,6 +22,8 @@ enum Stage {
     Peers,
     /// the ranks at this cut have made no collective since for too long
     Stall(u64),
+    /// some rank's launch at this cut has been unfinished for too long
+    Hang(u64),
 }
 
 /// The judging rank's state across rounds.
@@ -32,10 +34,14 @@ pub struct Judge {
     agreed: u64,
     stage: Stage,
     failure: Option<(String, String)>,
+    /// the failure is a hang
+    hang: bool,
     /// how long the lowest cut may stay put while other ranks are past it
     stall: Duration,
     /// the lowest cut, and since when it is the lowest
     low_since: Option<(u64, Instant)>,
+    /// the cut the last look for a hang was at, and when
+    hang_look: Option<(u64, Instant)>,
 }
 
 impl Default for Judge {
@@ -45,15 +51,18 @@ impl Default for Judge {
             agreed: 0,
             stage: Stage::Idle,
             failure: None,
+            hang: false,
             stall: Duration::from_secs(300),
             low_since: None,
+            hang_look: None,
         }
     }
 }
 
 impl Judge {
     /// A judge that names ranks which made no collective for `stall`
-    /// while others are past them (what strict mode's timeout names).
+    /// while others are past them (what strict mode's timeout names), and
+    /// launches unfinished for as long ([`super::flight`]).
     pub fn with_stall(stall: Duration) -> Judge {
         Judge {
             stall,
@@ -83,7 +92,18 @@ impl Judge {
                     _ => Instant::now(),
                 };
                 self.low_since = (low < high).then_some((low, since));
-                if low > self.agreed {
+                // a launch out for the threshold comes first (the program
+                // may go on making calls, so the digests are never done),
+                // looked at once per threshold while it stays the same
+                let hang = super::flight::overdue(all, self.stall).filter(|&out| {
+                    self.hang_look
+                        .is_none_or(|(at, t)| at != out || t.elapsed() >= self.stall)
+                });
+                if let Some(out) = hang {
+                    self.hang_look = Some((out, Instant::now()));
+                    self.stage = Stage::Hang(out);
+                    hang_ask(out)
+                } else if low > self.agreed {
                     self.stage = Stage::Digest(low);
                     Ask {
                         digest_at: Some(low),
@@ -115,6 +135,7 @@ impl Judge {
                 post: Some(low + 1),
                 ..Ask::default()
             },
+            (None, Stage::Hang(out)) => hang_ask(out),
             (None, Stage::Peers) => Ask {
                 peers: true,
                 ..Ask::default()
@@ -124,6 +145,7 @@ impl Judge {
             round: self.round,
             ask,
             failure: self.failure.clone(),
+            hang: self.hang,
         }
     }
 
@@ -186,6 +208,20 @@ impl Judge {
                 self.stage = Stage::Idle;
                 self.failure = stalled(low, all, self.stall);
             }
+            Stage::Hang(out) => {
+                self.stage = Stage::Idle;
+                // the launch as the first rank that holds it made it
+                let Some(post) = all.iter().find_map(|s| s.posts.first()) else {
+                    return;
+                };
+                if super::flight::overdue(all, self.stall) != Some(out) {
+                    return;
+                }
+                if let Some(what) = super::flight::hang(all, out, self.stall, post) {
+                    self.failure = Some((what, String::new()));
+                    self.hang = true;
+                }
+            }
             Stage::Peers => {
                 self.stage = Stage::Idle;
                 let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
@@ -194,6 +230,16 @@ impl Judge {
                 }
             }
         }
+    }
+}
+
+/// What the judge asks to name a hang at cut `out`: each rank's flight,
+/// and the launch there.
+fn hang_ask(out: u64) -> Ask {
+    Ask {
+        post: Some(out),
+        flights: true,
+        ..Ask::default()
     }
 }
 
@@ -222,7 +268,7 @@ fn stalled(low: u64, all: &[Summary], stall: Duration) -> Option<(String, String
 }
 
 /// `0.2`, `12`: seconds as a person reads them.
-fn seconds(d: Duration) -> String {
+pub(super) fn seconds(d: Duration) -> String {
     match d.as_secs_f64() {
         s if s < 10.0 => format!("{s:.1}"),
         s => format!("{s:.0}"),
@@ -230,7 +276,7 @@ fn seconds(d: Duration) -> String {
 }
 
 /// `AllReduce #12` as rank `r` numbered it.
-fn named(p: &Posted) -> String {
+pub(super) fn named(p: &Posted) -> String {
     let what = p.calls.first().map_or("group", |c| c.func.name());
     match p.calls.len() {
         1 => format!("{what} #{}", p.op_count),
@@ -241,7 +287,7 @@ fn named(p: &Posted) -> String {
     }
 }
 
-fn who(ranks: &[usize]) -> String {
+pub(super) fn who(ranks: &[usize]) -> String {
     let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
     match ranks.len() {
         1 => format!("rank {}", list[0]),

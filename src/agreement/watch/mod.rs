@@ -28,6 +28,7 @@
 //! rank and every other rank one value: bytes and messages grow with the
 //! ranks, never with their square.
 
+pub mod flight;
 pub mod hosts;
 mod judge;
 mod round;
@@ -140,8 +141,9 @@ impl Track {
         }
     }
 
-    /// Folds launch `l` in (numbered as the trace numbers it).
-    pub fn fold(&mut self, l: &Launch) {
+    /// Folds launch `l` in (numbered as the trace numbers it): its cut,
+    /// when it has collectives.
+    pub fn fold(&mut self, l: &Launch) -> Option<u64> {
         self.launches += 1;
         let before = self.sums;
         for c in &l.p2p {
@@ -168,7 +170,7 @@ impl Track {
             }
         }
         if l.colls.is_empty() {
-            return;
+            return None;
         }
         self.m += 1;
         let sig = launch_sig(&l.colls);
@@ -182,6 +184,7 @@ impl Track {
         slot.calls.extend_from_slice(&l.colls);
         slot.before = before;
         slot.after = self.sums;
+        Some(self.m)
     }
 
     /// The oldest cut the ring still holds (1 once there is one).

@@ -279,6 +279,11 @@ fn garbled_summaries_and_verdicts_are_refused() {
         high: 2,
         lo: 1,
         sigs: vec![1, 2],
+        flight: flight::Flight::Out {
+            m: 2,
+            started: true,
+            ms: 1500,
+        },
         ..Summary::default()
     };
     let b = s.encode();
@@ -287,12 +292,14 @@ fn garbled_summaries_and_verdicts_are_refused() {
         assert!(Summary::decode(&b[..cut]).is_err(), "cut at {cut}");
     }
     // a length far past the bytes is refused before anything is allocated
+    // (the signatures' count: the 17th word)
     let mut huge = b.clone();
-    huge[13 * 8..14 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    huge[16 * 8..17 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(Summary::decode(&huge).is_err());
     let v = Verdict {
         round: 2,
         failure: Some(("x".into(), "y".into())),
+        hang: true,
         ..Verdict::default()
     };
     assert_eq!(Verdict::decode(&v.encode()).unwrap(), v);
@@ -494,4 +501,101 @@ fn ranks_that_stop_making_collectives_are_named_after_the_stall() {
     );
     // a rank merely behind, that catches up within the stall, is not named
     assert_eq!(judged(&tracks, 12), None);
+}
+
+#[test]
+fn a_stream_held_before_a_launch_every_rank_made_is_named_within_the_threshold() {
+    // every rank made the same 6 launches: digests and counts agree
+    let mut tracks = made(4, |_| (0..6).map(|i| coll(i, Func::AllReduce, 8)).collect());
+    let stall = Duration::from_millis(200);
+    let mut judge = Judge::with_stall(stall);
+    let mut ask = Ask::default();
+    let t = Instant::now();
+    let mut next = 6;
+    let (found, hang) = loop {
+        // the hosts go on making launches (a GPU's calls return at once):
+        // the digests always have a new cut to compare
+        for tr in &mut tracks {
+            tr.fold(&coll(next, Func::AllReduce, 8));
+        }
+        next += 1;
+        let ms = t.elapsed().as_millis() as u64;
+        let all: Vec<Summary> = tracks
+            .iter()
+            .enumerate()
+            .map(|(r, tr)| Summary {
+                // rank 2's stream never reaches launch 6; the others are in it
+                flight: flight::Flight::Out {
+                    m: 6,
+                    started: r != 2,
+                    ms,
+                },
+                ..tr.summary(&ask)
+            })
+            .map(|s| Summary::decode(&s.encode()).unwrap())
+            .collect();
+        let v = Verdict::decode(&judge.judge(&all).encode()).unwrap();
+        if let Some(f) = v.failure {
+            break (f, v.hang);
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never named");
+        ask = v.ask;
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(hang);
+    assert!(t.elapsed() >= stall && t.elapsed() < 2 * stall + Duration::from_millis(100));
+    assert!(
+        found.0.starts_with(
+            "hang: the stream of rank 2 has not reached collective launch 6 (AllReduce #5) for 0."
+        ),
+        "{}",
+        found.0
+    );
+    assert!(found.0.ends_with("ranks 0,1,3 wait inside it for rank 2"));
+    // the same launches with no flight known: nothing is named
+    assert_eq!(judged(&tracks, 12), None);
+}
+
+#[test]
+fn a_rank_behind_while_the_others_hang_in_a_launch_is_named_for_the_stall() {
+    // PyTorch's isend before an all_reduce: rank 0 makes no sixth
+    // collective (its Send waits), the others are inside theirs
+    let tracks = made(4, |r| {
+        let k = if r == 0 { 5 } else { 6 };
+        (0..k).map(|i| coll(i, Func::AllReduce, 8)).collect()
+    });
+    let stall = Duration::from_millis(200);
+    let mut judge = Judge::with_stall(stall);
+    let mut ask = Ask::default();
+    let t = Instant::now();
+    let found = loop {
+        let ms = t.elapsed().as_millis() as u64;
+        let all: Vec<Summary> = tracks
+            .iter()
+            .enumerate()
+            .map(|(r, tr)| Summary {
+                flight: match r {
+                    0 => flight::Flight::Clear,
+                    _ => flight::Flight::Out {
+                        m: 6,
+                        started: true,
+                        ms,
+                    },
+                },
+                ..tr.summary(&ask)
+            })
+            .collect();
+        let v = judge.judge(&all);
+        if let Some(f) = v.failure {
+            assert!(!v.hang);
+            break f;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never named");
+        ask = v.ask;
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        found.0,
+        "rank 0 has made no collective launch past 5 for 0.2 s, while ranks 1,2,3 made launch 6 (AllReduce #5): NCCL waits for rank 0 there"
+    );
 }

@@ -3,9 +3,10 @@
 //! write, and allocates no more than the bytes it was given.
 
 use super::Sums;
+use super::flight::Flight;
 use crate::core::{Error, ErrorKind, Posted, Result};
 
-const VERSION: u64 = 0x7277_7701;
+const VERSION: u64 = 0x7277_7702;
 
 /// What the judge asks of every rank for the next round.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub struct Ask {
     pub post: Option<u64>,
     /// every peer's Send and Recv counts
     pub peers: bool,
+    /// each rank's own flight (not its host's longest)
+    pub flights: bool,
 }
 
 /// A rank's Sends to and Recvs from one peer.
@@ -59,6 +62,8 @@ pub struct Summary {
     pub sigs: Vec<u64>,
     pub posts: Vec<Posted>,
     pub peers: Vec<PeerCount>,
+    /// its oldest unfinished launch (a host's: the one out the longest)
+    pub flight: Flight,
 }
 
 /// The judge's word after a round.
@@ -68,6 +73,8 @@ pub struct Verdict {
     pub ask: Ask,
     /// the contract violation found, and both sides' calls
     pub failure: Option<(String, String)>,
+    /// the failure is a hang (`flight::hang`), not a mismatch
+    pub hang: bool,
 }
 
 /// Longest text a verdict carries.
@@ -133,6 +140,14 @@ fn opt(r: &mut Reader<'_>) -> Result<Option<u64>> {
     }
 }
 
+fn flag(r: &mut Reader<'_>) -> Result<bool> {
+    match r.word()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(garbled("a flag that is neither 0 nor 1")),
+    }
+}
+
 impl Ask {
     fn put(&self, out: &mut Vec<u8>) {
         put_opt(out, self.digest_at);
@@ -140,6 +155,7 @@ impl Ask {
         put(out, self.sigs.map_or(0, |s| s.1));
         put_opt(out, self.post);
         put(out, self.peers as u64);
+        put(out, self.flights as u64);
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Ask> {
@@ -147,16 +163,14 @@ impl Ask {
         let sigs = opt(r)?;
         let to = r.word()?;
         let post = opt(r)?;
-        let peers = match r.word()? {
-            0 => false,
-            1 => true,
-            _ => return Err(garbled("a flag that is neither 0 nor 1")),
-        };
+        let peers = flag(r)?;
+        let flights = flag(r)?;
         Ok(Ask {
             digest_at,
             sigs: sigs.map(|f| (f, to)),
             post,
             peers,
+            flights,
         })
     }
 }
@@ -167,6 +181,9 @@ impl Summary {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128 + 8 * self.sigs.len());
         for w in [VERSION, self.launches, self.m, self.high, self.lo] {
+            put(&mut out, w);
+        }
+        for w in self.flight.words() {
             put(&mut out, w);
         }
         put(&mut out, self.at.is_some() as u64);
@@ -217,6 +234,8 @@ impl Summary {
             return Err(garbled("another version"));
         }
         let (launches, m, high, lo) = (r.word()?, r.word()?, r.word()?, r.word()?);
+        let flight = Flight::from_words([r.word()?, r.word()?, r.word()?])
+            .ok_or_else(|| garbled("a flight of no known kind"))?;
         let has_at = r.word()?;
         let mut w = [0u64; 6];
         for x in &mut w {
@@ -275,6 +294,7 @@ impl Summary {
             sigs,
             posts,
             peers,
+            flight,
         })
     }
 }
@@ -285,6 +305,7 @@ impl Verdict {
         put(&mut out, VERSION);
         put(&mut out, self.round);
         self.ask.put(&mut out);
+        put(&mut out, self.hang as u64);
         match &self.failure {
             None => put(&mut out, 0),
             Some((what, sides)) => {
@@ -306,6 +327,7 @@ impl Verdict {
         }
         let round = r.word()?;
         let ask = Ask::read(&mut r)?;
+        let hang = flag(&mut r)?;
         let failure = match r.word()? {
             0 => None,
             1 => {
@@ -326,6 +348,7 @@ impl Verdict {
             round,
             ask,
             failure,
+            hang,
         })
     }
 }
