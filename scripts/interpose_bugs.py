@@ -2,7 +2,7 @@
 
     python3 scripts/interpose_bugs.py BUG [--ranks 4] [--timeout 30]
 
-BUG is one of: none, count, skip, root, isend, a2a, abort. The script starts
+BUG is one of: none, count, skip, root, isend, a2a, abort, stuck. The script starts
 --ranks processes of itself on GPU 0 (each its own NCCL_HOSTID, sockets on
 lo, NVLS off, so NCCL accepts several ranks on one GPU), runs the program,
 and prints per rank what the program saw and how long it took. Run it
@@ -22,6 +22,9 @@ The bugs (rank 2 is the odd one out unless said):
          second thread aborts the process group 3 s into the call (as
          PyTorch's watchdog does), printing how long the abort took and
          what the stuck call did
+  stuck  rank 2 queues a kernel that spins for hours on its stream, then
+         every rank calls the same all_reduce: the calls agree, the
+         streams do not (the hang only the completion check can name)
   none   the same calls without a bug: results are printed for comparing
 """
 
@@ -79,6 +82,14 @@ def program(bug, rank, world):
         abort_thread(dev, t0)
         dist.all_reduce(y)
         print(f"rank {rank}: the call returned after {time.time() - t0:.3f} s", flush=True)
+        torch.cuda.synchronize()
+        out["result"] = y.tolist()
+    elif bug == "stuck":
+        y = torch.ones(4, device=dev)
+        if rank == 2:
+            torch.cuda._sleep(1 << 45)  # about 5 hours of a spinning kernel
+        dist.all_reduce(y)
+        print(f"rank {rank}: all_reduce enqueued after {time.time() - t0:.3f} s", flush=True)
         torch.cuda.synchronize()
         out["result"] = y.tolist()
     elif bug in ("a2a", "none"):

@@ -38,6 +38,7 @@ MODES = [  # (label, LD_PRELOAD the interposer, RANKWISE_CHECK)
     ("no LD_PRELOAD", False, None),
     ("RANKWISE_CHECK=0", True, "0"),
     ("RANKWISE_CHECK=local", True, "local"),
+    ("RANKWISE_CHECK=watch", True, "watch"),
     ("full checks", True, None),
     # PyTorch's own cross-rank check, for comparison (no interposer)
     ("TORCH_DISTRIBUTED_DEBUG=DETAIL", False, "DETAIL"),

@@ -40,7 +40,7 @@ one() {  # times file, name, then env assignments and the bug
   env "$@" > "$out/$name.log" 2>&1
   echo "$name: $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$out/$times"
 }
-bugs="none count skip root isend a2a abort"
+bugs="none count skip root isend a2a abort stuck"
 if [ -n "$baselines" ]; then
   : > "$out/times-baselines.log"
   for bug in $baselines; do
@@ -75,7 +75,7 @@ for bug in $bugs; do
   one times.log "preload-$bug" LD_PRELOAD="$so" RANKWISE_NCCL_LIBRARY="$lib" RANKWISE_TIMEOUT=10 \
     python3 scripts/interpose_bugs.py $bug --timeout 25 &
 done
-for bug in none count skip abort; do
+for bug in none count skip abort stuck; do
   one times.log "plain-$bug" python3 scripts/interpose_bugs.py $bug --timeout 25 &
 done
 for bug in count skip; do

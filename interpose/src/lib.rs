@@ -16,9 +16,12 @@
 //!
 //! - `real`: finding NCCL's functions (`pnccl*` first) in the library the
 //!   program uses;
+//! - `driver`: the few CUDA driver functions used (capture status, events),
+//!   found only where the process has loaded the driver;
 //! - `exports`: the C entry points;
 //! - `process`: the process's exit, forks and signals, as the interposer
-//!   hooks them (with `real` and `exports`, all of the crate's `unsafe`);
+//!   hooks them (with `real`, `driver` and `exports`, all of the crate's
+//!   `unsafe`);
 //! - `hooks`: what happens around each call, in rooms of one job (the
 //!   switches, the allocation registry, the communicator registry, the
 //!   per-call checks and groups, the launch's agreement as a client of
@@ -40,6 +43,7 @@
 //! a per-rank journal in NCCL's trace format, one write per line;
 //! `RANKWISE_NCCL_LIBRARY` names the real libnccl.
 
+mod driver;
 mod exports;
 mod hooks;
 mod process;

@@ -13,7 +13,8 @@
 //! profiler or checker can define `ncclX` and still reach NCCL's. Then
 //! `nccl<Name>`. A definition inside this library itself is never taken.
 //!
-//! This module, `exports` and `process` hold all of the crate's `unsafe`.
+//! This module, `driver`, `exports` and `process` hold all of the crate's
+//! `unsafe`.
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
@@ -230,54 +231,6 @@ pub fn version() -> Option<c_int> {
         // SAFETY: ncclGetVersion writes one int through the pointer.
         (unsafe { f(&mut v) } == 0).then_some(v)
     })
-}
-
-/// The CUDA driver's `cuStreamIsCapturing(stream, *status)`.
-type IsCapturing = unsafe extern "C" fn(Stream, *mut c_int) -> c_int;
-
-/// `cuStreamIsCapturing` where the process has it: in its global scope,
-/// or in a `libcuda.so.1` already loaded (never loaded for this).
-fn is_capturing() -> Option<IsCapturing> {
-    static F: OnceLock<Option<usize>> = OnceLock::new();
-    let p = (*F.get_or_init(|| {
-        let name = c"cuStreamIsCapturing";
-        // SAFETY: a NUL-terminated name looked up in the global scope.
-        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
-        if p != 0 {
-            return Some(p);
-        }
-        // SAFETY: RTLD_NOLOAD only finds a library already loaded: nothing
-        // new runs.
-        let h =
-            unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-        if h.is_null() {
-            return None;
-        }
-        // SAFETY: a handle just returned and a NUL-terminated name.
-        let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
-        (p != 0).then_some(p)
-    }))?;
-    // SAFETY: p is the driver's cuStreamIsCapturing, whose C signature is
-    // this one (cuda.h, CUDA 10 on); both are plain C ABI.
-    Some(unsafe { std::mem::transmute::<usize, IsCapturing>(p) })
-}
-
-/// Whether work issued to `stream` now is recorded into a CUDA graph
-/// instead of running (false where the driver cannot say).
-pub fn capturing(stream: usize) -> bool {
-    // the legacy default stream is never captured, and asking about it
-    // while another stream captures would break that capture
-    if stream == 0 {
-        return false;
-    }
-    let Some(f) = is_capturing() else {
-        return false;
-    };
-    let mut status: c_int = 0;
-    // SAFETY: the program's stream, as it passed it to NCCL; the driver
-    // writes the capture status (0 = not capturing) through the pointer.
-    let rc = unsafe { f(stream as Stream, &mut status) };
-    rc == 0 && status != 0
 }
 
 /// What the interposer returns for an entry point it cannot find in any

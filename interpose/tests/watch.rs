@@ -4,7 +4,10 @@
 //! makes is named on every rank within a second, the communicator then
 //! failing (calls refused, `ncclCommGetAsyncError` reporting it); a
 //! correct program is never named; a bug in the last calls before
-//! `ncclCommDestroy` is named too. Four rank processes per test.
+//! `ncclCommDestroy` is named too; a hang every rank's calls agree on
+//! (one rank's stream stuck before a launch, or a launch no rank finishes)
+//! is named from the streams' events once it lasts `RANKWISE_TIMEOUT`.
+//! Four rank processes per test.
 
 #[path = "support/programs.rs"]
 mod programs;
@@ -174,5 +177,101 @@ fn a_bug_in_the_last_calls_before_destroy_is_named() {
             run.stderr(r)
         );
         assert!(run.stdout(r).contains("watch ended"), "rank {r}");
+    }
+}
+
+/// Rank `r`'s error line and how long after its sixth call the
+/// communicator failed with code `code` (ms), in a run of the `stuck`
+/// program.
+fn hung(run: &Run, r: usize, code: i32) -> (String, u64) {
+    let errs = run.errors(r);
+    let line = errs
+        .first()
+        .unwrap_or_else(|| panic!("rank {r} said nothing:\n{}", run.stderr(r)))
+        .split(" (comm ")
+        .next()
+        .unwrap()
+        .to_string();
+    let out = run.stdout(r);
+    let ms = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("stuck async {code} after ")))
+        .and_then(|l| l.strip_suffix(" ms"))
+        .unwrap_or_else(|| panic!("rank {r}: ncclCommGetAsyncError never said {code}: {out}"));
+    (line, ms.parse().unwrap())
+}
+
+/// `ncclRemoteError` (what a hang is on NCCL 2.28, which has no
+/// `ncclTimeout`) and `ncclInvalidUsage`.
+const REMOTE_ERROR: i32 = 6;
+const INVALID_USAGE: i32 = 5;
+
+fn stuck(bug: &str) -> Run {
+    let run = run(
+        "stuck",
+        4,
+        true,
+        &[
+            ("RANKWISE_CHECK", "watch"),
+            ("RANKWISE_TEST_BUG", bug),
+            ("RANKWISE_TIMEOUT", "2"),
+            ("RANKWISE_STANDIN_TIMEOUT", "30"),
+        ],
+    );
+    run.assert_ok();
+    run
+}
+
+#[test]
+fn a_kernel_that_never_ends_on_one_rank_is_named_on_every_rank() {
+    // every rank made the same six calls: only the streams tell
+    let run = stuck("kernel");
+    for r in 0..4 {
+        let (line, ms) = hung(&run, r, REMOTE_ERROR);
+        let head = format!(
+            "rankwise: ncclRemoteError on rank {r}: watch: hang: the stream of rank 2 has not reached collective launch 6 (AllReduce #5) for 2."
+        );
+        assert!(line.starts_with(&head), "rank {r}: {line}");
+        assert!(
+            line.ends_with(" s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); ranks 0,1,3 wait inside it for rank 2"),
+            "rank {r}: {line}"
+        );
+        // after the threshold (2 s), long before the stand-in gives up (30 s)
+        assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
+        println!("rank {r}: named after {ms} ms");
+    }
+}
+
+#[test]
+fn a_launch_no_rank_finishes_is_named_as_a_hang_in_nccl() {
+    let run = stuck("network");
+    for r in 0..4 {
+        let (line, ms) = hung(&run, r, REMOTE_ERROR);
+        let head = format!(
+            "rankwise: ncclRemoteError on rank {r}: watch: hang: every rank has been inside collective launch 6 (AllReduce #5) for 2."
+        );
+        assert!(line.starts_with(&head), "rank {r}: {line}");
+        assert!(
+            line.ends_with(" s and it has not finished; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)"),
+            "rank {r}: {line}"
+        );
+        assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
+    }
+}
+
+#[test]
+fn a_send_where_the_others_make_a_collective_is_a_stall_not_a_hang() {
+    // rank 0's Send never finishes, nor does the others' AllReduce: but
+    // rank 0 never made that AllReduce, so it is named for that
+    let run = stuck("isend");
+    for r in 0..4 {
+        let (line, ms) = hung(&run, r, INVALID_USAGE);
+        assert_eq!(
+            line,
+            format!(
+                "rankwise: ncclInvalidUsage on rank {r}: watch: rank 0 has made no collective launch past 5 for 2.0 s, while ranks 1,2,3 made launch 6 (AllReduce #5): NCCL waits for rank 0 there"
+            )
+        );
+        assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
     }
 }

@@ -44,12 +44,15 @@ pub extern "C" fn ncclGroupStart() -> Res {
 pub extern "C" fn ncclGroupEnd() -> Res {
     let end = real!(group_end);
     let _entry = Entry::enter();
-    match hooks::group_end() {
+    let rc = match hooks::group_end() {
         // SAFETY: no arguments (module doc).
         None => said(unsafe { end() }),
         // SAFETY: as above.
         Some(ended) => finish(ended, || unsafe { end() }),
-    }
+    };
+    // watch mode: the group's launches just enqueued are marked at their end
+    hooks::land();
+    rc
 }
 
 #[unsafe(no_mangle)]

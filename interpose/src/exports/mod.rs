@@ -106,7 +106,12 @@ fn submit(comm: Comm, raw: RawCall, stream: Stream) -> Res {
         action = hooks::call(comm as usize, raw, stream as usize);
     }
     match action {
-        Action::Forward | Action::Settle => said(forward(comm as usize, &raw, stream as usize)),
+        Action::Forward | Action::Settle => {
+            let rc = said(forward(comm as usize, &raw, stream as usize));
+            // watch mode: the launch just enqueued is marked at its end
+            hooks::land();
+            rc
+        }
         Action::Return(rc) => rc,
     }
 }

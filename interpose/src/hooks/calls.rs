@@ -100,7 +100,7 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
     if grouped && !s.grouped {
         join_group(&c, &mut s);
     }
-    if !s.captured && crate::real::capturing(stream) {
+    if !s.captured && crate::driver::capturing(stream) {
         s.captured = true;
         s.tracer.init_info(&format!(
             "rankwise: comm {handle:#x} rank {}: {} recorded into a CUDA graph: checked once at capture, replays unchecked",
@@ -121,7 +121,7 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
     let op_count = s.group.op_count();
     s.tracer.coll(&raw, op_count, handle, n);
     if watching {
-        watched(&mut s, call);
+        watched(&c, &mut s, call, stream);
         return Action::Forward;
     }
     match s.group.queue(call) {
@@ -137,18 +137,19 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
     }
 }
 
-/// Watch mode: the call goes to NCCL at once; its launch (the call, or
-/// the group's at its outermost end) is numbered and folded into the
-/// communicator's track.
-fn watched(s: &mut CommState, call: Call) {
+/// Watch mode: the call goes to NCCL at once on `stream`; its launch (the
+/// call, or the group's at its outermost end) is numbered and folded into
+/// the communicator's track.
+fn watched(c: &Shared, s: &mut CommState, call: Call, stream: usize) {
     if s.group.queue(call) != Queued::LaunchNow {
+        if s.grouped {
+            super::watch::grouped_call(s, stream);
+        }
         return;
     }
     if let Some(mut l) = s.group.take() {
         s.group.number(&mut l);
-        if let Some(w) = s.watch.as_mut() {
-            super::watch::fold(w, &l);
-        }
+        super::watch::fold(c, s, &l, Some(stream));
         s.group.recycle(l);
     }
 }

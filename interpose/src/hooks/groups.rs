@@ -207,8 +207,9 @@ fn watched(
 ) -> Option<Ended> {
     for (c, l) in launches {
         let mut s = lock(&c);
-        if let (None, Some(w)) = (&refused, s.watch.as_mut()) {
-            super::watch::fold(w, &l);
+        match refused {
+            None => super::watch::fold(&c, &mut s, &l, None),
+            Some(_) => super::watch::grouped_call_refused(&mut s),
         }
         s.group.recycle(l);
     }

@@ -10,13 +10,25 @@
 //! are told. A communicator being destroyed, or a process exiting, first
 //! finishes the rounds under way, so the last calls of a program are
 //! compared too.
+//!
+//! Where the process has the CUDA driver, each collective launch is also
+//! marked on its stream just before NCCL enqueues it and just after
+//! (`rankwise::agreement::watch::flight`): the rounds then carry how far
+//! each rank's stream has run, and a launch one rank's stream never
+//! reaches, or that no rank finishes, is named once it has lasted
+//! `RANKWISE_TIMEOUT` (a hang, failing the communicator as a mismatch
+//! does). A launch enqueued while its stream is captured into a CUDA graph
+//! is not marked.
 
-use super::comms::{Agreement, Comm, Shared, lock};
+use super::comms::{Agreement, Comm, CommState, Shared, lock};
 use super::settings::{say, settings};
 use super::{agreement, errors, setup};
+use crate::driver::{Cuda, CudaEvent};
 use rankwise::agreement::tier;
-use rankwise::agreement::watch::{Ask, Track, Watcher};
+use rankwise::agreement::watch::flight::{Flight, Flights};
+use rankwise::agreement::watch::{Ask, Summary, Track, Watcher};
 use rankwise::core::{Error, ErrorKind, Launch};
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,16 +41,101 @@ pub const INTERVAL: Duration = Duration::from_millis(100);
 /// How long a communicator's end waits for its last rounds.
 const LAST_ROUNDS: Duration = Duration::from_secs(5);
 
-/// A communicator's watch: its track, and how its thread is told to finish.
+/// A communicator's watch: its track, its launches in flight, and how its
+/// thread is told to finish.
 pub struct Watching {
     pub track: Track,
     closing: Arc<AtomicBool>,
     done: Option<Receiver<()>>,
+    /// the driver's events (None: the process has no CUDA driver)
+    cuda: Option<Cuda>,
+    flights: Flights<CudaEvent>,
+    /// the stream of the open group's first call here
+    stream: Option<usize>,
+    /// the watch thread has entered the events' context
+    entered: bool,
 }
 
-/// Folds launch `l` into `w` (the hot path).
-pub fn fold(w: &mut Watching, l: &Launch) {
-    w.track.fold(l);
+impl Drop for Watching {
+    /// The communicator is gone: its events go back to the driver.
+    fn drop(&mut self) {
+        if let Some(cuda) = self.cuda.as_mut() {
+            self.flights.clear(cuda);
+        }
+    }
+}
+
+thread_local! {
+    /// Communicators whose launch this thread marked at its start and
+    /// whose end NCCL has yet to return from ([`land`]).
+    static LANDING: RefCell<Vec<Shared>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Folds launch `l` of `c` into its watch, about to go to NCCL on
+/// `stream` (None: the stream of the group's first call), and marks its
+/// start (the hot path).
+pub fn fold(c: &Shared, s: &mut CommState, l: &Launch, stream: Option<usize>) {
+    let captured = s.captured;
+    let Some(w) = s.watch.as_mut() else { return };
+    let stream = stream.or(w.stream.take());
+    let (Some(m), Some(cuda), Some(stream)) = (w.track.fold(l), w.cuda.as_mut(), stream) else {
+        return;
+    };
+    if !captured && w.flights.depart(cuda, m, stream) {
+        LANDING.with(|l| l.borrow_mut().push(c.clone()));
+    }
+}
+
+/// A call of an open group on `s`'s communicator was made on `stream`.
+pub fn grouped_call(s: &mut CommState, stream: usize) {
+    if let Some(w) = s.watch.as_mut() {
+        w.stream.get_or_insert(stream);
+    }
+}
+
+/// The open group was refused: nothing of it reaches NCCL.
+pub fn grouped_call_refused(s: &mut CommState) {
+    if let Some(w) = s.watch.as_mut() {
+        w.stream = None;
+    }
+}
+
+/// NCCL returned from the call (or group end) that enqueued the launches
+/// this thread marked: marks their ends.
+pub fn land() {
+    let landing = LANDING.with(|l| {
+        let mut l = l.borrow_mut();
+        (!l.is_empty()).then(|| std::mem::take(&mut *l))
+    });
+    let Some(mut landing) = landing else { return };
+    for c in landing.drain(..) {
+        if let Some(w) = lock(&c).watch.as_mut()
+            && let Some(cuda) = w.cuda.as_mut()
+        {
+            w.flights.land(cuda);
+        }
+    }
+    // the vector goes back for the next launch: nothing allocated once warm
+    LANDING.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.is_empty() {
+            *l = landing;
+        }
+    });
+}
+
+/// Where `w`'s oldest unfinished launch is (the watch thread, each round).
+fn flight(w: &mut Watching) -> Flight {
+    let Some(cuda) = w.cuda.as_mut() else {
+        return Flight::Unknown;
+    };
+    if !w.entered {
+        w.entered = cuda.enter();
+        if !w.entered {
+            return Flight::Unknown;
+        }
+    }
+    w.flights.poll(cuda, Instant::now())
 }
 
 /// The watch of rank `rank` of `nranks`, with its thread started once
@@ -48,6 +145,10 @@ pub fn new(rank: usize, nranks: usize) -> Box<Watching> {
         track: Track::new(rank, nranks),
         closing: Arc::new(AtomicBool::new(false)),
         done: None,
+        cuda: Cuda::new(),
+        flights: Flights::default(),
+        stream: None,
+        entered: false,
     })
 }
 
@@ -124,9 +225,12 @@ fn run(c: &Comm, closing: &AtomicBool, done: Sender<()>) {
             return;
         }
         let summary = {
-            let s = lock(c);
-            match &s.watch {
-                Some(w) => w.track.summary(&ask),
+            let mut s = lock(c);
+            match s.watch.as_mut() {
+                Some(w) => Summary {
+                    flight: flight(w),
+                    ..w.track.summary(&ask)
+                },
                 None => return,
             }
         };
@@ -146,7 +250,7 @@ fn run(c: &Comm, closing: &AtomicBool, done: Sender<()>) {
             }
         };
         if let Some((what, sides)) = verdict.failure {
-            failed(c, &what, &sides);
+            failed(c, &what, &sides, verdict.hang);
             return;
         }
         ask = verdict.ask;
@@ -211,10 +315,15 @@ fn watcher_of(c: &Comm) -> Option<Watcher> {
     }
 }
 
-/// The judge found a contract violation: this rank says it, and the
-/// communicator fails.
-fn failed(c: &Comm, what: &str, sides: &str) {
-    let e = Error::new(ErrorKind::Mismatch, format!("watch: {what}"));
+/// The judge found a contract violation or a hang: this rank says it, and
+/// the communicator fails.
+fn failed(c: &Comm, what: &str, sides: &str, hang: bool) {
+    let kind = if hang {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::Mismatch
+    };
+    let e = Error::new(kind, format!("watch: {what}"));
     let mut s = lock(c);
     let e = agreement::fail(c, &mut s, e);
     let detail = (!sides.is_empty()).then_some(sides);

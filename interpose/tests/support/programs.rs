@@ -543,6 +543,61 @@ pub fn watch(k: &Rank) -> Result<(), String> {
     Ok(())
 }
 
+/// A GPU hang every rank's calls agree on (`RANKWISE_TEST_BUG`): after 5
+/// AllReduces, `kernel`: rank 2's stream runs a kernel that never ends;
+/// `network`: every rank's next collective never finishes. Every rank
+/// then makes a sixth AllReduce on a thread of its own (a GPU's call
+/// returns at once; the stand-in's may wait). And one they do not agree
+/// on, `isend`: rank 0 makes a Send to rank 1 instead (PyTorch's isend
+/// while the others all_reduce). Meanwhile the program polls
+/// `ncclCommGetAsyncError` as a framework's watchdog does, and prints how
+/// long after the sixth call the communicator failed.
+pub fn stuck(k: &Rank) -> Result<(), String> {
+    let (nc, n) = (&k.nccl, k.n as i32);
+    for _ in 0..5 {
+        let (rc, out) = k.all_reduce_i32(&[1; 4]);
+        expect_eq("AllReduce", rc, 0)?;
+        expect_eq("AllReduce's sum", out, vec![n; 4])?;
+    }
+    let hook = match std::env::var("RANKWISE_TEST_BUG").as_deref() {
+        Ok("kernel") if k.rank == 2 => Some("standin_stuck_kernel"),
+        Ok("kernel") => None,
+        Ok("network") => Some("standin_hang_next"),
+        Ok("isend") => None,
+        other => return Err(format!("no bug {other:?}")),
+    };
+    let isend = std::env::var("RANKWISE_TEST_BUG").as_deref() == Ok("isend") && k.rank == 0;
+    if let Some(name) = hook {
+        sym::<extern "C" fn()>(name)();
+    }
+    let (f, send, comm) = (nc.all_reduce, nc.send, k.comm as usize);
+    let (s, r) = (
+        vec_of(nc, &[1i32; 16]) as usize,
+        alloc::<i32>(nc, 4) as usize,
+    );
+    let t = Instant::now();
+    std::thread::spawn(move || {
+        // SAFETY: buffers of 16 and 4 int32; a live communicator.
+        unsafe {
+            match isend {
+                true => send(s as Ptr, 16, INT32, 1, comm as Comm, NULL),
+                false => f(s as Ptr, r as Ptr, 4, INT32, SUM, comm as Comm, NULL),
+            }
+        }
+    });
+    let mut rc = 0;
+    while rc == 0 && t.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(20));
+        // SAFETY: a live communicator and an out-pointer.
+        unsafe { (nc.get_async_error)(k.comm, &mut rc) };
+    }
+    println!("stuck async {rc} after {} ms", t.elapsed().as_millis());
+    // the sixth call's thread may still wait in the stand-in: leave without it
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(0);
+}
+
 /// The rank program: runs only in the processes `run` starts.
 pub fn rank_main() {
     let Ok(scenario) = std::env::var("RANKWISE_TEST_SCENARIO") else {
@@ -561,6 +616,7 @@ pub fn rank_main() {
         "late" => late(&k),
         "percall" => percall(&k),
         "watch" => watch(&k),
+        "stuck" => stuck(&k),
         s => Err(format!("no scenario {s}")),
     };
     if let Err(e) = r {
