@@ -60,6 +60,9 @@ pub enum FindingKind {
     VersionMismatch,
     /// NCCL gave up waiting, or aborted (WARN): evidence of a hang.
     NcclTimeout,
+    /// rankwise's checker refused a call or failed a communicator (its
+    /// WARN line in the journal): a contract violation or hang it proved.
+    CheckerError,
     /// A PyTorch watchdog timed out on a collective.
     WatchdogTimeout,
     /// Ranks were at different collectives when PyTorch's watchdog fired.
@@ -97,7 +100,7 @@ impl FindingKind {
             | DatatypeMismatch | RedopMismatch | RootMismatch | UnmatchedSend | UnmatchedRecv
             | P2pMismatch | InvalidPeer | InvalidRoot | InvalidType | InvalidOp | NetworkError
             | PeerSizeMismatch | DuplicateGpu | CudaError | OutOfMemory | ConnectionFailed
-            | VersionMismatch | WatchdogMismatch => Severity::Error,
+            | VersionMismatch | WatchdogMismatch | CheckerError => Severity::Error,
             NcclWarning | MissingRanks | DuplicateRank | RepeatedLog | NranksConflict
             | RankOutOfRange | MalformedCalls | NcclTimeout | WatchdogTimeout | TorchError
             | Unaligned | FlightRecorder | Unreadable => Severity::Warning,

@@ -173,6 +173,7 @@ fn cause_kind(k: WarnKind) -> FindingKind {
         WarnKind::Connection => FindingKind::ConnectionFailed,
         WarnKind::VersionMismatch => FindingKind::VersionMismatch,
         WarnKind::Timeout => FindingKind::NcclTimeout,
+        WarnKind::Checker => FindingKind::CheckerError,
         _ => FindingKind::NcclWarning,
     }
 }
@@ -188,6 +189,7 @@ fn headline(kind: FindingKind) -> Option<&'static str> {
         FindingKind::ConnectionFailed => "connection failure",
         FindingKind::VersionMismatch => "NCCL version mismatch",
         FindingKind::NcclTimeout => "NCCL timeout",
+        FindingKind::CheckerError => "found by rankwise's checker",
         _ => return None,
     })
 }
@@ -213,6 +215,7 @@ fn advice(w: &WarnRec) -> Option<String> {
         WarnKind::Connection => "a rank could not reach a peer or the bootstrap: a firewall, the wrong network interface (NCCL_SOCKET_IFNAME), a peer that exited or never started, or a wrong rendezvous address; check that every host reaches the address named, on that port".to_string(),
         WarnKind::VersionMismatch => "the ranks load different NCCL versions: every process of a job must load the same one; compare the 'NCCL version' INFO line of each rank".to_string(),
         WarnKind::Timeout => "NCCL gave up waiting or aborted: the job hung or was stopped here".to_string(),
+        WarnKind::Checker => "rankwise's checker returned this error to the program (the call refused, or the communicator failed): the line says what differs and on which ranks".to_string(),
         _ => return None,
     })
 }

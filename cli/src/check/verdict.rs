@@ -118,3 +118,31 @@ fn processes(a: &Analysis) -> u64 {
         .collect();
     seen.len() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The journals of `rankwise check` on PyTorch's isend before an
+    /// all_reduce, on an H200: the checker named a deadlock on every rank,
+    /// and the verdict must say so (it once called this run clean).
+    #[test]
+    fn the_checkers_own_errors_are_a_violation() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/nccl-2.28.9-h200/interpose/check-isend");
+        let v = judge(&dir, "torchrun");
+        let Verdict::Violation { lines } = &v else {
+            panic!("{v:?}");
+        };
+        assert!(
+            lines[0].starts_with("contract violation: found by rankwise's checker"),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("deadlock: rank 1 waits in AllReduce (opCount 1) for rank 0")),
+            "{lines:?}"
+        );
+    }
+}

@@ -127,6 +127,9 @@ pub enum WarnKind {
     VersionMismatch,
     /// NCCL gave up waiting, or a communicator was aborted.
     Timeout,
+    /// rankwise's checker (`librankwise_nccl.so`) refused a call or failed
+    /// a communicator: `ncclInvalidUsage on rank 1: deadlock: …`.
+    Checker,
     Other,
 }
 

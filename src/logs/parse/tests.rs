@@ -226,6 +226,22 @@ fn warn_lines() {
         w("h:1:1 [0] transport/net.cc:1 NCCL WARN Call to connect returned Connection refused"),
         (None, WarnKind::Connection)
     );
+    // rankwise's checker's own lines (from an H200 journal), whatever they name
+    for l in [
+        "vm:4927:4927 [1] NCCL WARN ncclInvalidUsage on rank 1: deadlock: rank 1 waits in AllReduce (opCount 1) for rank 0, which waits in Send (opCount 1) for rank 1's Recv #0 from rank 0, which rank 1 has not made: neither can go on",
+        "vm:1:1 [3] NCCL WARN ncclRemoteError on rank 3: watch: hang: the stream of rank 2 has not reached collective launch 2 (AllReduce #1) for 10 s",
+        "vm:1:1 [0] NCCL WARN ncclInvalidUsage on rank 0: Broadcast: invalid root 4",
+    ] {
+        assert_eq!(w(l).1, WarnKind::Checker, "{l}");
+    }
+    // NCCL's words that only look alike are not the checker's
+    for l in [
+        "h:1:1 [0] NCCL WARN ncclInvalidUsage on rank: nothing",
+        "h:1:1 [0] NCCL WARN nccl on rank 1: x",
+        "h:1:1 [0] NCCL WARN ncclSystemError on rank 1 was seen",
+    ] {
+        assert_ne!(w(l).1, WarnKind::Checker, "{l}");
+    }
 }
 
 #[test]

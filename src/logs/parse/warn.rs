@@ -17,12 +17,29 @@ pub(super) fn parse_warn(msg: &[u8]) -> Warn<'_> {
         let name = t.strip_suffix(b":").unwrap_or(t);
         Func::from_log_name(name)
     });
-    let kind = argcheck(msg).unwrap_or_else(|| classify(msg));
+    let kind = match from_checker(msg) {
+        true => WarnKind::Checker,
+        false => argcheck(msg).unwrap_or_else(|| classify(msg)),
+    };
     Warn {
         op,
         kind,
         text: msg,
     }
+}
+
+/// A line of rankwise's checker: `nccl<Code> on rank <r>: …` (how it
+/// reports every error; NCCL's own WARN text never starts so).
+fn from_checker(msg: &[u8]) -> bool {
+    let Some(rest) = msg.strip_prefix(b"nccl") else {
+        return false;
+    };
+    let code = rest.iter().take_while(|b| b.is_ascii_alphabetic()).count();
+    let Some(rest) = rest[code..].strip_prefix(b" on rank ") else {
+        return false;
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    code > 0 && digits > 0 && rest[digits..].starts_with(b": ")
 }
 
 /// The integer after the first `needle` in `msg`.
