@@ -22,17 +22,8 @@
 //!
 //! A non-blocking communicator (`config.blocking = 0`) is made at once but
 //! says `ncclInProgress` (and hides its rank and size) until the first
-//! `ncclCommGetAsyncError` on it. `cuStreamIsCapturing` is here too, as a
-//! driver that says only `CAPTURING_STREAM` is being captured.
-//!
-//! So are the driver's events, over a pretend stream: an event is reached
-//! as soon as it is recorded, since every call here is done when it
-//! returns. Two hooks a test program calls make the GPU hang:
-//! `standin_stuck_kernel()` is a kernel on this process's stream that never
-//! ends (events recorded after it are never reached, and calls made after
-//! it return at once and never run, as work queued behind it); and
-//! `standin_hang_next()` makes the next collective wait, as an NCCL kernel
-//! whose network went away, until its timeout.
+//! `ncclCommGetAsyncError` on it. A pretend CUDA driver is beside it
+//! (`driver.rs`: capture status, events, and hooks that hang its GPU).
 //!
 //! Like NCCL, its collectives and its `ncclCommCount`, `ncclCommUserRank`
 //! and `ncclCommCuDevice` first ask the public `ncclCommGetAsyncError`
@@ -43,6 +34,9 @@
 //! Max, Min, Avg (integer Avg divides the wrapped sum) on the 8 integer and
 //! 2 wide float types, and PreMulSum on float and double.
 
+mod driver;
+
+use driver::{HANG_NEXT, STUCK};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -232,23 +226,6 @@ fn reduce(parts: &[Vec<u8>], dt: c_int, op: c_int, scalar: f64) -> Result<Vec<u8
         }
     }
     Ok(acc)
-}
-
-/// `standin_stuck_kernel` was called: this process's stream runs nothing more.
-static STUCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// `standin_hang_next` was called: the next collective never finishes.
-static HANG_NEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// A kernel that never ends, queued on this process's stream.
-#[no_mangle]
-pub extern "C" fn standin_stuck_kernel() {
-    STUCK.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// The next collective waits as if its peers' network were gone.
-#[no_mangle]
-pub extern "C" fn standin_hang_next() {
-    HANG_NEXT.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 fn null() -> bool {
@@ -570,59 +547,6 @@ export!(pncclCommWindowRegister, ncclCommWindowRegister, (_comm: *mut Comm, _buf
 export!(pncclCommWindowDeregister, ncclCommWindowDeregister, (_comm: *mut Comm, _win: *mut c_void) -> Res { 0 });
 
 export!(pncclResetDebugInit, ncclResetDebugInit, () -> () {});
-
-/// The stream handle the stand-in's driver says is being captured into a
-/// CUDA graph.
-pub const CAPTURING_STREAM: usize = 0xca97;
-
-/// The CUDA driver's `cuStreamIsCapturing`, as the stand-in's: only
-/// [`CAPTURING_STREAM`] is capturing (status 1, active).
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamIsCapturing(stream: *mut c_void, status: *mut c_int) -> c_int {
-    *status = c_int::from(stream as usize == CAPTURING_STREAM);
-    0
-}
-
-/// The driver's current context: one, pretend.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
-    *ctx = 1 as *mut c_void;
-    0
-}
-
-#[no_mangle]
-pub extern "C" fn cuCtxSetCurrent(_ctx: *mut c_void) -> c_int {
-    0
-}
-
-/// An event: whether the stream has reached it.
-#[no_mangle]
-pub unsafe extern "C" fn cuEventCreate(ev: *mut *mut c_void, _flags: u32) -> c_int {
-    *ev = Box::into_raw(Box::new(std::sync::atomic::AtomicBool::new(true))) as *mut c_void;
-    0
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuEventRecord(ev: *mut c_void, _stream: *mut c_void) -> c_int {
-    let reached = !STUCK.load(std::sync::atomic::Ordering::SeqCst);
-    (*(ev as *const std::sync::atomic::AtomicBool)).store(reached, std::sync::atomic::Ordering::SeqCst);
-    0
-}
-
-/// `CUDA_SUCCESS` when reached, `CUDA_ERROR_NOT_READY` (600) when not.
-#[no_mangle]
-pub unsafe extern "C" fn cuEventQuery(ev: *mut c_void) -> c_int {
-    match (*(ev as *const std::sync::atomic::AtomicBool)).load(std::sync::atomic::Ordering::SeqCst) {
-        true => 0,
-        false => 600,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuEventDestroy_v2(ev: *mut c_void) -> c_int {
-    drop(Box::from_raw(ev as *mut std::sync::atomic::AtomicBool));
-    0
-}
 
 export!(pncclCommSplit, ncclCommSplit, (comm: *mut Comm, color: c_int, key: c_int, newcomm: *mut *mut Comm, _config: *mut c_void) -> Res {
     let c = &mut *comm;
