@@ -222,41 +222,39 @@ fn stuck(bug: &str) -> Run {
     run
 }
 
-#[test]
-fn a_kernel_that_never_ends_on_one_rank_is_named_on_every_rank() {
-    // every rank made the same six calls: only the streams tell
-    let run = stuck("kernel");
+/// Runs the `stuck` program with `bug` and checks every rank's hang line:
+/// after `rankwise: ncclRemoteError on rank R: watch: hang: `, `head`, a
+/// duration of 2.x s, then `tail`; named after the threshold (2 s), long
+/// before the stand-in gives up (30 s).
+fn every_rank_hung(bug: &str, head: &str, tail: &str) {
+    let run = stuck(bug);
     for r in 0..4 {
         let (line, ms) = hung(&run, r, REMOTE_ERROR);
-        let head = format!(
-            "rankwise: ncclRemoteError on rank {r}: watch: hang: the stream of rank 2 has not reached collective launch 6 (AllReduce #5) for 2."
-        );
-        assert!(line.starts_with(&head), "rank {r}: {line}");
-        assert!(
-            line.ends_with(" s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); ranks 0,1,3 wait inside it for rank 2"),
-            "rank {r}: {line}"
-        );
-        // after the threshold (2 s), long before the stand-in gives up (30 s)
+        let start = format!("rankwise: ncclRemoteError on rank {r}: watch: hang: {head} for 2.");
+        assert!(line.starts_with(&start), "rank {r}: {line}");
+        assert!(line.ends_with(tail), "rank {r}: {line}");
         assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
         println!("rank {r}: named after {ms} ms");
     }
 }
 
 #[test]
+fn a_kernel_that_never_ends_on_one_rank_is_named_on_every_rank() {
+    // every rank made the same six calls: only the streams tell
+    every_rank_hung(
+        "kernel",
+        "the stream of rank 2 has not reached collective launch 6 (AllReduce #5)",
+        " s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); ranks 0,1,3 wait inside it for rank 2",
+    );
+}
+
+#[test]
 fn a_launch_no_rank_finishes_is_named_as_a_hang_in_nccl() {
-    let run = stuck("network");
-    for r in 0..4 {
-        let (line, ms) = hung(&run, r, REMOTE_ERROR);
-        let head = format!(
-            "rankwise: ncclRemoteError on rank {r}: watch: hang: every rank has been inside collective launch 6 (AllReduce #5) for 2."
-        );
-        assert!(line.starts_with(&head), "rank {r}: {line}");
-        assert!(
-            line.ends_with(" s and it has not finished; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)"),
-            "rank {r}: {line}"
-        );
-        assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
-    }
+    every_rank_hung(
+        "network",
+        "every rank has been inside collective launch 6 (AllReduce #5)",
+        " s and it has not finished; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)",
+    );
 }
 
 #[test]
