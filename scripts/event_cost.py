@@ -2,6 +2,7 @@
 the figures that decide how the checker learns when a call has finished.
 
 Times, per call, on one GPU of this process (median of 5 runs of N calls):
+  query_null  cuEventQuery(NULL): ctypes and the driver's error path
   record   cuEventRecord of a disable-timing event on the stream
   query    cuEventQuery of an event that has completed
   query_p  cuEventQuery of an event that has not (a kernel still running)
@@ -54,8 +55,9 @@ def main():
     s = ctypes.c_void_p(stream)
 
     rows = {}
-    # what a ctypes call costs by itself, taken off the driver rows
-    rows["ctypes_noop"] = per_call(lambda: qry(None))
+    # a driver call that fails at once (a NULL event): ctypes and the
+    # driver's error path, for scale
+    rows["query_null"] = per_call(lambda: qry(None))
     rows["record"] = per_call(lambda: rec(ev, s))
     torch.cuda.synchronize()
     rows["query"] = per_call(lambda: qry(ev))
