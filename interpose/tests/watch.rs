@@ -273,3 +273,37 @@ fn a_send_where_the_others_make_a_collective_is_a_stall_not_a_hang() {
         assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
     }
 }
+
+/// Runs the `stuck` program with `bug` and checks that every rank says
+/// `rankwise: ncclInvalidUsage on rank R: watch: ` then `what` (the cause,
+/// then both sides in brackets), within
+/// the threshold's few rounds (2 s) and long before the stand-in gives up.
+fn every_rank_told_unmatched(bug: &str, what: &str) {
+    let run = stuck(bug);
+    for r in 0..4 {
+        let (line, ms) = hung(&run, r, INVALID_USAGE);
+        assert_eq!(
+            line,
+            format!("rankwise: ncclInvalidUsage on rank {r}: watch: {what}")
+        );
+        assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
+    }
+}
+
+#[test]
+fn a_recv_with_no_send_and_no_collective_after_is_named() {
+    // the program's last launch is rank 1's Recv: no cut follows it, only
+    // its unfinished flight tells
+    every_rank_told_unmatched(
+        "recv",
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: rank 1's Recv #1 from rank 0 has no matching Send: rank 0 made 0 Sends to rank 1 [rank 0: 0 Sends to rank 1; rank 1: 1 Recv (the last: count 16 int32) from rank 0]",
+    );
+}
+
+#[test]
+fn alltoallv_splits_with_no_collective_after_are_named() {
+    every_rank_told_unmatched(
+        "splits",
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: the Sends of rank 0 to rank 2 and the Recvs of rank 2 from rank 0 differ in count or datatype [rank 0: 1 Send (the last: count 3 int32) to rank 2; rank 2: 1 Recv (the last: count 5 int32) from rank 0]",
+    );
+}

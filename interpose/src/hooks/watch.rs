@@ -11,8 +11,9 @@
 //! finishes the rounds under way, so the last calls of a program are
 //! compared too.
 //!
-//! Where the process has the CUDA driver, each collective launch is also
-//! marked on its stream just before NCCL enqueues it and just after
+//! Where the process has the CUDA driver, each launch (collectives, or
+//! Sends and Recvs alone) is also marked on its stream just before NCCL
+//! enqueues it and just after
 //! (`rankwise::agreement::watch::flight`): the rounds then carry how far
 //! each rank's stream has run, and a launch one rank's stream never
 //! reaches, or that no rank finishes, is named once it has lasted
@@ -78,10 +79,10 @@ pub fn fold(c: &Shared, s: &mut CommState, l: &Launch, stream: Option<usize>) {
     let captured = s.captured;
     let Some(w) = s.watch.as_mut() else { return };
     let stream = stream.or(w.stream.take());
-    let (Some(m), Some(cuda), Some(stream)) = (w.track.fold(l), w.cuda.as_mut(), stream) else {
+    let (Some(mark), Some(cuda), Some(stream)) = (w.track.fold(l), w.cuda.as_mut(), stream) else {
         return;
     };
-    if !captured && w.flights.depart(cuda, m, stream) {
+    if !captured && w.flights.depart(cuda, mark, stream) {
         LANDING.with(|l| l.borrow_mut().push(c.clone()));
     }
 }

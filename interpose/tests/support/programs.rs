@@ -549,7 +549,10 @@ pub fn watch(k: &Rank) -> Result<(), String> {
 /// then makes a sixth AllReduce on a thread of its own (a GPU's call
 /// returns at once; the stand-in's may wait). And one they do not agree
 /// on, `isend`: rank 0 makes a Send to rank 1 instead (PyTorch's isend
-/// while the others all_reduce). Meanwhile the program polls
+/// while the others all_reduce). And two launches of Sends and Recvs
+/// alone that never finish, the program's last: `recv`, rank 1's Recv
+/// from rank 0, which sends nothing; `splits`, an AlltoAllv whose splits
+/// on rank 2 are not the transpose of the others'. Meanwhile the program polls
 /// `ncclCommGetAsyncError` as a framework's watchdog does, and prints how
 /// long after the sixth call the communicator failed.
 pub fn stuck(k: &Rank) -> Result<(), String> {
@@ -559,29 +562,50 @@ pub fn stuck(k: &Rank) -> Result<(), String> {
         expect_eq("AllReduce", rc, 0)?;
         expect_eq("AllReduce's sum", out, vec![n; 4])?;
     }
-    let hook = match std::env::var("RANKWISE_TEST_BUG").as_deref() {
-        Ok("kernel") if k.rank == 2 => Some("standin_stuck_kernel"),
-        Ok("kernel") => None,
-        Ok("network") => Some("standin_hang_next"),
-        Ok("isend") => None,
+    let bug = std::env::var("RANKWISE_TEST_BUG").unwrap_or_default();
+    let hook = match bug.as_str() {
+        "kernel" if k.rank == 2 => Some("standin_stuck_kernel"),
+        "network" => Some("standin_hang_next"),
+        "kernel" | "isend" | "recv" | "splits" => None,
         other => return Err(format!("no bug {other:?}")),
     };
-    let isend = std::env::var("RANKWISE_TEST_BUG").as_deref() == Ok("isend") && k.rank == 0;
     if let Some(name) = hook {
         sym::<extern "C" fn()>(name)();
     }
-    let (f, send, comm) = (nc.all_reduce, nc.send, k.comm as usize);
+    let (rank, comm, nc) = (k.rank as c_int, k.comm as usize, *nc);
     let (s, r) = (
-        vec_of(nc, &[1i32; 16]) as usize,
-        alloc::<i32>(nc, 4) as usize,
+        vec_of(&nc, &[1i32; 16]) as usize,
+        alloc::<i32>(&nc, 16) as usize,
     );
     let t = Instant::now();
     std::thread::spawn(move || {
-        // SAFETY: buffers of 16 and 4 int32; a live communicator.
+        let (s, r, comm) = (s as Ptr, r as Ptr, comm as Comm);
+        // AlltoAllv's splits: rank 2 expects 5 elements from rank 0, which sends 3
+        let split = |src: c_int, dst: c_int| 2 * src + dst + 1;
+        let want = |src: c_int| {
+            if (src, rank) == (0, 2) {
+                5
+            } else {
+                split(src, rank)
+            }
+        };
+        // SAFETY: buffers of 16 int32 (every count below is at most 10); a
+        // live communicator.
         unsafe {
-            match isend {
-                true => send(s as Ptr, 16, INT32, 1, comm as Comm, NULL),
-                false => f(s as Ptr, r as Ptr, 4, INT32, SUM, comm as Comm, NULL),
+            match bug.as_str() {
+                "isend" if rank == 0 => (nc.send)(s, 16, INT32, 1, comm, NULL),
+                "isend" => (nc.all_reduce)(s, r, 4, INT32, SUM, comm, NULL),
+                "recv" if rank == 1 => (nc.recv)(r, 16, INT32, 0, comm, NULL),
+                "recv" => 0,
+                "splits" => {
+                    (nc.group_start)();
+                    for p in 0..n {
+                        (nc.send)(s, split(rank, p) as usize, INT32, p, comm, NULL);
+                        (nc.recv)(r, want(p) as usize, INT32, p, comm, NULL);
+                    }
+                    (nc.group_end)()
+                }
+                _ => (nc.all_reduce)(s, r, 4, INT32, SUM, comm, NULL),
             }
         }
     });

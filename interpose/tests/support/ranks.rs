@@ -178,6 +178,7 @@ pub struct UniqueId(pub [u8; 128]);
 
 /// NCCL's functions as the process's global lookup finds them: the
 /// interposer's when it is preloaded, the stand-in's otherwise.
+#[derive(Clone, Copy)]
 pub struct Nccl {
     pub get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> Res,
     pub init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> Res,

@@ -2,16 +2,17 @@
 //! rank made the same calls (launch counts and digests agree, so nothing
 //! else in watch mode can see them).
 //!
-//! Around each collective launch a rank marks its stream twice with events
+//! Around each launch a rank marks its stream twice with events
 //! ([`Events`]; the CUDA driver's in the interposer): just before NCCL
 //! enqueues the launch's kernels (the launch's *start*) and just after
-//! (its *end*). The stream reaches the start mark once everything queued
+//! (its *end*). A launch is placed by its [`Mark`]: a collective launch by
+//! its cut, a launch of Sends and Recvs alone by the cut it follows. The stream reaches the start mark once everything queued
 //! before the launch has run; it reaches the end mark once NCCL's kernels
 //! have finished too. [`Flights`] keeps the launches whose end the stream
 //! has not reached, oldest first, and reports the oldest one ([`Flight`]):
 //! its cut, whether the stream has started it, and for how long.
 //!
-//! Across ranks ([`hang`]), at the oldest unfinished cut of all:
+//! Across ranks ([`hang`]), at the oldest unfinished mark of all:
 //!
 //! - a rank whose stream has not *started* that launch while other ranks
 //!   are inside it or past it is held up by its own earlier work (a kernel
@@ -19,6 +20,11 @@
 //!   waits for that rank, so it is named, with the ranks that wait;
 //! - every rank inside the launch, none past it, means NCCL itself (or the
 //!   network between the ranks) does not finish it: named as such.
+//!
+//! Sends and Recvs are not numbered alike across ranks, so at a mark of
+//! Sends and Recvs the judge first asks whether every Send has its Recv
+//! (an unmatched pair is the cause, named as such); only when they all do
+//! is the launch a hang of its own.
 //!
 //! Either is said only once it has lasted the threshold (the judge's
 //! `RANKWISE_TIMEOUT`). A rank whose streams have nothing to say (no CUDA
@@ -51,7 +57,39 @@ pub trait Events {
     fn destroy(&mut self, ev: Self::Event);
 }
 
-/// A rank's oldest unfinished collective launch on a communicator.
+/// Where a launch stands in its communicator's order: collective launch
+/// (cut) `m`, or (`p2p`) a launch of Sends and Recvs alone made after cut
+/// `m` and before the next. Ordered as the launches are made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Mark {
+    pub m: u64,
+    pub p2p: bool,
+}
+
+impl Mark {
+    /// Collective launch `m`.
+    pub fn cut(m: u64) -> Mark {
+        Mark { m, p2p: false }
+    }
+
+    /// The Sends and Recvs made after cut `m`.
+    pub fn after(m: u64) -> Mark {
+        Mark { m, p2p: true }
+    }
+
+    /// The launch as a message names it: `collective launch 5 (AllReduce
+    /// #4)` from `post`, the launch at cut `m`; `the Send/Recv launch after
+    /// collective launch 5`.
+    pub fn named(&self, post: Option<&Posted>) -> String {
+        match (self.p2p, post) {
+            (true, _) => format!("the Send/Recv launch after collective launch {}", self.m),
+            (false, Some(p)) => format!("collective launch {} ({})", self.m, named(p)),
+            (false, None) => format!("collective launch {}", self.m),
+        }
+    }
+}
+
+/// A rank's oldest unfinished launch on a communicator.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Flight {
     /// the rank cannot tell (no driver, or its streams are captured)
@@ -59,9 +97,9 @@ pub enum Flight {
     Unknown,
     /// every marked launch has finished
     Clear,
-    /// launch (cut) `m` has not finished: its stream has `started` it or
-    /// not, and has been where it is for `ms` milliseconds
-    Out { m: u64, started: bool, ms: u64 },
+    /// the launch at `mark` has not finished: its stream has `started` it
+    /// or not, and has been where it is for `ms` milliseconds
+    Out { mark: Mark, started: bool, ms: u64 },
 }
 
 impl Flight {
@@ -73,13 +111,23 @@ impl Flight {
         }
     }
 
+    /// The mark of the launch out, if one is.
+    pub fn mark(&self) -> Option<Mark> {
+        match self {
+            Flight::Out { mark, .. } => Some(*mark),
+            _ => None,
+        }
+    }
+
     /// As three words on the wire: kind, cut, milliseconds (with the
-    /// started bit in the kind).
+    /// started bit and the Send/Recv bit in the kind).
     pub fn words(&self) -> [u64; 3] {
         match *self {
             Flight::Unknown => [0, 0, 0],
             Flight::Clear => [1, 0, 0],
-            Flight::Out { m, started, ms } => [2 + started as u64, m, ms],
+            Flight::Out { mark, started, ms } => {
+                [2 + started as u64 + 2 * mark.p2p as u64, mark.m, ms]
+            }
         }
     }
 
@@ -88,9 +136,12 @@ impl Flight {
         match w[0] {
             0 => Some(Flight::Unknown),
             1 => Some(Flight::Clear),
-            2 | 3 => Some(Flight::Out {
-                m: w[1],
-                started: w[0] == 3,
+            2..=5 => Some(Flight::Out {
+                mark: Mark {
+                    m: w[1],
+                    p2p: w[0] >= 4,
+                },
+                started: w[0] % 2 == 1,
                 ms: w[2],
             }),
             _ => None,
@@ -112,7 +163,7 @@ impl Flight {
 }
 
 struct Marked<E> {
-    m: u64,
+    mark: Mark,
     stream: usize,
     start: E,
     end: Option<E>,
@@ -147,10 +198,10 @@ impl<E: Copy> Flights<E> {
         self.spare.pop().or_else(|| ev.create())
     }
 
-    /// Launch (cut) `m` is about to be enqueued on `stream`: marks its
+    /// The launch at `mark` is about to be enqueued on `stream`: marks its
     /// start. False when it goes unmarked (too many out, or the driver
     /// refused).
-    pub fn depart(&mut self, ev: &mut impl Events<Event = E>, m: u64, stream: usize) -> bool {
+    pub fn depart(&mut self, ev: &mut impl Events<Event = E>, mark: Mark, stream: usize) -> bool {
         if self.marked.len() >= MAX_IN_FLIGHT {
             return false;
         }
@@ -162,7 +213,7 @@ impl<E: Copy> Flights<E> {
             return false;
         }
         self.marked.push_back(Marked {
-            m,
+            mark,
             stream,
             start,
             end: None,
@@ -229,49 +280,53 @@ impl<E: Copy> Flights<E> {
         }
         let since = f.started.unwrap_or(front);
         Flight::Out {
-            m: f.m,
+            mark: f.mark,
             started: f.started.is_some(),
             ms: now.saturating_duration_since(since).as_millis() as u64,
         }
     }
 }
 
-/// The oldest unfinished cut among `all`'s flights, once some rank's has
-/// been out for `threshold`: the cut to name in [`hang`].
-pub fn overdue(all: &[Summary], threshold: Duration) -> Option<u64> {
+/// The oldest unfinished launch among `all`'s flights, once some rank's
+/// has been out for `threshold`: the launch to name in [`hang`].
+pub fn overdue(all: &[Summary], threshold: Duration) -> Option<Mark> {
     let t = threshold.as_millis() as u64;
     if !all.iter().any(|s| s.flight.ms() >= t) {
         return None;
     }
-    all.iter()
-        .filter_map(|s| match s.flight {
-            Flight::Out { m, .. } => Some(m),
-            _ => None,
-        })
-        .min()
+    all.iter().filter_map(|s| s.flight.mark()).min()
 }
 
-/// A hang at cut `low` in every rank's flight (`all` in rank order), once
-/// it has lasted `threshold`; `post` is the launch at `low` as a rank made
-/// it, to name it. None while nothing has lasted that long, when some
-/// rank has not made the launch (a stall, named as such), or when no rank
-/// is inside it (what holds every rank is elsewhere).
-pub fn hang(all: &[Summary], low: u64, threshold: Duration, post: &Posted) -> Option<String> {
+/// A hang at `at` in every rank's flight (`all` in rank order), once it
+/// has lasted `threshold`; `post` is the collective launch at `at` as a
+/// rank made it, to name it. None while nothing has lasted that long, when
+/// some rank has not made a collective launch (a stall, named as such), or
+/// when no rank is inside it (what holds every rank is elsewhere).
+///
+/// At a mark of Sends and Recvs only the ranks out there take part (the
+/// others may have no Send or Recv there at all), and the caller has found
+/// every Send matched by a Recv.
+pub fn hang(
+    all: &[Summary],
+    at: Mark,
+    threshold: Duration,
+    post: Option<&Posted>,
+) -> Option<String> {
     let t = threshold.as_millis() as u64;
     let (mut before, mut inside, mut past) = (Vec::new(), Vec::new(), Vec::new());
     for (r, s) in all.iter().enumerate() {
-        if s.m < low {
+        if !at.p2p && s.m < at.m {
             // a rank that has not made the launch is neither in it nor
             // past it: the judge's stall names it, not this
             return None;
         }
         match s.flight {
-            Flight::Out { m, started, ms } if m == low => match started {
+            Flight::Out { mark, started, ms } if mark == at => match started {
                 false => before.push((r, ms)),
                 true => inside.push((r, ms)),
             },
-            Flight::Out { .. } | Flight::Clear => past.push(r),
-            Flight::Unknown => {}
+            Flight::Out { .. } | Flight::Clear if !at.p2p => past.push(r),
+            _ => {}
         }
     }
     // the ranks named must each have been where they are for the threshold
@@ -280,41 +335,48 @@ pub fn hang(all: &[Summary], low: u64, threshold: Duration, post: &Posted) -> Op
         return None;
     }
     let longest = named_ones.iter().map(|&(_, ms)| ms).max().unwrap_or(0);
-    let before: Vec<usize> = before.iter().map(|&(r, _)| r).collect();
-    let inside: Vec<usize> = inside.iter().map(|&(r, _)| r).collect();
-    let what = named(post);
-    let waiting: Vec<usize> = inside.iter().chain(&past).copied().collect();
+    let (before, inside) = (ranks(&before), ranks(&inside));
+    let what = at.named(post);
+    let s = format!("{} s", seconds(Duration::from_millis(longest)));
+    let has = |r: &[usize]| if r.len() == 1 { "has" } else { "have" };
     if !before.is_empty() && !inside.is_empty() {
         let streams = match before.len() {
             1 => format!("the stream of {} has", who(&before)),
             _ => format!("the streams of {} have", who(&before)),
         };
+        let waiting: Vec<usize> = inside.iter().chain(&past).copied().collect();
         let wait = if waiting.len() == 1 { "waits" } else { "wait" };
+        let theirs = match (at.p2p, waiting.len()) {
+            (false, _) => "it",
+            (true, 1) => "its own",
+            (true, _) => "their own",
+        };
         return Some(format!(
-            "hang: {streams} not reached collective launch {low} ({what}) for {} s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); {} {wait} inside it for {}",
-            seconds(Duration::from_millis(longest)),
+            "hang: {streams} not reached {what} for {s}: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); {} {wait} inside {theirs} for {}",
             who(&waiting),
             who(&before),
         ));
     }
     if before.is_empty() && !inside.is_empty() {
-        let (whom, rest) = match past.is_empty() {
-            true => ("every rank has".to_string(), String::new()),
-            false => (
-                format!(
-                    "{} {}",
-                    who(&inside),
-                    if inside.len() == 1 { "has" } else { "have" }
-                ),
-                format!(", while {} finished it", who(&past)),
-            ),
+        let everyone = !at.p2p && past.is_empty() || at.p2p && inside.len() == all.len();
+        let whom = match everyone {
+            true => "every rank has".to_string(),
+            false => format!("{} {}", who(&inside), has(&inside)),
+        };
+        let rest = match (at.p2p, past.is_empty()) {
+            (true, _) => " though every Send has its Recv".to_string(),
+            (false, true) => String::new(),
+            (false, false) => format!(", while {} finished it", who(&past)),
         };
         return Some(format!(
-            "hang: {whom} been inside collective launch {low} ({what}) for {} s and it has not finished{rest}; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)",
-            seconds(Duration::from_millis(longest))
+            "hang: {whom} been inside {what} for {s} and it has not finished{rest}; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)"
         ));
     }
     None
+}
+
+fn ranks(with_ms: &[(usize, u64)]) -> Vec<usize> {
+    with_ms.iter().map(|&(r, _)| r).collect()
 }
 
 #[cfg(test)]
@@ -357,7 +419,7 @@ mod tests {
 
     fn out(f: Flight) -> (u64, bool) {
         match f {
-            Flight::Out { m, started, .. } => (m, started),
+            Flight::Out { mark, started, .. } => (mark.m, started),
             other => panic!("not out: {other:?}"),
         }
     }
@@ -368,7 +430,7 @@ mod tests {
         let now = Instant::now();
         assert_eq!(f.poll(&mut hand, now), Flight::Clear);
         for m in 1..=3 {
-            assert!(f.depart(&mut hand, m, 0));
+            assert!(f.depart(&mut hand, Mark::cut(m), 0));
             f.land(&mut hand);
         }
         // marks: start1 end1 start2 end2 start3 end3 at positions 1..6
@@ -381,7 +443,7 @@ mod tests {
         assert_eq!(f.poll(&mut hand, now), Flight::Clear);
         // the six events are spare now: the next launches use them again
         for m in 4..=6 {
-            f.depart(&mut hand, m, 0);
+            f.depart(&mut hand, Mark::cut(m), 0);
             f.land(&mut hand);
         }
         assert_eq!(hand.at.len(), 6);
@@ -392,7 +454,7 @@ mod tests {
     #[test]
     fn time_counts_from_the_first_poll_then_from_the_start_seen() {
         let (mut hand, mut f) = (Hand::default(), Flights::default());
-        f.depart(&mut hand, 1, 1);
+        f.depart(&mut hand, Mark::cut(1), 1);
         f.land(&mut hand);
         let t0 = Instant::now();
         let ms = |f: Flight| f.ms();
@@ -410,8 +472,8 @@ mod tests {
         let (mut hand, mut f) = (Hand::default(), Flights::default());
         // two communicators' launches of one group would each depart, then
         // land once; here two launches depart before one land
-        f.depart(&mut hand, 1, 0);
-        f.depart(&mut hand, 2, 0);
+        f.depart(&mut hand, Mark::cut(1), 0);
+        f.depart(&mut hand, Mark::cut(2), 0);
         f.land(&mut hand);
         // starts at 1, 2; ends at 3, 4
         hand.passed[0] = 3;
@@ -422,10 +484,10 @@ mod tests {
     fn no_more_than_the_pool_is_marked_and_a_silent_driver_is_unknown() {
         let (mut hand, mut f) = (Hand::default(), Flights::default());
         for m in 0..MAX_IN_FLIGHT as u64 {
-            assert!(f.depart(&mut hand, m + 1, 0));
+            assert!(f.depart(&mut hand, Mark::cut(m + 1), 0));
             f.land(&mut hand);
         }
-        assert!(!f.depart(&mut hand, 99, 0));
+        assert!(!f.depart(&mut hand, Mark::cut(99), 0));
         f.land(&mut hand);
         assert_eq!(hand.at.len(), 2 * MAX_IN_FLIGHT);
         hand.refuse = true;
@@ -437,21 +499,14 @@ mod tests {
         let all = [
             Flight::Unknown,
             Flight::Clear,
-            Flight::Out {
-                m: 7,
-                started: true,
-                ms: 40,
-            },
-            Flight::Out {
-                m: 6,
-                started: false,
-                ms: 900,
-            },
+            o(7, true, 40),
+            o(6, false, 900),
+            p(6, true, 30),
         ];
         for f in all {
             assert_eq!(Flight::from_words(f.words()), Some(f));
         }
-        assert_eq!(Flight::from_words([4, 0, 0]), None);
+        assert_eq!(Flight::from_words([6, 0, 0]), None);
         assert_eq!(Flight::fold(all), all[3]);
         assert_eq!(Flight::fold([all[0], all[1]]), Flight::Clear);
         assert_eq!(Flight::fold([all[0]]), Flight::Unknown);
@@ -485,8 +540,22 @@ mod tests {
             .collect()
     }
 
+    /// Out at collective launch `m`.
     fn o(m: u64, started: bool, ms: u64) -> Flight {
-        Flight::Out { m, started, ms }
+        Flight::Out {
+            mark: Mark::cut(m),
+            started,
+            ms,
+        }
+    }
+
+    /// Out at the Sends and Recvs after collective launch `m`.
+    fn p(m: u64, started: bool, ms: u64) -> Flight {
+        Flight::Out {
+            mark: Mark::after(m),
+            started,
+            ms,
+        }
     }
 
     #[test]
@@ -498,19 +567,19 @@ mod tests {
             o(5, false, 2500),
             o(6, false, 10),
         ]);
-        assert_eq!(overdue(&all, t), Some(5));
+        assert_eq!(overdue(&all, t), Some(Mark::cut(5)));
         assert_eq!(
-            hang(&all, 5, t, &post(4)).unwrap(),
+            hang(&all, Mark::cut(5), t, Some(&post(4))).unwrap(),
             "hang: the stream of rank 2 has not reached collective launch 5 (AllReduce #4) for 2.5 s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); ranks 0,1,3 wait inside it for rank 2"
         );
         // not before the threshold
         let early = at(&[o(5, true, 1900), o(5, false, 1950)]);
         assert_eq!(overdue(&early, t), None);
-        assert_eq!(hang(&early, 5, t, &post(4)), None);
+        assert_eq!(hang(&early, Mark::cut(5), t, Some(&post(4))), None);
         // two ranks held, one waiting
         let two = at(&[o(5, false, 3000), o(5, true, 2100), o(5, false, 2000)]);
         assert_eq!(
-            hang(&two, 5, t, &post(4)).unwrap(),
+            hang(&two, Mark::cut(5), t, Some(&post(4))).unwrap(),
             "hang: the streams of ranks 0,2 have not reached collective launch 5 (AllReduce #4) for 3.0 s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); rank 1 waits inside it for ranks 0,2"
         );
     }
@@ -520,17 +589,17 @@ mod tests {
         let t = Duration::from_secs(2);
         let all = at(&[o(9, true, 2100), o(9, true, 2050), Flight::Unknown]);
         assert_eq!(
-            hang(&all, 9, t, &post(9)).unwrap(),
+            hang(&all, Mark::cut(9), t, Some(&post(9))).unwrap(),
             "hang: every rank has been inside collective launch 9 (AllReduce #9) for 2.1 s and it has not finished; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)"
         );
         // a rank that never made the launch did not finish it: the stall
         // names that rank (what PyTorch's isend before an all_reduce does)
         let mut behind = at(&[o(9, true, 2100), o(9, true, 2100), Flight::Clear]);
         behind[2].m = 8;
-        assert_eq!(hang(&behind, 9, t, &post(9)), None);
+        assert_eq!(hang(&behind, Mark::cut(9), t, Some(&post(9))), None);
         let some = at(&[o(9, true, 2100), Flight::Clear]);
         assert!(
-            hang(&some, 9, t, &post(9))
+            hang(&some, Mark::cut(9), t, Some(&post(9)))
                 .unwrap()
                 .starts_with("hang: rank 0 has been inside collective launch 9 (AllReduce #9) for 2.1 s and it has not finished, while rank 1 finished it; no rank's"),
         );
@@ -541,9 +610,56 @@ mod tests {
         let t = Duration::from_secs(2);
         // no rank inside: what holds them is not this communicator's launch
         let held = at(&[o(3, false, 5000), o(3, false, 5000)]);
-        assert_eq!(overdue(&held, t), Some(3));
-        assert_eq!(hang(&held, 3, t, &post(3)), None);
+        assert_eq!(overdue(&held, t), Some(Mark::cut(3)));
+        assert_eq!(hang(&held, Mark::cut(3), t, Some(&post(3))), None);
         let clear = at(&[Flight::Clear, Flight::Unknown, o(4, true, 10)]);
         assert_eq!(overdue(&clear, t), None);
+    }
+
+    #[test]
+    fn sends_and_recvs_after_a_cut_come_between_it_and_the_next() {
+        let t = Duration::from_secs(2);
+        assert!(Mark::cut(5) < Mark::after(5) && Mark::after(5) < Mark::cut(6));
+        let all = at(&[o(6, true, 2500), p(5, true, 2100), o(5, true, 10)]);
+        assert_eq!(overdue(&all, t), Some(Mark::cut(5)));
+        let all = at(&[o(6, true, 2500), p(5, true, 2100)]);
+        assert_eq!(overdue(&all, t), Some(Mark::after(5)));
+        // a rank in its Sends and Recvs after launch 5 finished launch 5
+        let all = at(&[o(5, true, 2500), p(5, true, 2100)]);
+        assert!(
+            hang(&all, Mark::cut(5), t, Some(&post(4)))
+                .unwrap()
+                .contains("while rank 1 finished it;")
+        );
+    }
+
+    #[test]
+    fn sends_and_recvs_that_never_finish_though_matched_are_named() {
+        let t = Duration::from_secs(2);
+        // rank 3 has no Send or Recv there: neither named nor waiting
+        let held = at(&[
+            p(5, true, 2200),
+            p(5, true, 2300),
+            p(5, false, 2600),
+            Flight::Clear,
+        ]);
+        assert_eq!(
+            hang(&held, Mark::after(5), t, None).unwrap(),
+            "hang: the stream of rank 2 has not reached the Send/Recv launch after collective launch 5 for 2.6 s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); ranks 0,1 wait inside their own for rank 2"
+        );
+        let inside = at(&[p(5, true, 2200), p(5, true, 2300)]);
+        assert_eq!(
+            hang(&inside, Mark::after(5), t, None).unwrap(),
+            "hang: every rank has been inside the Send/Recv launch after collective launch 5 for 2.3 s and it has not finished though every Send has its Recv; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)"
+        );
+        let some = at(&[p(5, true, 2200), Flight::Clear, p(5, true, 2050)]);
+        assert!(
+            hang(&some, Mark::after(5), t, None)
+                .unwrap()
+                .starts_with("hang: ranks 0,2 have been inside the Send/Recv launch after")
+        );
+        // not before every named rank has been there for the threshold
+        let early = at(&[p(5, true, 2200), p(5, true, 1200)]);
+        assert_eq!(hang(&early, Mark::after(5), t, None), None);
     }
 }

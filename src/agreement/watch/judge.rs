@@ -3,9 +3,11 @@
 //! they differ) the signatures since the last cut they agreed on, then
 //! the first launch that differs and the one after it, worded. Sends and
 //! Recvs are compared by their sums at each agreed cut; when the sums
-//! differ both before and after it, every rank's per-peer counts name the
-//! pair.
+//! differ both before and after it, or a launch of Sends and Recvs alone
+//! has been unfinished for the threshold, every rank's per-peer counts
+//! name the pair.
 
+use super::flight::Mark;
 use super::wire::{Ask, PeerCount, Summary, Verdict};
 use super::{Sums, launch_sig};
 use crate::core::{DataType, Posted, agree};
@@ -22,8 +24,8 @@ enum Stage {
     Peers,
     /// the ranks at this cut have made no collective since for too long
     Stall(u64),
-    /// some rank's launch at this cut has been unfinished for too long
-    Hang(u64),
+    /// some rank's launch at this mark has been unfinished for too long
+    Hang(Mark),
 }
 
 /// The judging rank's state across rounds.
@@ -40,8 +42,8 @@ pub struct Judge {
     stall: Duration,
     /// the lowest cut, and since when it is the lowest
     low_since: Option<(u64, Instant)>,
-    /// the cut the last look for a hang was at, and when
-    hang_look: Option<(u64, Instant)>,
+    /// the launch the last look for a hang was at, and when
+    hang_look: Option<(Mark, Instant)>,
 }
 
 impl Default for Judge {
@@ -208,16 +210,25 @@ impl Judge {
                 self.stage = Stage::Idle;
                 self.failure = stalled(low, all, self.stall);
             }
-            Stage::Hang(out) => {
+            Stage::Hang(at) => {
                 self.stage = Stage::Idle;
-                // the launch as the first rank that holds it made it
-                let Some(post) = all.iter().find_map(|s| s.posts.first()) else {
-                    return;
-                };
-                if super::flight::overdue(all, self.stall) != Some(out) {
+                if super::flight::overdue(all, self.stall) != Some(at) {
                     return;
                 }
-                if let Some(what) = super::flight::hang(all, out, self.stall, post) {
+                // the collective launch there (or, after Sends and Recvs,
+                // the next one) as the first rank that made it made it
+                let post = all.iter().find_map(|s| s.posts.first());
+                if at.p2p {
+                    // a Send or Recv without its match is the cause
+                    let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
+                    if let Some((what, sides)) = unmatched(&tables) {
+                        self.failure = Some((what + &moved_on(at.m, all, post), sides));
+                        return;
+                    }
+                } else if post.is_none() {
+                    return;
+                }
+                if let Some(what) = super::flight::hang(all, at, self.stall, post) {
                     self.failure = Some((what, String::new()));
                     self.hang = true;
                 }
@@ -233,14 +244,36 @@ impl Judge {
     }
 }
 
-/// What the judge asks to name a hang at cut `out`: each rank's flight,
-/// and the launch there.
-fn hang_ask(out: u64) -> Ask {
+/// What the judge asks to name a hang at `at`: each rank's flight, and
+/// the collective launch there; after Sends and Recvs, the next collective
+/// launch and every rank's per-peer counts.
+fn hang_ask(at: Mark) -> Ask {
     Ask {
-        post: Some(out),
+        post: Some(at.m + at.p2p as u64),
         flights: true,
+        peers: at.p2p,
         ..Ask::default()
     }
+}
+
+/// `; ranks 1,2,3 have made collective launch 6 (AllReduce #5) since,
+/// which rank 0 has not`: the ranks past cut `m` while the others, whose
+/// Sends and Recvs after it do not finish, are still there (`next`: that
+/// launch as a rank past `m` made it). Empty when no rank is past it.
+fn moved_on(m: u64, all: &[Summary], next: Option<&Posted>) -> String {
+    let (on, at): (Vec<usize>, Vec<usize>) = (0..all.len()).partition(|&r| all[r].m > m);
+    let Some(next) = next.filter(|_| !on.is_empty() && !at.is_empty()) else {
+        return String::new();
+    };
+    format!(
+        "; {} {} made collective launch {} ({}) since, which {} {} not",
+        who(&on),
+        if on.len() == 1 { "has" } else { "have" },
+        m + 1,
+        named(next),
+        who(&at),
+        if at.len() == 1 { "has" } else { "have" },
+    )
 }
 
 /// Ranks still at cut `low` (none made a collective since) while others

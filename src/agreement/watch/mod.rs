@@ -42,6 +42,7 @@ pub use round::Watcher;
 pub use wire::{Ask, At, PeerCount, Summary, Verdict};
 
 use crate::core::{Call, Launch, Posted};
+use flight::Mark;
 
 /// Cuts a rank keeps: the first launch that differs can be named while
 /// no rank is more than this many collective launches past the last cut
@@ -141,9 +142,10 @@ impl Track {
         }
     }
 
-    /// Folds launch `l` in (numbered as the trace numbers it): its cut,
-    /// when it has collectives.
-    pub fn fold(&mut self, l: &Launch) -> Option<u64> {
+    /// Folds launch `l` in (numbered as the trace numbers it): its mark
+    /// (its cut when it has collectives, else the cut its Sends and Recvs
+    /// follow; None when it has neither).
+    pub fn fold(&mut self, l: &Launch) -> Option<Mark> {
         self.launches += 1;
         let before = self.sums;
         for c in &l.p2p {
@@ -170,7 +172,7 @@ impl Track {
             }
         }
         if l.colls.is_empty() {
-            return None;
+            return (!l.p2p.is_empty()).then_some(Mark::after(self.m));
         }
         self.m += 1;
         let sig = launch_sig(&l.colls);
@@ -184,7 +186,7 @@ impl Track {
         slot.calls.extend_from_slice(&l.colls);
         slot.before = before;
         slot.after = self.sums;
-        Some(self.m)
+        Some(Mark::cut(self.m))
     }
 
     /// The oldest cut the ring still holds (1 once there is one).

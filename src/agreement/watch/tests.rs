@@ -280,7 +280,7 @@ fn garbled_summaries_and_verdicts_are_refused() {
         lo: 1,
         sigs: vec![1, 2],
         flight: flight::Flight::Out {
-            m: 2,
+            mark: flight::Mark::after(2),
             started: true,
             ms: 1500,
         },
@@ -503,47 +503,68 @@ fn ranks_that_stop_making_collectives_are_named_after_the_stall() {
     assert_eq!(judged(&tracks, 12), None);
 }
 
-#[test]
-fn a_stream_held_before_a_launch_every_rank_made_is_named_within_the_threshold() {
-    // every rank made the same 6 launches: digests and counts agree
-    let mut tracks = made(4, |_| (0..6).map(|i| coll(i, Func::AllReduce, 8)).collect());
-    let stall = Duration::from_millis(200);
+/// Rounds every 20 ms of a judge with threshold `stall` over `tracks`,
+/// whose flights `flight(rank, ms since the start)` says, until a failure
+/// (`each` runs on the tracks before every round): the failure, whether it
+/// is a hang, and when it came.
+fn judged_in_flight(
+    tracks: &mut [Track],
+    stall: Duration,
+    mut each: impl FnMut(&mut [Track]),
+    flight: impl Fn(usize, u64) -> flight::Flight,
+) -> ((String, String), bool, Duration) {
     let mut judge = Judge::with_stall(stall);
     let mut ask = Ask::default();
     let t = Instant::now();
-    let mut next = 6;
-    let (found, hang) = loop {
-        // the hosts go on making launches (a GPU's calls return at once):
-        // the digests always have a new cut to compare
-        for tr in &mut tracks {
-            tr.fold(&coll(next, Func::AllReduce, 8));
-        }
-        next += 1;
+    loop {
+        each(tracks);
         let ms = t.elapsed().as_millis() as u64;
         let all: Vec<Summary> = tracks
             .iter()
             .enumerate()
             .map(|(r, tr)| Summary {
-                // rank 2's stream never reaches launch 6; the others are in it
-                flight: flight::Flight::Out {
-                    m: 6,
-                    started: r != 2,
-                    ms,
-                },
+                flight: flight(r, ms),
                 ..tr.summary(&ask)
             })
             .map(|s| Summary::decode(&s.encode()).unwrap())
             .collect();
         let v = Verdict::decode(&judge.judge(&all).encode()).unwrap();
         if let Some(f) = v.failure {
-            break (f, v.hang);
+            return (f, v.hang, t.elapsed());
         }
         assert!(t.elapsed() < Duration::from_secs(5), "never named");
         ask = v.ask;
         std::thread::sleep(Duration::from_millis(20));
-    };
+    }
+}
+
+/// Out at `mark` for `ms`, started or not.
+fn out(mark: flight::Mark, started: bool, ms: u64) -> flight::Flight {
+    flight::Flight::Out { mark, started, ms }
+}
+
+#[test]
+fn a_stream_held_before_a_launch_every_rank_made_is_named_within_the_threshold() {
+    // every rank made the same 6 launches: digests and counts agree
+    let mut tracks = made(4, |_| (0..6).map(|i| coll(i, Func::AllReduce, 8)).collect());
+    let stall = Duration::from_millis(200);
+    let mut next = 6;
+    let (found, hang, after) = judged_in_flight(
+        &mut tracks,
+        stall,
+        |tracks| {
+            // the hosts go on making launches (a GPU's calls return at
+            // once): the digests always have a new cut to compare
+            for tr in tracks {
+                tr.fold(&coll(next, Func::AllReduce, 8));
+            }
+            next += 1;
+        },
+        // rank 2's stream never reaches launch 6; the others are in it
+        |r, ms| out(flight::Mark::cut(6), r != 2, ms),
+    );
     assert!(hang);
-    assert!(t.elapsed() >= stall && t.elapsed() < 2 * stall + Duration::from_millis(100));
+    assert!(after >= stall && after < 2 * stall + Duration::from_millis(100));
     assert!(
         found.0.starts_with(
             "hang: the stream of rank 2 has not reached collective launch 6 (AllReduce #5) for 0."
@@ -558,44 +579,98 @@ fn a_stream_held_before_a_launch_every_rank_made_is_named_within_the_threshold()
 
 #[test]
 fn a_rank_behind_while_the_others_hang_in_a_launch_is_named_for_the_stall() {
-    // PyTorch's isend before an all_reduce: rank 0 makes no sixth
-    // collective (its Send waits), the others are inside theirs
-    let tracks = made(4, |r| {
+    // PyTorch's isend before an all_reduce where the Send returns (the
+    // stand-in's): rank 0 makes no sixth collective, the others are
+    // inside theirs
+    let mut tracks = made(4, |r| {
         let k = if r == 0 { 5 } else { 6 };
         (0..k).map(|i| coll(i, Func::AllReduce, 8)).collect()
     });
-    let stall = Duration::from_millis(200);
-    let mut judge = Judge::with_stall(stall);
-    let mut ask = Ask::default();
-    let t = Instant::now();
-    let found = loop {
-        let ms = t.elapsed().as_millis() as u64;
-        let all: Vec<Summary> = tracks
-            .iter()
-            .enumerate()
-            .map(|(r, tr)| Summary {
-                flight: match r {
-                    0 => flight::Flight::Clear,
-                    _ => flight::Flight::Out {
-                        m: 6,
-                        started: true,
-                        ms,
-                    },
-                },
-                ..tr.summary(&ask)
-            })
-            .collect();
-        let v = judge.judge(&all);
-        if let Some(f) = v.failure {
-            assert!(!v.hang);
-            break f;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "never named");
-        ask = v.ask;
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (found, hang, _) = judged_in_flight(
+        &mut tracks,
+        Duration::from_millis(200),
+        |_| {},
+        |r, ms| match r {
+            0 => flight::Flight::Clear,
+            _ => out(flight::Mark::cut(6), true, ms),
+        },
+    );
+    assert!(!hang);
     assert_eq!(
         found.0,
         "rank 0 has made no collective launch past 5 for 0.2 s, while ranks 1,2,3 made launch 6 (AllReduce #5): NCCL waits for rank 0 there"
     );
+}
+
+#[test]
+fn a_send_that_never_finishes_while_its_peer_waits_in_a_collective_is_named_with_both() {
+    // the same on NCCL, where rank 0's Send waits for its Recv: its
+    // Send/Recv launch after cut 5 is out, the others are in launch 6
+    let mut tracks = made(4, |r| {
+        let mut l: Vec<Launch> = (0..5).map(|i| coll(i, Func::AllReduce, 8)).collect();
+        l.push(match r {
+            0 => p2p(5, &[(Func::Send, 1, 16)]),
+            _ => coll(5, Func::AllReduce, 8),
+        });
+        l
+    });
+    let (found, hang, _) = judged_in_flight(
+        &mut tracks,
+        Duration::from_millis(200),
+        |_| {},
+        |r, ms| match r {
+            0 => out(flight::Mark::after(5), true, ms),
+            _ => out(flight::Mark::cut(6), true, ms),
+        },
+    );
+    assert!(!hang, "a Send without its Recv is a misuse, not a hang");
+    assert_eq!(
+        found.0,
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: rank 0's Send #1 to rank 1 has no matching Recv: rank 1 made 0 Recvs from rank 0; ranks 1,2,3 have made collective launch 6 (AllReduce #5) since, which rank 0 has not"
+    );
+}
+
+#[test]
+fn alltoallv_splits_that_are_not_the_transpose_are_named_with_no_collective_after() {
+    // 5 AllReduces, then an AlltoAllv as grouped Sends and Recvs, the
+    // program's last launch: rank 2 expects 5 elements from rank 0, which
+    // sends 3; rank 2's launch never finishes, nor does rank 0's
+    let split = |src: usize, dst: usize| 2 * src + dst + 1;
+    let mut tracks = made(4, |r| {
+        let mut l: Vec<Launch> = (0..5).map(|i| coll(i, Func::AllReduce, 8)).collect();
+        let mut calls = Vec::new();
+        for peer in 0..4 {
+            calls.push((Func::Send, peer, split(r, peer)));
+            let want = if (r, peer) == (2, 0) {
+                5
+            } else {
+                split(peer, r)
+            };
+            calls.push((Func::Recv, peer, want));
+        }
+        l.push(p2p(5, &calls));
+        l
+    });
+    let stall = Duration::from_millis(200);
+    let (found, hang, after) = judged_in_flight(
+        &mut tracks,
+        stall,
+        |_| {},
+        |r, ms| match r {
+            0 | 2 => out(flight::Mark::after(5), true, ms),
+            _ => flight::Flight::Clear,
+        },
+    );
+    assert!(!hang);
+    assert!(after < 2 * stall + Duration::from_millis(100));
+    assert_eq!(
+        found,
+        (
+            "Send/Recv pairs do not match, so NCCL can never complete them in order: the Sends of rank 0 to rank 2 and the Recvs of rank 2 from rank 0 differ in count or datatype".to_string(),
+            "rank 0: 1 Send (the last: count 3 float) to rank 2; rank 2: 1 Recv (the last: count 5 float) from rank 0".to_string()
+        )
+    );
+    // with no flight out, a launch with no collective after it is never
+    // compared: what the completion check adds
+    assert_eq!(judged(&tracks, 12), None);
 }
