@@ -9,6 +9,10 @@
 #   scripts/interpose_gpu.sh --serial  the programs with LD_PRELOAD only, one
 #                                      at a time, so each job's wall time is its
 #                                      own (runs/times-serial.log)
+#   scripts/interpose_gpu.sh --serial-watch
+#                                      the same with RANKWISE_CHECK=watch
+#                                      (runs/times-serial-watch.log; stuck, whose
+#                                      kernel spins on, last)
 #   scripts/interpose_gpu.sh --watch   every program with LD_PRELOAD and
 #                                      RANKWISE_CHECK=watch, all at once
 #                                      (runs/times-watch.log)
@@ -19,14 +23,16 @@
 set -u
 cd "$(dirname "$0")/.."
 serial=0
+mode=""
 watch=0
 baselines=""
 case "${1:-}" in
   --serial) serial=1 ;;
+  --serial-watch) serial=1; mode=watch ;;
   --watch) watch=1 ;;
   --baselines) baselines=${2:?--baselines needs the programs, e.g. "root isend"} ;;
   "") ;;
-  *) echo "usage: $0 [--serial | --watch | --baselines PROGRAMS]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--serial | --serial-watch | --watch | --baselines PROGRAMS]" >&2; exit 2 ;;
 esac
 out=${OUT:-/tmp}/runs
 mkdir -p "$out"
@@ -62,13 +68,14 @@ if [ "$watch" = 1 ]; then
   exit 0
 fi
 if [ "$serial" = 1 ]; then
-  : > "$out/times-serial.log"
-  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/times-serial.log"
+  times=times-serial${mode:+-$mode}.log
+  : > "$out/$times"
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/$times"
   for bug in $bugs; do
-    one times-serial.log "serial-preload-$bug" LD_PRELOAD="$so" RANKWISE_NCCL_LIBRARY="$lib" RANKWISE_TIMEOUT=10 \
-      python3 scripts/interpose_bugs.py $bug --timeout 25
+    one "$times" "serial-${mode:-preload}-$bug" LD_PRELOAD="$so" RANKWISE_NCCL_LIBRARY="$lib" RANKWISE_TIMEOUT=10 \
+      RANKWISE_CHECK="${mode:-full}" python3 scripts/interpose_bugs.py $bug --timeout 25
   done
-  cat "$out/times-serial.log"
+  cat "$out/$times"
   exit 0
 fi
 for bug in $bugs; do

@@ -165,6 +165,26 @@ fn a_correct_program_is_never_named() {
 }
 
 #[test]
+fn sends_and_recvs_that_differ_as_the_last_calls_before_destroy_are_named() {
+    // no collective follows them, nor does either wait (the no-op NCCL):
+    // only the ends of the ranks' calls show the pair
+    let run = watched("lastsplit", true);
+    for r in 0..4 {
+        assert_eq!(
+            run.errors(r)
+                .first()
+                .map(|e| e.split(" (comm ").next().unwrap().to_string()),
+            Some(format!(
+                "rankwise: ncclInvalidUsage on rank {r}: watch: Send/Recv pairs do not match, so NCCL can never complete them in order: the Sends of rank 0 to rank 1 and the Recvs of rank 1 from rank 0 differ in count or datatype [rank 0: 6 Sends (the last: count 16 int32) to rank 1; rank 1: 6 Recvs (the last: count 8 int32) from rank 0]"
+            )),
+            "rank {r}: {}",
+            run.stderr(r)
+        );
+        assert!(run.stdout(r).contains("watch ended"), "rank {r}");
+    }
+}
+
+#[test]
 fn a_bug_in_the_last_calls_before_destroy_is_named() {
     let run = watched("count", true);
     for r in 0..4 {

@@ -230,6 +230,7 @@ fn run(c: &Comm, closing: &AtomicBool, done: Sender<()>) {
             match s.watch.as_mut() {
                 Some(w) => Summary {
                     flight: flight(w),
+                    closing: closing.load(Ordering::SeqCst),
                     ..w.track.summary(&ask)
                 },
                 None => return,

@@ -493,6 +493,8 @@ pub fn watch(k: &Rank) -> Result<(), String> {
     let reduce = || unsafe { (nc.reduce)(b as Ptr, b as Ptr, 4, INT32, SUM, 0, comm, NULL) };
     // SAFETY: a buffer of 64 int32.
     let send = || unsafe { (nc.send)(b as Ptr, 16, INT32, 1, comm, NULL) };
+    // SAFETY: a buffer of 64 int32.
+    let recv = |count| unsafe { (nc.recv)(b as Ptr, count, INT32, 0, comm, NULL) };
     let rcs: Vec<Res> = match bug.as_str() {
         "count" => vec![k.all_reduce_i32(&vec![1; if r == 2 { 5 } else { 4 }]).0],
         "skip" if r == 2 => vec![],
@@ -502,19 +504,24 @@ pub fn watch(k: &Rank) -> Result<(), String> {
         "swap" if r == 0 => vec![gather(), bcast()],
         "swap" => vec![bcast(), gather()],
         "unmatched" if r == 0 => vec![send()],
+        // the program's last calls: counts that differ, with no cut after
+        "lastsplit" if r == 0 => vec![send()],
+        "lastsplit" if r == 1 => vec![recv(8)],
         "late" if r == 3 => {
             // makes no call for 3 s while the others go on
             std::thread::sleep(Duration::from_secs(3));
             vec![]
         }
-        "unmatched" | "clean" | "late" => vec![],
+        "unmatched" | "clean" | "late" | "lastsplit" => vec![],
         other => return Err(format!("no bug {other}")),
     };
     for rc in rcs {
         ok("the bug's own calls (watch mode forwards them)", rc)?;
     }
     if std::env::var("RANKWISE_TEST_END").is_ok() {
-        ok("AllReduce", k.all_reduce_i32(&[1; 4]).0)?;
+        if bug != "lastsplit" {
+            ok("AllReduce", k.all_reduce_i32(&[1; 4]).0)?;
+        }
         // SAFETY: a live communicator, destroyed once.
         ok("destroy", unsafe { (nc.destroy)(comm) })?;
         println!("watch ended");

@@ -35,10 +35,8 @@ pub fn fold(parts: &[Summary]) -> Option<Summary> {
             };
             for s in parts {
                 let b = s.at.filter(|b| b.m == a.m && b.digest == a.digest)?;
-                total.before.sent = total.before.sent.wrapping_add(b.before.sent);
-                total.before.recvd = total.before.recvd.wrapping_add(b.before.recvd);
-                total.after.sent = total.after.sent.wrapping_add(b.after.sent);
-                total.after.recvd = total.after.recvd.wrapping_add(b.after.recvd);
+                total.before = total.before + b.before;
+                total.after = total.after + b.after;
             }
             Some(total)
         }
@@ -50,6 +48,8 @@ pub fn fold(parts: &[Summary]) -> Option<Summary> {
         lo: parts.iter().map(|s| s.lo).max().unwrap_or(0),
         at,
         flight: super::flight::Flight::fold(parts.iter().map(|s| s.flight)),
+        now: parts.iter().fold(Sums::default(), |t, s| t + s.now),
+        closing: parts.iter().any(|s| s.closing),
         ..Summary::default()
     })
 }

@@ -21,7 +21,11 @@ enum Stage {
     Digest(u64),
     Sigs(u64, u64),
     Post(u64),
-    Peers,
+    /// every rank's per-peer counts; `closing`: some rank has made its
+    /// last call, so only pairs that can never match are named
+    Peers {
+        closing: bool,
+    },
     /// the ranks at this cut have made no collective since for too long
     Stall(u64),
     /// some rank's launch at this mark has been unfinished for too long
@@ -44,6 +48,8 @@ pub struct Judge {
     low_since: Option<(u64, Instant)>,
     /// the launch the last look for a hang was at, and when
     hang_look: Option<(Mark, Instant)>,
+    /// the per-peer counts were read once some rank was closing
+    closing_look: bool,
 }
 
 impl Default for Judge {
@@ -57,6 +63,7 @@ impl Default for Judge {
             stall: Duration::from_secs(300),
             low_since: None,
             hang_look: None,
+            closing_look: false,
         }
     }
 }
@@ -105,6 +112,14 @@ impl Judge {
                     self.hang_look = Some((out, Instant::now()));
                     self.stage = Stage::Hang(out);
                     hang_ask(out)
+                } else if self.ending_unmatched(all) {
+                    // Sends and Recvs that no later cut will ever compare
+                    self.closing_look = true;
+                    self.stage = Stage::Peers { closing: true };
+                    Ask {
+                        peers: true,
+                        ..Ask::default()
+                    }
                 } else if low > self.agreed {
                     self.stage = Stage::Digest(low);
                     Ask {
@@ -138,7 +153,7 @@ impl Judge {
                 ..Ask::default()
             },
             (None, Stage::Hang(out)) => hang_ask(out),
-            (None, Stage::Peers) => Ask {
+            (None, Stage::Peers { .. }) => Ask {
                 peers: true,
                 ..Ask::default()
             },
@@ -149,6 +164,14 @@ impl Judge {
             failure: self.failure.clone(),
             hang: self.hang,
         }
+    }
+
+    /// Some rank has made its last call and the Send and Recv sums over
+    /// every rank differ now: pairs left unmatched at the end, which no
+    /// later cut will compare (looked at once).
+    fn ending_unmatched(&self, all: &[Summary]) -> bool {
+        let now = all.iter().fold(Sums::default(), |t, s| t + s.now);
+        !self.closing_look && all.iter().any(|s| s.closing) && now.sent != now.recvd
     }
 
     /// Reads the answers to what the last round asked.
@@ -171,14 +194,11 @@ impl Judge {
                 }
                 self.agreed = m;
                 let total = |f: fn(&super::wire::At) -> Sums| {
-                    at.iter().fold(Sums::default(), |t, a| Sums {
-                        sent: t.sent.wrapping_add(f(a).sent),
-                        recvd: t.recvd.wrapping_add(f(a).recvd),
-                    })
+                    at.iter().fold(Sums::default(), |t, a| t + f(a))
                 };
                 let (before, after) = (total(|a| a.before), total(|a| a.after));
                 if before.sent != before.recvd && after.sent != after.recvd {
-                    self.stage = Stage::Peers;
+                    self.stage = Stage::Peers { closing: false };
                 }
             }
             Stage::Sigs(from, to) => {
@@ -221,7 +241,7 @@ impl Judge {
                 if at.p2p {
                     // a Send or Recv without its match is the cause
                     let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
-                    if let Some((what, sides)) = unmatched(&tables) {
+                    if let Some((what, sides)) = unmatched(&tables, None) {
                         self.failure = Some((what + &moved_on(at.m, all, post), sides));
                         return;
                     }
@@ -233,10 +253,11 @@ impl Judge {
                     self.hang = true;
                 }
             }
-            Stage::Peers => {
+            Stage::Peers { closing } => {
                 self.stage = Stage::Idle;
                 let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
-                if let Some(found) = unmatched(&tables) {
+                let done: Vec<bool> = all.iter().map(|s| s.closing).collect();
+                if let Some(found) = unmatched(&tables, closing.then_some(&done[..])) {
                     self.failure = Some(found);
                 }
             }
@@ -425,8 +446,11 @@ fn plural(n: u64, what: &str) -> String {
 }
 
 /// Pairs whose Sends and Recvs do not match, from every rank's per-peer
-/// counts: the first few worded, with both sides' last calls.
-fn unmatched(tables: &[&[PeerCount]]) -> Option<(String, String)> {
+/// counts: the first few worded, with both sides' last calls. With
+/// `closed` (per rank: it has made its last call), only pairs that can
+/// never match: the same number each way with other counts or datatypes,
+/// or fewer on a side that will make no more.
+fn unmatched(tables: &[&[PeerCount]], closed: Option<&[bool]>) -> Option<(String, String)> {
     let find = |r: usize, peer: usize| -> PeerCount {
         tables
             .get(r)
@@ -455,6 +479,15 @@ fn unmatched(tables: &[&[PeerCount]]) -> Option<(String, String)> {
         for b in peers {
             let (s, r) = (find(a, b), find(b, a));
             if s.sent == r.recvd && s.sent_digest == r.recvd_digest {
+                continue;
+            }
+            let settled = |x: usize| closed.is_none_or(|c| c.get(x).copied().unwrap_or(false));
+            let never = match s.sent.cmp(&r.recvd) {
+                std::cmp::Ordering::Equal => true,
+                std::cmp::Ordering::Less => settled(a),
+                std::cmp::Ordering::Greater => settled(b),
+            };
+            if !never {
                 continue;
             }
             let last = |n: u64, (count, dt): (u64, u64)| match n {

@@ -96,6 +96,17 @@ pub struct Sums {
     pub recvd: u64,
 }
 
+/// Both sums of several ranks together (wrapping: they are hashes).
+impl std::ops::Add for Sums {
+    type Output = Sums;
+    fn add(self, other: Sums) -> Sums {
+        Sums {
+            sent: self.sent.wrapping_add(other.sent),
+            recvd: self.recvd.wrapping_add(other.recvd),
+        }
+    }
+}
+
 /// One cut in the ring.
 #[derive(Debug, Default, Clone)]
 struct Slot {
@@ -213,6 +224,7 @@ impl Track {
             m: self.m,
             high: self.m,
             lo: self.lo(),
+            now: self.sums,
             ..Summary::default()
         };
         if let Some(at) = ask.digest_at {

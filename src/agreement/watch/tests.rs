@@ -41,13 +41,27 @@ fn p2p(op_count: u64, calls: &[(Func, usize, usize)]) -> Launch {
 /// Rounds of the judge over `tracks` until a failure or `rounds` pass:
 /// the failure and the round it came in.
 fn judged(tracks: &[Track], rounds: usize) -> Option<((String, String), usize)> {
+    judged_closing(tracks, &[], rounds)
+}
+
+/// [`judged`], the ranks in `closing` having made their last calls.
+fn judged_closing(
+    tracks: &[Track],
+    closing: &[usize],
+    rounds: usize,
+) -> Option<((String, String), usize)> {
     let mut judge = Judge::default();
     let mut ask = Ask::default();
     for round in 1..=rounds {
         let all: Vec<Summary> = tracks
             .iter()
+            .enumerate()
+            .map(|(r, t)| Summary {
+                closing: closing.contains(&r),
+                ..t.summary(&ask)
+            })
             // through the bytes, as the store carries them
-            .map(|t| Summary::decode(&t.summary(&ask).encode()).unwrap())
+            .map(|s| Summary::decode(&s.encode()).unwrap())
             .collect();
         let v = judge.judge(&all);
         let v = Verdict::decode(&v.encode()).unwrap();
@@ -284,6 +298,8 @@ fn garbled_summaries_and_verdicts_are_refused() {
             started: true,
             ms: 1500,
         },
+        now: Sums { sent: 7, recvd: 9 },
+        closing: true,
         ..Summary::default()
     };
     let b = s.encode();
@@ -292,9 +308,9 @@ fn garbled_summaries_and_verdicts_are_refused() {
         assert!(Summary::decode(&b[..cut]).is_err(), "cut at {cut}");
     }
     // a length far past the bytes is refused before anything is allocated
-    // (the signatures' count: the 17th word)
+    // (the signatures' count: the 20th word)
     let mut huge = b.clone();
-    huge[16 * 8..17 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    huge[19 * 8..20 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(Summary::decode(&huge).is_err());
     let v = Verdict {
         round: 2,
@@ -673,4 +689,27 @@ fn alltoallv_splits_that_are_not_the_transpose_are_named_with_no_collective_afte
     // with no flight out, a launch with no collective after it is never
     // compared: what the completion check adds
     assert_eq!(judged(&tracks, 12), None);
+}
+
+#[test]
+fn sends_and_recvs_left_unmatched_at_the_end_are_named_once_they_never_can_match() {
+    // the last launches: rank 0 sends twice to rank 1, which receives once
+    let tracks = made(2, |r| {
+        let mut l = vec![coll(0, Func::AllReduce, 8)];
+        l.push(match r {
+            0 => p2p(1, &[(Func::Send, 1, 4), (Func::Send, 1, 4)]),
+            _ => p2p(1, &[(Func::Recv, 0, 4)]),
+        });
+        l
+    });
+    // while rank 1 goes on, its second Recv may still come
+    assert_eq!(judged_closing(&tracks, &[], 12), None);
+    assert_eq!(judged_closing(&tracks, &[0], 12), None);
+    // once it has made its last call, it never will
+    let (found, round) = judged_closing(&tracks, &[1], 12).unwrap();
+    assert_eq!(
+        found.0,
+        "Send/Recv pairs do not match, so NCCL can never complete them in order: rank 0's Send #2 to rank 1 has no matching Recv: rank 1 made 1 Recv from rank 0"
+    );
+    assert!(round <= 3, "named in round {round}");
 }

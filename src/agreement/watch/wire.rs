@@ -6,7 +6,7 @@ use super::Sums;
 use super::flight::Flight;
 use crate::core::{Error, ErrorKind, Posted, Result};
 
-const VERSION: u64 = 0x7277_7702;
+const VERSION: u64 = 0x7277_7703;
 
 /// What the judge asks of every rank for the next round.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,6 +64,11 @@ pub struct Summary {
     pub peers: Vec<PeerCount>,
     /// its oldest unfinished launch (a host's: the one out the longest)
     pub flight: Flight,
+    /// the Send and Recv sums now (a host's: added up)
+    pub now: Sums,
+    /// the rank (or one of the host's) has made its last call on the
+    /// communicator: its calls are all there will be
+    pub closing: bool,
 }
 
 /// The judge's word after a round.
@@ -186,6 +191,9 @@ impl Summary {
         for w in self.flight.words() {
             put(&mut out, w);
         }
+        for w in [self.now.sent, self.now.recvd, self.closing as u64] {
+            put(&mut out, w);
+        }
         put(&mut out, self.at.is_some() as u64);
         let at = self.at.unwrap_or_default();
         for w in [
@@ -236,6 +244,11 @@ impl Summary {
         let (launches, m, high, lo) = (r.word()?, r.word()?, r.word()?, r.word()?);
         let flight = Flight::from_words([r.word()?, r.word()?, r.word()?])
             .ok_or_else(|| garbled("a flight of no known kind"))?;
+        let now = Sums {
+            sent: r.word()?,
+            recvd: r.word()?,
+        };
+        let closing = flag(&mut r)?;
         let has_at = r.word()?;
         let mut w = [0u64; 6];
         for x in &mut w {
@@ -295,6 +308,8 @@ impl Summary {
             posts,
             peers,
             flight,
+            now,
+            closing,
         })
     }
 }
