@@ -216,26 +216,51 @@ mod half_v3 {
         _mm256_castsi256_ps(_mm256_add_epi32(bits, delta))
     }
 
+    // Sum's loops run once per block of a few cache lines (the engines'
+    // blocks): the chunks carry their length, so the loop has no bounds
+    // checks, and the few lanes past the last whole vector (none in the
+    // engines' blocks) go through a function of their own, which keeps the
+    // loop small enough to inline into the fold.
+
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
     pub fn add(acc: &mut [f16], x0: &[f16], x1: &[f16]) {
-        let whole = acc.len() / 8 * 8;
-        for i in (0..whole).step_by(8) {
-            store(&mut acc[i..], _mm256_add_ps(load(&x0[i..]), load(&x1[i..])));
+        let len = acc.len();
+        let (x0, x1) = (&x0[..len], &x1[..len]);
+        let mut out = acc.chunks_exact_mut(8);
+        for ((o, a), b) in (&mut out).zip(x0.chunks_exact(8)).zip(x1.chunks_exact(8)) {
+            store(o, _mm256_add_ps(load(a), load(b)));
         }
-        for i in whole..acc.len() {
-            acc[i] = f16::add(x0[i], x1[i]);
+        let rest = out.into_remainder();
+        if !rest.is_empty() {
+            let at = len - rest.len();
+            add_rest(rest, &x0[at..], &x1[at..]);
+        }
+    }
+
+    #[inline(never)]
+    fn add_rest(acc: &mut [f16], x0: &[f16], x1: &[f16]) {
+        for ((o, a), b) in acc.iter_mut().zip(x0).zip(x1) {
+            *o = f16::add(*a, *b);
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
     pub fn add_into(acc: &mut [f16], x: &[f16]) {
-        let whole = acc.len() / 8 * 8;
-        for i in (0..whole).step_by(8) {
-            let sum = _mm256_add_ps(load(&acc[i..]), load(&x[i..]));
-            store(&mut acc[i..], sum);
+        let len = acc.len();
+        let x = &x[..len];
+        let mut out = acc.chunks_exact_mut(8);
+        for (o, b) in (&mut out).zip(x.chunks_exact(8)) {
+            let sum = _mm256_add_ps(load(o), load(b));
+            store(o, sum);
         }
-        for i in whole..acc.len() {
-            acc[i] = f16::add(acc[i], x[i]);
+        let rest = out.into_remainder();
+        if !rest.is_empty() {
+            let at = len - rest.len();
+            for (o, b) in rest.iter_mut().zip(&x[at..]) {
+                *o = f16::add(*o, *b);
+            }
         }
     }
 
@@ -459,37 +484,56 @@ mod bf16_v3 {
         unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) }
     }
 
+    // Sum's loops as half's (see there): no bounds checks in the loop, the
+    // lanes past the last whole vector out of it.
+
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn sum16((ae, ao): (__m256, __m256), b: &[bf16]) -> (__m256i, __m256i) {
+        let (be, bo) = load(b);
+        (round(_mm256_add_ps(ae, be)), round(_mm256_add_ps(ao, bo)))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
     pub fn add(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
-        let whole = acc.len() / 16 * 16;
-        for i in (0..whole).step_by(16) {
-            let (ae, ao) = load(&x0[i..]);
-            let (be, bo) = load(&x1[i..]);
-            store(
-                &mut acc[i..],
-                round(_mm256_add_ps(ae, be)),
-                round(_mm256_add_ps(ao, bo)),
-            );
+        let len = acc.len();
+        let (x0, x1) = (&x0[..len], &x1[..len]);
+        let mut out = acc.chunks_exact_mut(16);
+        for ((o, a), b) in (&mut out).zip(x0.chunks_exact(16)).zip(x1.chunks_exact(16)) {
+            let (e, od) = sum16(load(a), b);
+            store(o, e, od);
         }
-        for i in whole..acc.len() {
-            acc[i] = bf16::add(x0[i], x1[i]);
+        let rest = out.into_remainder();
+        if !rest.is_empty() {
+            let at = len - rest.len();
+            add_rest(rest, &x0[at..], &x1[at..]);
+        }
+    }
+
+    #[inline(never)]
+    fn add_rest(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
+        for ((o, a), b) in acc.iter_mut().zip(x0).zip(x1) {
+            *o = bf16::add(*a, *b);
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
     pub fn add_into(acc: &mut [bf16], x: &[bf16]) {
-        let whole = acc.len() / 16 * 16;
-        for i in (0..whole).step_by(16) {
-            let (ae, ao) = load(&acc[i..]);
-            let (xe, xo) = load(&x[i..]);
-            store(
-                &mut acc[i..],
-                round(_mm256_add_ps(ae, xe)),
-                round(_mm256_add_ps(ao, xo)),
-            );
+        let len = acc.len();
+        let x = &x[..len];
+        let mut out = acc.chunks_exact_mut(16);
+        for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
+            let (e, od) = sum16(load(o), b);
+            store(o, e, od);
         }
-        for i in whole..acc.len() {
-            acc[i] = bf16::add(acc[i], x[i]);
+        let rest = out.into_remainder();
+        if !rest.is_empty() {
+            let at = len - rest.len();
+            for (o, b) in rest.iter_mut().zip(&x[at..]) {
+                *o = bf16::add(*o, *b);
+            }
         }
     }
 
