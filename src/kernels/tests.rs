@@ -514,6 +514,51 @@ fn whole<T: Exact>(next: &mut dyn FnMut() -> u64) {
     }
 }
 
+/// The first pair of Avg and PreMulSum with a power-of-two scalar, whose
+/// 16-bit blocks skip rounding `x0·s` where the product is already a value
+/// of the type: chunks of 16 all of ordinary values, chunks where one lane's
+/// product falls below the normals (`tiny`, the type's least subnormal,
+/// times odd numbers) and has to round, and zeros, infinities and NaN.
+fn first_pair_rounds_only_where_needed<T: Exact>(tiny: f64) {
+    let mut next = splitmix(29);
+    let odd = [3.0, 5.0, -7.0, 1.0, -9.0, 1023.0];
+    let specials = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN];
+    let x0: Vec<T> = (0..16 * 8)
+        .map(|i| {
+            let (chunk, lane) = (i / 16, i % 16);
+            match chunk {
+                1 | 3 if lane == chunk * 2 => T::from_f64(odd[chunk % 6] * tiny),
+                5 => T::from_f64(odd[lane % 6] * tiny * if lane < 8 { 1.0 } else { 64.0 }),
+                6 => T::from_f64(specials[lane % 5]),
+                _ => input(next() | 1),
+            }
+        })
+        .collect();
+    for n in [2, 3, 4] {
+        let mut inputs = vec![x0.clone()];
+        inputs.extend((1..n).map(|_| (0..x0.len()).map(|_| input(next() | 1)).collect()));
+        let ops = [0.5, -0.25, 1.0, 4.0, 0.0].map(RedOp::PreMulSum);
+        for op in std::iter::once(RedOp::Avg).chain(ops) {
+            let got = run(op, &inputs);
+            for (i, y) in got.iter().enumerate() {
+                let xs: Vec<T> = inputs.iter().map(|x| x[i]).collect();
+                let want = reference(op, &xs);
+                assert!(
+                    same(y.to_f64(), want),
+                    "{} {op} N={n} lane {i}: inputs {xs:?}: {y:?}, want {want:e}",
+                    T::DTYPE
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn sixteen_bit_first_pairs_round_only_where_needed() {
+    first_pair_rounds_only_where_needed::<f16>(2f64.powi(-24));
+    first_pair_rounds_only_where_needed::<bf16>(2f64.powi(-133));
+}
+
 fn splitmix(mut seed: u64) -> impl FnMut() -> u64 {
     move || {
         seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
