@@ -361,13 +361,17 @@ mod half_v3 {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn premul_add_with<const SHORT: bool>(acc: &mut [f16], x: &[f16], s: f16) {
         let sv = _mm256_set1_ps(f16_to_f32(s));
-        let whole = acc.len() / 8 * 8;
-        for i in (0..whole).step_by(8) {
-            let r = step::<SHORT>(load(&acc[i..]), load(&x[i..]), sv);
-            store(&mut acc[i..], r);
+        let len = acc.len();
+        let x = &x[..len];
+        let mut out = acc.chunks_exact_mut(8);
+        for (o, b) in (&mut out).zip(x.chunks_exact(8)) {
+            let r = step::<SHORT>(load(o), load(b), sv);
+            store(o, r);
         }
-        for i in whole..acc.len() {
-            acc[i] = f16::premul_add(acc[i], x[i], s);
+        let rest = out.into_remainder();
+        let at = len - rest.len();
+        for (o, b) in rest.iter_mut().zip(&x[at..]) {
+            *o = f16::premul_add(*o, *b, s);
         }
     }
 
@@ -699,52 +703,49 @@ mod bf16_v3 {
         }
     }
 
-    /// `premul_add` for 16 elements from `i`.
+    /// `premul_add` for the 16 elements of the chunks.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn premul_add_16<const SHORT: bool>(
-        acc: &mut [bf16],
-        x: &[bf16],
-        i: usize,
-        s: bf16,
-        sv: __m256,
-    ) {
-        let (ae, ao) = load(&acc[i..]);
-        let (xe, xo) = load(&x[i..]);
+    fn premul_add_16<const SHORT: bool>(out: &mut [bf16], x: &[bf16], s: bf16, sv: __m256) {
+        let (ae, ao) = load(out);
+        let (xe, xo) = load(x);
         if SHORT {
-            store(
-                &mut acc[i..],
-                step_short(ae, xe, sv),
-                step_short(ao, xo, sv),
-            );
+            store(out, step_short(ae, xe, sv), step_short(ao, xo, sv));
             return;
         }
         let (re, ue) = step_any(ae, xe, sv);
         let (ro, uo) = step_any(ao, xo, sv);
         if ue | uo == 0 {
-            store(&mut acc[i..], re, ro);
+            store(out, re, ro);
         } else {
-            for k in i..i + 16 {
-                acc[k] = bf16::premul_add(acc[k], x[k], s);
+            for (o, b) in out.iter_mut().zip(x) {
+                *o = bf16::premul_add(*o, *b, s);
             }
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn premul_add(acc: &mut [bf16], x: &[bf16], s: bf16) {
+    fn premul_add_with<const SHORT: bool>(acc: &mut [bf16], x: &[bf16], s: bf16) {
         let sv = _mm256_set1_ps(bf16_to_f32(s));
-        let whole = acc.len() / 16 * 16;
-        if short_scalar(s) {
-            for i in (0..whole).step_by(16) {
-                premul_add_16::<true>(acc, x, i, s, sv);
-            }
-        } else {
-            for i in (0..whole).step_by(16) {
-                premul_add_16::<false>(acc, x, i, s, sv);
-            }
+        let len = acc.len();
+        let x = &x[..len];
+        let mut out = acc.chunks_exact_mut(16);
+        for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
+            premul_add_16::<SHORT>(o, b, s, sv);
         }
-        for i in whole..acc.len() {
-            acc[i] = bf16::premul_add(acc[i], x[i], s);
+        let rest = out.into_remainder();
+        let at = len - rest.len();
+        for (o, b) in rest.iter_mut().zip(&x[at..]) {
+            *o = bf16::premul_add(*o, *b, s);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn premul_add(acc: &mut [bf16], x: &[bf16], s: bf16) {
+        if short_scalar(s) {
+            premul_add_with::<true>(acc, x, s)
+        } else {
+            premul_add_with::<false>(acc, x, s)
         }
     }
 }
