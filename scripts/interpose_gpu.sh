@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The interposer on one GPU: scripts/interpose_bugs.py's programs at 4 ranks;
-# one log per run under ${OUT:-/tmp}/runs. Build first, here or on another
+# one log per run under ${OUT:-/tmp}/runs (BUGS="a2a none" picks programs).
+# Build first, here or on another
 # machine: cargo build --release -p rankwise-nccl
 #
 #   scripts/interpose_gpu.sh           every program with LD_PRELOAD, without
@@ -46,7 +47,7 @@ one() {  # times file, name, then env assignments and the bug
   env "$@" > "$out/$name.log" 2>&1
   echo "$name: $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$out/$times"
 }
-bugs="none count skip root isend a2a abort stuck"
+bugs=${BUGS:-"none count skip root isend a2a abort stuck"}
 if [ -n "$baselines" ]; then
   : > "$out/times-baselines.log"
   for bug in $baselines; do
