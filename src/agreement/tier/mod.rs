@@ -75,6 +75,34 @@ pub fn group(ids: &[u64]) -> Vec<Vec<usize>> {
     hosts.into_iter().map(|(_, ranks)| ranks).collect()
 }
 
+/// The ranks of each host ([`group`]) from the identities every rank
+/// posted (8 bytes each, in rank order); an error names a garbled one.
+pub fn hosts_of(values: &[Vec<u8>]) -> crate::core::Result<Vec<Vec<usize>>> {
+    let ids = values
+        .iter()
+        .enumerate()
+        .map(|(r, v)| {
+            <[u8; 8]>::try_from(&v[..])
+                .map(u64::from_le_bytes)
+                .map_err(|_| {
+                    crate::core::Error::new(
+                        crate::core::ErrorKind::Internal,
+                        format!("rank {r}'s host identity is garbled ({} bytes)", v.len()),
+                    )
+                })
+        })
+        .collect::<crate::core::Result<Vec<u64>>>()?;
+    Ok(group(&ids))
+}
+
+/// Where rank `me` is among `hosts`: its host, and its place there (0:
+/// the host's leader).
+pub fn place(hosts: &[Vec<usize>], me: usize) -> (usize, usize) {
+    let host = hosts.iter().position(|h| h.contains(&me)).unwrap_or(0);
+    let local = hosts[host].iter().position(|r| *r == me).unwrap_or(0);
+    (host, local)
+}
+
 /// A party that did not answer: its rank, and why.
 pub type Absent = (usize, Missing);
 
@@ -99,8 +127,7 @@ impl Tier {
     /// Rank `me`'s tier over `hosts` (each host's ranks, leader first),
     /// its host meeting on `lane` (None: in the store), named `ns`.
     pub fn new(ns: String, hosts: Vec<Vec<usize>>, me: usize, lane: Option<Lane>) -> Tier {
-        let host = hosts.iter().position(|h| h.contains(&me)).unwrap_or(0);
-        let local = hosts[host].iter().position(|r| *r == me).unwrap_or(0);
+        let (host, local) = place(&hosts, me);
         Tier {
             ns,
             hosts,
@@ -135,16 +162,16 @@ impl Tier {
             value: Some(&id),
             read: Read::Now,
         };
+        // any rank missing or garbled: the flat exchange, which names it
         let answer = link.exchange(&[item], None, deadline).ok()?;
-        let ids: Vec<u64> = answer
+        let values: Vec<Vec<u8>> = answer
             .into_iter()
             .next()?
             .into_iter()
-            .map(|s| s.ok().and_then(|v| <[u8; 8]>::try_from(&v[..]).ok()))
-            .map(|w| w.map(u64::from_le_bytes))
+            .map(|s| s.ok())
             .collect::<Option<_>>()?;
-        let hosts = group(&ids);
-        if hosts.len() < 2 || hosts.len() == ids.len() {
+        let hosts = hosts_of(&values).ok()?;
+        if hosts.len() < 2 || hosts.len() == values.len() {
             return None;
         }
         let mut t = Tier::new(ns, hosts, me, None);

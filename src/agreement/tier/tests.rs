@@ -61,6 +61,17 @@ fn hosts_group_in_the_order_of_their_lowest_rank() {
     assert_ne!(id("/dev/shm/a"), id("/dev/shm/b"));
 }
 
+#[test]
+fn posted_identities_become_hosts_and_a_garbled_one_is_named() {
+    let post = |id: u64| id.to_le_bytes().to_vec();
+    let hosts = hosts_of(&[post(5), post(9), post(5), post(9)]).unwrap();
+    assert_eq!(hosts, vec![vec![0, 2], vec![1, 3]]);
+    assert_eq!(place(&hosts, 3), (1, 1));
+    assert_eq!(place(&hosts, 0), (0, 0));
+    let e = hosts_of(&[post(5), vec![1, 2, 3]]).unwrap_err();
+    assert_eq!(e.message, "rank 1's host identity is garbled (3 bytes)");
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
         cases: if cfg!(miri) { 8 } else { 300 },

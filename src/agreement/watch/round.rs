@@ -17,7 +17,7 @@ use super::hosts::{HostPost, each_needed};
 use super::judge::Judge;
 use super::wire::{Ask, Summary, Verdict};
 use crate::agreement::keys;
-use crate::agreement::tier::group;
+use crate::agreement::tier::{hosts_of, place};
 use crate::core::{Error, ErrorKind, Result};
 use crate::transport::lane::{Lane, Part, SLOT_BYTES, Waited};
 use crate::transport::store::{Item, Missing, Read, SideChannel, gathered};
@@ -124,20 +124,9 @@ impl Watcher {
             read: Read::Now,
         };
         let values = only(w.chan.exchange(&[item], None, deadline)?, &w.owners_ranks())?;
-        let ids: Vec<u64> = values
-            .iter()
-            .map(|v| {
-                <[u8; 8]>::try_from(&v[..])
-                    .map(u64::from_le_bytes)
-                    .map_err(|_| {
-                        Error::new(ErrorKind::Internal, "a rank's host identity is garbled")
-                    })
-            })
-            .collect::<Result<_>>()?;
-        w.hosts = group(&ids);
-        w.host = w.hosts.iter().position(|h| h.contains(&me)).unwrap_or(0);
+        w.hosts = hosts_of(&values)?;
+        (w.host, w.local) = place(&w.hosts, me);
         let mine = w.hosts[w.host].clone();
-        w.local = mine.iter().position(|r| *r == me).unwrap_or(0);
         if mine.len() > 1 {
             let owners: Vec<usize> = mine.iter().map(|r| w.owners[*r]).collect();
             let dir = shm_dir.unwrap_or(Path::new("/dev/shm"));
