@@ -8,14 +8,16 @@
 //! carries, which together is what the store's process handles.
 //!
 //! ```text
-//! cargo run --release --example watch_scale -- [--ranks 8,16,32,64,128,256] [--per-host 8] [--seconds 3] [--threshold 2] [--bug all|none|count|skip|extra|swap|unmatched|stuck] [--flat]
+//! cargo run --release --example watch_scale -- [--ranks 8,16,32,64,128,256] [--per-host 8] [--seconds 3] [--threshold 2] [--bug all|none|count|skip|extra|swap|unmatched|stuck|splits] [--flat]
 //! ```
 //!
 //! Each rank's launches also go through watch mode's flights
 //! (`agreement::watch::flight`) on a pretend stream that finishes every
 //! launch at once; the `stuck` bug freezes the streams: one rank's before
 //! its next launch, every other rank's inside it (the hang where every
-//! rank's calls agree). `--threshold` is `RANKWISE_TIMEOUT`: how long a
+//! rank's calls agree); the `splits` bug stops every rank inside an
+//! exchange of Sends and Recvs whose counts differ on one pair, the
+//! program's last launch. `--threshold` is `RANKWISE_TIMEOUT`: how long a
 //! rank may make no collective, or a launch stay unfinished, before it is
 //! named.
 //!
@@ -73,6 +75,11 @@ fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
         l(1, vec![], ring),
         l(2, vec![call(Func::AllGather, 256, 0)], vec![]),
     ];
+    if i == at && bug == "splits" {
+        // the program goes no further than this step's exchange, which
+        // NCCL holds
+        out.truncate(2);
+    }
     if i == at && r == culprit(n) {
         match bug {
             "count" => out[0].colls[0].count += 1,
@@ -82,6 +89,8 @@ fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
             "extra" => out.insert(2, l(2, vec![call(Func::Broadcast, 8, 0)], vec![])),
             "swap" => out.swap(0, 2),
             "unmatched" => out.insert(2, l(2, vec![], vec![call(Func::Send, 4, (r + 2) % n)])),
+            // its Recv expects one more element than its peer sends
+            "splits" => out[1].p2p[1].count += 1,
             _ => {}
         }
     }
@@ -212,10 +221,19 @@ fn run(
                                     stream.limit = Some(stream.issued + inside);
                                 }
                             }
-                            for l in step(r, n, i, &bug, at_step) {
+                            // `splits`: nothing past the exchange that hangs
+                            let made = match bug.as_str() {
+                                "splits" if i > at_step => Vec::new(),
+                                _ => step(r, n, i, &bug, at_step),
+                            };
+                            for l in made {
                                 if let Some(m) = t.fold(&l) {
                                     flights.depart(&mut stream, m, 0);
                                     flights.land(&mut stream);
+                                }
+                                if bug == "splits" && i == at_step && l.colls.is_empty() {
+                                    // every rank inside its exchange, none out
+                                    stream.limit = Some(stream.issued - 1);
                                 }
                             }
                             i += 1;
@@ -347,7 +365,15 @@ fn main() {
         }
     }
     let bugs: Vec<&str> = match bug.as_str() {
-        "all" => vec!["count", "skip", "extra", "swap", "unmatched", "stuck"],
+        "all" => vec![
+            "count",
+            "skip",
+            "extra",
+            "swap",
+            "unmatched",
+            "stuck",
+            "splits",
+        ],
         "none" => vec![],
         b => vec![b],
     };
