@@ -307,6 +307,7 @@ fn every_rank_told_unmatched(bug: &str, what: &str) {
             format!("rankwise: ncclInvalidUsage on rank {r}: watch: {what}")
         );
         assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
+        println!("rank {r}: named after {ms} ms");
     }
 }
 
