@@ -170,8 +170,11 @@ impl Judge {
     /// every rank differ now: pairs left unmatched at the end, which no
     /// later cut will compare (looked at once).
     fn ending_unmatched(&self, all: &[Summary]) -> bool {
+        if self.closing_look || !all.iter().any(|s| s.closing) {
+            return false;
+        }
         let now = all.iter().fold(Sums::default(), |t, s| t + s.now);
-        !self.closing_look && all.iter().any(|s| s.closing) && now.sent != now.recvd
+        now.sent != now.recvd
     }
 
     /// Reads the answers to what the last round asked.
@@ -240,8 +243,7 @@ impl Judge {
                 let post = all.iter().find_map(|s| s.posts.first());
                 if at.p2p {
                     // a Send or Recv without its match is the cause
-                    let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
-                    if let Some((what, sides)) = unmatched(&tables, None) {
+                    if let Some((what, sides)) = unmatched(all, false) {
                         self.failure = Some((what + &moved_on(at.m, all, post), sides));
                         return;
                     }
@@ -255,9 +257,7 @@ impl Judge {
             }
             Stage::Peers { closing } => {
                 self.stage = Stage::Idle;
-                let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
-                let done: Vec<bool> = all.iter().map(|s| s.closing).collect();
-                if let Some(found) = unmatched(&tables, closing.then_some(&done[..])) {
+                if let Some(found) = unmatched(all, closing) {
                     self.failure = Some(found);
                 }
             }
@@ -447,10 +447,11 @@ fn plural(n: u64, what: &str) -> String {
 
 /// Pairs whose Sends and Recvs do not match, from every rank's per-peer
 /// counts: the first few worded, with both sides' last calls. With
-/// `closed` (per rank: it has made its last call), only pairs that can
-/// never match: the same number each way with other counts or datatypes,
-/// or fewer on a side that will make no more.
-fn unmatched(tables: &[&[PeerCount]], closed: Option<&[bool]>) -> Option<(String, String)> {
+/// `closing`, only pairs that can never match: the same number each way
+/// with other counts or datatypes, or fewer on a side that has made its
+/// last call.
+fn unmatched(all: &[Summary], closing: bool) -> Option<(String, String)> {
+    let tables: Vec<&[PeerCount]> = all.iter().map(|s| &s.peers[..]).collect();
     let find = |r: usize, peer: usize| -> PeerCount {
         tables
             .get(r)
@@ -481,7 +482,7 @@ fn unmatched(tables: &[&[PeerCount]], closed: Option<&[bool]>) -> Option<(String
             if s.sent == r.recvd && s.sent_digest == r.recvd_digest {
                 continue;
             }
-            let settled = |x: usize| closed.is_none_or(|c| c.get(x).copied().unwrap_or(false));
+            let settled = |x: usize| !closing || all[x].closing;
             let never = match s.sent.cmp(&r.recvd) {
                 std::cmp::Ordering::Equal => true,
                 std::cmp::Ordering::Less => settled(a),
