@@ -479,6 +479,29 @@ fn reference<T: Exact>(op: RedOp, xs: &[T]) -> f64 {
     })
 }
 
+/// The first element where the kernels' `op` over `inputs` (one vector
+/// per rank) is not [`reference`]'s, worded; None when all are. Max and
+/// Min may give either zero for a zero.
+fn first_wrong<T: Exact>(op: RedOp, inputs: &[Vec<T>]) -> Option<String> {
+    let got = run(op, inputs);
+    got.iter().enumerate().find_map(|(i, y)| {
+        let xs: Vec<T> = inputs.iter().map(|x| x[i]).collect();
+        let want = reference(op, &xs);
+        let v = y.to_f64();
+        let ok = match op {
+            RedOp::Max | RedOp::Min => v == want || (v.is_nan() && want.is_nan()),
+            _ => same(v, want),
+        };
+        (!ok).then(|| {
+            format!(
+                "{} {op} N={} element {i}: inputs {xs:?}: {y:?}, want {want:e}",
+                T::DTYPE,
+                inputs.len()
+            )
+        })
+    })
+}
+
 /// Every float op on 1 to 6 ranks, element by element against the
 /// reference (Max and Min: equal values, either zero for a zero).
 fn whole<T: Exact>(next: &mut dyn FnMut() -> u64) {
@@ -495,20 +518,8 @@ fn whole<T: Exact>(next: &mut dyn FnMut() -> u64) {
             RedOp::PreMulSum(0.3),
             RedOp::PreMulSum(-1.7),
         ] {
-            let got = run(op, &inputs);
-            for (i, y) in got.iter().enumerate() {
-                let xs: Vec<T> = inputs.iter().map(|x| x[i]).collect();
-                let want = reference(op, &xs);
-                let y = y.to_f64();
-                let ok = match op {
-                    RedOp::Max | RedOp::Min => y == want || (y.is_nan() && want.is_nan()),
-                    _ => same(y, want),
-                };
-                assert!(
-                    ok,
-                    "{} {op} N={n} element {i}: {y:e}, want {want:e}",
-                    T::DTYPE
-                );
+            if let Some(wrong) = first_wrong(op, &inputs) {
+                panic!("{wrong}");
             }
         }
     }
@@ -539,15 +550,8 @@ fn first_pair_rounds_only_where_needed<T: Exact>(tiny: f64) {
         inputs.extend((1..n).map(|_| (0..x0.len()).map(|_| input(next() | 1)).collect()));
         let ops = [0.5, -0.25, 1.0, 4.0, 0.0].map(RedOp::PreMulSum);
         for op in std::iter::once(RedOp::Avg).chain(ops) {
-            let got = run(op, &inputs);
-            for (i, y) in got.iter().enumerate() {
-                let xs: Vec<T> = inputs.iter().map(|x| x[i]).collect();
-                let want = reference(op, &xs);
-                assert!(
-                    same(y.to_f64(), want),
-                    "{} {op} N={n} lane {i}: inputs {xs:?}: {y:?}, want {want:e}",
-                    T::DTYPE
-                );
+            if let Some(wrong) = first_wrong(op, &inputs) {
+                panic!("{wrong}");
             }
         }
     }
@@ -778,15 +782,8 @@ proptest! {
             let lanes: Vec<T> = x.iter().map(|&b| T::from_bits64(b)).collect();
             for n in [2, 3] {
                 let inputs: Vec<Vec<T>> = lanes.chunks(67).take(n).map(|c| c.to_vec()).collect();
-                let got = run(op, &inputs);
-                for (i, y) in got.iter().enumerate() {
-                    let xs: Vec<T> = inputs.iter().map(|v| v[i]).collect();
-                    let want = reference(op, &xs);
-                    prop_assert!(
-                        same(y.to_f64(), want),
-                        "{} N={n} s={s:e} lane {i}: inputs {xs:?}: {y:?}, want {want:e}",
-                        T::DTYPE
-                    );
+                if let Some(wrong) = first_wrong(op, &inputs) {
+                    return Err(TestCaseError::fail(wrong));
                 }
             }
             Ok(())
