@@ -92,6 +92,34 @@ fn an_unmatched_send_is_a_cycle_named_on_every_rank_at_once() {
     );
 }
 
+/// Each rank Sends to the next outside a group before it Recvs: every
+/// Send waits for a Recv that comes only after the peer's own Send. The
+/// store sees the four waits close a cycle and every rank names it, its
+/// own step first, long before the 20 s deadline.
+#[test]
+fn a_ring_of_sends_outside_a_group_is_a_cycle_named_on_every_rank_at_once() {
+    let run = run("ring_ungrouped", 4, true, &[("RANKWISE_TIMEOUT", "20")]);
+    run.assert_ok();
+    let step = |q: usize| {
+        let to = (q + 1) % 4;
+        format!("rank {q} waits in Send (opCount 0) for rank {to}'s Recv #0 from rank {q}")
+    };
+    for r in 0..4 {
+        let steps: Vec<String> = (0..4).map(|k| step((r + k) % 4)).collect();
+        let cycle = format!(
+            "ncclInvalidUsage on rank {r}: deadlock: {}: each waits for the next, so none of them can go on",
+            steps.join("; ")
+        );
+        let e = run.errors(r).join("\n");
+        assert!(e.contains(&cycle), "rank {r}: {e}\nwanted: {cycle}");
+    }
+    assert!(
+        run.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        run.elapsed
+    );
+}
+
 #[test]
 fn alltoallv_splits_that_are_not_transposes_fail_every_rank() {
     let run = run("alltoallv", 4, true, &[]);

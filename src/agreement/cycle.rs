@@ -1,5 +1,9 @@
-//! Wait-for cycles of two ranks, told apart from a rank that is late. A
-//! rank's note (where it is, kept on the lane for ranks that wait on it)
+//! Wait-for cycles. Those the store finds among its exchanges, of any
+//! length (a ring of Sends made outside a group: each rank's Send waits
+//! for the next rank's Recv, which that rank makes only after its own
+//! Send), come back as [`Missing::Cycle`] and are put in words here
+//! ([`waits_in_cycle`]). Those it cannot see, a wait on the lane for a
+//! rank that waits in a pair, are found from notes: a rank's note (where it is, kept on the lane for ranks that wait on it)
 //! carries, after its words, the Send/Recv pairs its latest launch waits
 //! in. A rank waiting for a peer whose note says the peer waits in a pair
 //! for a side this rank has not made yet knows that neither can go on: the
@@ -7,8 +11,10 @@
 //! only after the launch it waits in. The wait then ends at once, naming
 //! the cycle, instead of at the deadline.
 
+use super::keys::{Named, named};
 use super::pairs::PairCounts;
 use crate::core::{Error, ErrorKind};
+use crate::transport::store::{Missing, Wait};
 
 /// The most a note may hold (a lane keeps 256 bytes of it).
 const NOTE_MAX: usize = 256;
@@ -96,6 +102,54 @@ pub fn cycle(
     ))
 }
 
+/// The error of a wait-for cycle the store found, each step in words,
+/// the waiting rank's first: `deadlock: rank 0 waits in Send (opCount 0)
+/// for rank 1's Recv #0 from rank 0; rank 1 waits in …: each waits for
+/// the next, so none of them can go on`.
+pub fn waits_in_cycle(steps: &[Wait]) -> Error {
+    let words: Vec<String> = steps.iter().map(step).collect();
+    Error::new(
+        ErrorKind::Deadlock,
+        format!(
+            "deadlock: {}: each waits for the next, so none of them can go on",
+            words.join("; ")
+        ),
+    )
+}
+
+/// The cycle's error when `m` is one.
+pub fn of_missing(m: &Missing) -> Option<Error> {
+    match m {
+        Missing::Cycle(steps) => Some(waits_in_cycle(steps)),
+        _ => None,
+    }
+}
+
+fn step(w: &Wait) -> String {
+    let at = w
+        .note
+        .as_deref()
+        .map(|n| format!(" in {}", text(n)))
+        .unwrap_or_default();
+    match named(&w.key) {
+        Named::Pair(src, dst, seq) if w.party == 0 => {
+            format!("rank {src} waits{at} for rank {dst}'s Recv #{seq} from rank {src}")
+        }
+        Named::Pair(src, dst, seq) => {
+            format!("rank {dst} waits{at} for rank {src}'s Send #{seq} to rank {dst}")
+        }
+        Named::Collectives => format!("rank {} waits{at} for rank {}", w.party, w.awaits),
+        Named::Verdict(lo, hi) => {
+            let (me, them) = if w.party == 0 { (lo, hi) } else { (hi, lo) };
+            format!("rank {me} waits{at} for rank {them}'s verdict on their Sends and Recvs")
+        }
+        Named::Other => format!(
+            "party {} of {} waits{at} for party {}",
+            w.party, w.key, w.awaits
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +173,33 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_cycle_the_store_found_is_put_in_words_step_by_step() {
+        let w = |key: &str, party, awaits, words: Option<&str>| Wait {
+            key: key.into(),
+            party,
+            awaits,
+            note: words.map(|n| note(n, &[(0, 1, 0)])),
+        };
+        let e = waits_in_cycle(&[
+            w("c9/p0>1/0", 0, 1, Some("Send (opCount 0)")),
+            w("c9/p2>1/3", 1, 0, Some("Recv (opCount 4)")),
+            w("c9/x7", 2, 0, None),
+            w("c9/v0.1>2.a", 1, 0, Some("AllReduce (opCount 1)")),
+            w("c9/other", 1, 0, None),
+        ]);
+        assert_eq!(e.kind, ErrorKind::Deadlock);
+        assert_eq!(
+            e.message,
+            "deadlock: rank 0 waits in Send (opCount 0) for rank 1's Recv #0 from rank 0; \
+             rank 1 waits in Recv (opCount 4) for rank 2's Send #3 to rank 1; \
+             rank 2 waits for rank 0; \
+             rank 2 waits in AllReduce (opCount 1) for rank 0's verdict on their Sends and Recvs; \
+             party 1 of c9/other waits for party 0: each waits for the next, so none of them can go on"
+        );
+        assert!(of_missing(&Missing::Timeout).is_none());
     }
 
     #[test]

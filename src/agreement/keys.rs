@@ -36,6 +36,44 @@ pub fn pair(comm: &str, src: usize, dst: usize, seq: u64) -> String {
     format!("{comm}/p{src}>{dst}/{seq}")
 }
 
+/// What a name under a communicator's says of an exchange the store
+/// found in a wait-for cycle: a pair's `(src, dst, seq)`, or whether it
+/// is a collectives round (whose parties are the communicator's ranks)
+/// or a verdict (its parties the lower rank, then the higher).
+pub enum Named {
+    Pair(usize, usize, u64),
+    Collectives,
+    Verdict(usize, usize),
+    Other,
+}
+
+/// Reads back a name [`pair`], [`collectives`] or [`verdict`] gave.
+pub fn named(key: &str) -> Named {
+    let name = key.split_once('/').map_or(key, |(_, n)| n);
+    let pair = || {
+        let (ends, seq) = name.strip_prefix('p')?.split_once('/')?;
+        let (src, dst) = ends.split_once('>')?;
+        Some(Named::Pair(
+            src.parse().ok()?,
+            dst.parse().ok()?,
+            seq.parse().ok()?,
+        ))
+    };
+    let verdict = || {
+        let (lo, hi) = name.strip_prefix('v')?.split_once('>')?;
+        let rank = |s: &str| s.split('.').next()?.parse().ok();
+        Some(Named::Verdict(rank(lo)?, rank(hi)?))
+    };
+    let collectives = || {
+        let seq = name.strip_prefix('x')?;
+        seq.parse::<u64>().ok().map(|_| Named::Collectives)
+    };
+    pair()
+        .or_else(verdict)
+        .or_else(collectives)
+        .unwrap_or(Named::Other)
+}
+
 /// The verdicts two ranks swap on the launches (`lo` with opCount
 /// `lo_op`, `hi` with `hi_op`; `lo` < `hi`) that paired their Sends and
 /// Recvs.

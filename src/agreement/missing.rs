@@ -13,8 +13,15 @@ pub fn missing_error(missing: &[(usize, Missing)], what: &str, timeout: Duration
     let mut timed_out = Vec::new();
     let mut parts = Vec::new();
     let mut kind = ErrorKind::Timeout;
+    if let Some(e) = missing
+        .iter()
+        .find_map(|(_, m)| super::cycle::of_missing(m))
+    {
+        return e;
+    }
     for (r, m) in missing {
         match m {
+            Missing::Cycle(_) => unreachable!("returned above"),
             Missing::Timeout => timed_out.push(r.to_string()),
             Missing::Finished { reason: None } => {
                 if kind == ErrorKind::Timeout {

@@ -181,6 +181,7 @@ pub fn unmatched(side: &Side, seq: u64, m: Missing, timeout: Duration) -> Error 
         "Send"
     };
     let why = match m {
+        Missing::Cycle(steps) => return super::cycle::waits_in_cycle(&steps),
         Missing::Timeout => format!("rank {peer} posted none within {timeout:?}"),
         Missing::Finished { reason: None } => {
             format!("rank {peer} finished its program without posting one")

@@ -135,6 +135,7 @@ fn cycle_of<'a>(r: &Round<'a>) -> Option<(&'a super::pairs::PairCounts, &'a [u8]
 /// Why a rank this one waited on up or down the tier did not answer.
 fn absent(what: &str, (rank, m): Absent) -> Error {
     match m {
+        Missing::Cycle(steps) => super::cycle::waits_in_cycle(&steps),
         Missing::Timeout => Error::new(ErrorKind::Timeout, format!("rank {rank} {what} in time")),
         Missing::Finished { reason: None } => Error::new(
             ErrorKind::Deadlock,

@@ -361,6 +361,21 @@ pub fn unmatched(k: &Rank) -> Result<(), String> {
     Ok(())
 }
 
+/// A ring exchange made outside a group: each rank Sends to the next
+/// before it Recvs from the one before, so each Send waits for a Recv its
+/// peer makes only after its own Send.
+pub fn ring_ungrouped(k: &Rank) -> Result<(), String> {
+    let (r, n) = (k.rank, k.n);
+    let s = vec_of(&k.nccl, &[r as i32; 8]);
+    // SAFETY: a buffer of 8 int32.
+    let rc = unsafe { (k.nccl.send)(s as Ptr, 8, INT32, ((r + 1) % n) as c_int, k.comm, NULL) };
+    println!("ring send rc {rc}");
+    if rc == 0 {
+        return Err("a Send in a ring made outside a group returned ncclSuccess".into());
+    }
+    Ok(())
+}
+
 /// AlltoAllv where rank 2 expects 1 more element from rank 3 than rank 3
 /// sends it (a split that is not the transpose of rank 3's).
 pub fn alltoallv_bad(k: &Rank) -> Result<(), String> {
@@ -641,6 +656,7 @@ pub fn rank_main() {
         "count" => count(&k),
         "skip" => skip(&k),
         "unmatched" => unmatched(&k),
+        "ring_ungrouped" => ring_ungrouped(&k),
         "alltoallv" => alltoallv_bad(&k),
         "unchecked" => unchecked_count(&k),
         "local" => local(&k),

@@ -111,6 +111,11 @@ impl Table {
                     entries.push(FAILED);
                     put(&mut entries, why.as_bytes());
                 }
+                Err(Missing::Cycle(steps)) => {
+                    entries.push(FAILED);
+                    let why = super::super::cycle::waits_in_cycle(steps).message;
+                    put(&mut entries, why.as_bytes());
+                }
             }
         }
         out.extend_from_slice(&(values.len() as u32).to_le_bytes());

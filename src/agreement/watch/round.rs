@@ -56,6 +56,10 @@ fn left(what: &str, missing: &[(usize, Missing)]) -> Error {
             Missing::Timeout => format!("rank {r} did not come"),
             Missing::Finished { reason: None } => format!("rank {r} left"),
             Missing::Finished { reason: Some(why) } => format!("rank {r} left ({why})"),
+            Missing::Cycle(steps) => format!(
+                "rank {r} waits in a cycle ({})",
+                crate::agreement::cycle::waits_in_cycle(steps)
+            ),
         })
         .collect();
     Error::new(

@@ -23,7 +23,7 @@
 //! anything is allocated for it, so what a decoder allocates is at most a
 //! small multiple of the bytes it was given.
 
-use super::{Item, Missing, Read, Share};
+use super::{Item, Missing, Read, Share, Wait};
 use std::time::{Duration, Instant};
 
 pub(super) const SET: u8 = 1;
@@ -37,6 +37,7 @@ pub(super) const TIMEOUT: u8 = 2;
 pub(super) const FINISHED: u8 = 3;
 pub(super) const NONE: u8 = 4;
 pub(super) const ERROR: u8 = 5;
+pub(super) const CYCLE: u8 = 6;
 
 /// Longest request the store reads (a launch's posts are a few KiB).
 pub const MAX_FRAME: usize = 16 << 20;
@@ -50,6 +51,8 @@ pub const MAX_NOTE: usize = 64 << 10;
 pub const MAX_ITEMS: usize = 1 << 16;
 /// Most parties of one exchange.
 pub const MAX_PARTIES: usize = 1 << 20;
+/// Steps of a wait-for cycle in an answer.
+pub const MAX_CYCLE: usize = 1 << 12;
 /// Bytes of a frame's length.
 pub(super) const HEAD: usize = 4;
 
@@ -355,6 +358,17 @@ pub(super) fn put_share(out: &mut Vec<u8>, s: &Share) {
             out.push(u8::from(reason.is_some()));
             put_bytes(out, reason.as_deref().unwrap_or_default().as_bytes());
         }
+        Err(Missing::Cycle(steps)) => {
+            out.push(CYCLE);
+            put_u32(out, steps.len());
+            for w in steps {
+                put_bytes(out, w.key.as_bytes());
+                put_u32(out, w.party);
+                put_u32(out, w.awaits);
+                out.push(u8::from(w.note.is_some()));
+                put_bytes(out, w.note.as_deref().unwrap_or_default());
+            }
+        }
     }
 }
 
@@ -367,6 +381,12 @@ pub(super) fn shares_len(answers: &[Vec<Share>]) -> usize {
             Ok(v) => 5 + v.len(),
             Err(Missing::Timeout) => 1,
             Err(Missing::Finished { reason }) => 6 + reason.as_ref().map_or(0, String::len),
+            Err(Missing::Cycle(steps)) => {
+                5 + steps
+                    .iter()
+                    .map(|w| 17 + w.key.len() + w.note.as_ref().map_or(0, Vec::len))
+                    .sum::<usize>()
+            }
         })
         .sum::<usize>()
         + 4 * answers.len()
@@ -430,6 +450,26 @@ fn share(c: &mut Cursor<'_>) -> Result<Share, Bad> {
             Ok(Err(Missing::Finished {
                 reason: failed.then_some(reason),
             }))
+        }
+        CYCLE => {
+            // each step is at least 17 bytes: a key's and a note's lengths,
+            // two parties and a flag
+            let n = c.count(MAX_CYCLE, 17, "a cycle's steps")?;
+            let mut steps = Vec::with_capacity(n);
+            for _ in 0..n {
+                let key = c.string(MAX_KEY, "a cycle's key")?;
+                let party = c.u32("a party")? as usize;
+                let awaits = c.u32("a party")? as usize;
+                let has = c.u8("a flag")? != 0;
+                let note = c.bytes(MAX_NOTE, "a note")?.to_vec();
+                steps.push(Wait {
+                    key,
+                    party,
+                    awaits,
+                    note: has.then_some(note),
+                });
+            }
+            Ok(Err(Missing::Cycle(steps)))
         }
         ERROR => Err(refused(c)),
         x => Err(Bad::Garbled(format!("unexpected answer {x}"))),

@@ -6,7 +6,7 @@
 //! decodes back unchanged.
 
 use super::codec::{self, MAX_FRAME, OwnedItem, Request};
-use super::{Item, Missing, Read, Share};
+use super::{Item, Missing, Read, Share, Wait};
 use crate::core::allocations::peak_of;
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -183,6 +183,26 @@ fn share() -> impl Strategy<Value = Share> {
         bytes(24).prop_map(Ok),
         Just(Err(Missing::Timeout)),
         proptest::option::of("[ -~]{0,16}").prop_map(|reason| Err(Missing::Finished { reason })),
+        vec(
+            (
+                "[ -~]{0,12}",
+                0usize..9,
+                0usize..9,
+                proptest::option::of(bytes(20))
+            ),
+            0..4
+        )
+        .prop_map(|steps| Err(Missing::Cycle(
+            steps
+                .into_iter()
+                .map(|(key, party, awaits, note)| Wait {
+                    key,
+                    party,
+                    awaits,
+                    note
+                })
+                .collect()
+        ))),
     ]
 }
 

@@ -16,7 +16,11 @@
 //! never came to stays (one per failure, not per call). A request also
 //! carries a note (where its rank is: `AllReduce (opCount 3)`); the store
 //! keeps each owner's latest, which names where a rank that never came was
-//! last, at no cost of its own.
+//! last, at no cost of its own. Parties that wait for each other in a
+//! cycle (each posted in an exchange another has not, within one
+//! communicator's exchanges) can never be answered: the store looks for
+//! such cycles while requests wait and answers each party in one at once
+//! with the cycle ([`waits`]).
 //!
 //! [`Store`] serves ranks that are threads of one process; [`Hub`] serves
 //! it over TCP (on 127.0.0.1, or under the interposer on the address of
@@ -33,8 +37,9 @@
 //! (`docs/design/agreement.md` gives the protocol, `docs/reference/limits.md`
 //! the bounds).
 //!
-//! Five rooms: [`state`] is the store itself (exchanges, keys, notes, who
-//! finished, parked requests) for ranks in one process; [`auth`] the key
+//! Six rooms: [`state`] is the store itself (exchanges, keys, notes, who
+//! finished, parked requests) for ranks in one process; [`waits`] finds
+//! wait-for cycles among its exchanges; [`auth`] the key
 //! and the handshake; [`codec`] the wire format of a request and its
 //! answer; [`server`] serves a store over TCP from one event loop
 //! ([`Hub`]); [`client`] is a rank's connection to it ([`Client`]). This
@@ -54,6 +59,7 @@ mod server;
 mod state;
 #[cfg(test)]
 mod tests;
+mod waits;
 
 pub use auth::Key;
 pub use client::Client;
@@ -71,6 +77,21 @@ pub enum Missing {
     /// The key's owner finished its program without setting it; `reason` is
     /// its error, None when it ended normally.
     Finished { reason: Option<String> },
+    /// The reading party waits in a wait-for cycle the store found among
+    /// its exchanges: each step's party posted and waits for the next
+    /// step's, the last for the first (the reader's own step first).
+    Cycle(Vec<Wait>),
+}
+
+/// One step of a wait-for cycle: party `party` of exchange `key` posted
+/// and waits for party `awaits`, which has not posted there; `note` is
+/// the waiting party's owner's latest note.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    pub key: String,
+    pub party: usize,
+    pub awaits: usize,
+    pub note: Option<Vec<u8>>,
 }
 
 /// What one party of an exchange posted, or why it did not.

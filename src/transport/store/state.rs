@@ -11,7 +11,8 @@
 //! bound is refused whole, before anything is changed. Nothing here does
 //! I/O: the lock is never held across a socket.
 
-use super::{Item, Missing, Read, Share, SideChannel};
+use super::waits::{self, Edge};
+use super::{Item, Missing, Read, Share, SideChannel, Wait};
 use crate::core::{Error, ErrorKind, Result};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -30,6 +31,11 @@ pub(super) const MAX_EXCHANGES: usize = 1 << 20;
 pub(super) const MAX_EXCHANGE_BYTES: usize = 1 << 30;
 /// What an exchange or a key costs besides its bytes, in the accounts.
 const OVERHEAD: usize = 64;
+/// How often the store looks for wait-for cycles while requests wait, and
+/// how long a rank of this process waits before it asks for a look: a
+/// launch that waits less costs no look.
+pub(super) const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+pub(super) const LOOK_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A parked request's name in the index: the event loop's token of its
 /// connection.
@@ -105,6 +111,10 @@ pub(super) struct State {
     changed: bool,
     /// the event loop has parked requests to look at
     wake_loop: bool,
+    /// owners found waiting in a cycle, each with its cycle, until they post again
+    in_cycle: HashMap<usize, Vec<Wait>>,
+    /// the latest look for cycles
+    looked: Option<Instant>,
 }
 
 fn refused(what: &str, bound: usize, unit: &str) -> String {
@@ -222,6 +232,9 @@ impl State {
     /// Whether a read of `it` can be answered: every party posted, or one
     /// that did not has finished (it never will).
     pub(super) fn settled(&self, it: &Item<'_>) -> bool {
+        if self.in_cycle.contains_key(&it.owners[it.me]) {
+            return true;
+        }
         let values = self.entry_of(it).map(|e| &e.values);
         let mut all = true;
         for (p, owner) in it.owners.iter().enumerate() {
@@ -256,7 +269,10 @@ impl State {
                         Some(reason) => Missing::Finished {
                             reason: reason.clone(),
                         },
-                        None => Missing::Timeout,
+                        None => match self.in_cycle.get(&it.owners[it.me]) {
+                            Some(cycle) => Missing::Cycle(cycle.clone()),
+                            None => Missing::Timeout,
+                        },
                     }),
                 },
             )
@@ -380,6 +396,8 @@ impl State {
         }
         for it in items {
             let Some(v) = it.value else { continue };
+            // a party that posts again has left the wait it was in
+            self.in_cycle.remove(&it.owners[it.me]);
             let e = match self.exchanges.entry(it.key.to_string()) {
                 Entry::Occupied(o) => o.into_mut(),
                 Entry::Vacant(slot) => {
@@ -440,6 +458,59 @@ impl State {
             self.parked.everyone = true;
             self.wake_loop = true;
         }
+    }
+
+    /// Looks for wait-for cycles among the exchanges ([`waits`]), at most
+    /// every [`LOOK_EVERY`]: each party found on one is answered at once.
+    pub(super) fn look_for_cycles(&mut self, now: Instant) {
+        if self.looked.is_some_and(|t| now < t + LOOK_EVERY) {
+            return;
+        }
+        self.looked = Some(now);
+        let alive = |o: &usize| !self.finished.contains_key(o);
+        let mut edges = Vec::new();
+        for (key, e) in self.exchanges.iter().filter(|(_, e)| !e.all_posted()) {
+            let waiting = (0..e.owners.len())
+                .filter(|&p| e.values[p].is_some() && e.unread[p] && alive(&e.owners[p]));
+            for party in waiting {
+                for awaits in (0..e.owners.len()).filter(|&q| e.values[q].is_none()) {
+                    if alive(&e.owners[awaits]) {
+                        edges.push(Edge {
+                            from: e.owners[party],
+                            to: e.owners[awaits],
+                            key,
+                            party,
+                            awaits,
+                        });
+                    }
+                }
+            }
+        }
+        let found: Vec<(usize, Vec<Wait>)> = waits::cycles(&edges)
+            .into_iter()
+            .filter(|(owner, _)| !self.in_cycle.contains_key(owner))
+            .map(|(owner, ids)| {
+                let steps = ids
+                    .iter()
+                    .map(|&i| Wait {
+                        key: edges[i].key.to_string(),
+                        party: edges[i].party,
+                        awaits: edges[i].awaits,
+                        note: self.notes.get(&edges[i].from).cloned(),
+                    })
+                    .collect();
+                (owner, steps)
+            })
+            .collect();
+        if !found.is_empty() {
+            self.in_cycle.extend(found);
+            self.announce_finish();
+        }
+    }
+
+    /// Whether the event loop has requests parked (and so cycles to look for).
+    pub(super) fn has_parked(&self) -> bool {
+        self.parked.count > 0
     }
 
     /// The event loop's request on `token` waits for `keys`.
@@ -578,15 +649,23 @@ impl Store {
         let mut s = self.lock();
         s.post(items, note, None)?;
         self.announce(&mut s);
+        // a wait that lasts asks for looks at the waits ([`waits`])
+        let mut look = Instant::now() + LOOK_AFTER;
         loop {
             if s.all_settled(items) {
                 break;
             }
-            let more;
-            (s, more) = self.wait_for_change(s, deadline);
-            if !more {
+            let now = Instant::now();
+            if now >= deadline {
                 break;
             }
+            if now >= look {
+                s.look_for_cycles(now);
+                self.announce(&mut s);
+                look = now + LOOK_EVERY;
+                continue;
+            }
+            (s, _) = self.wait_for_change(s, deadline.min(look));
         }
         Ok(s.answers(items))
     }

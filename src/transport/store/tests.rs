@@ -329,3 +329,95 @@ fn a_closed_hub_is_an_error_not_a_hang() {
         "{e}"
     );
 }
+
+/// Rank `me` posts its side of `key` (parties `owners`, `me` one of
+/// them) and reads the other's, within `ms`: the other's share and how
+/// long the wait took.
+fn side(
+    ch: &dyn SideChannel,
+    key: &str,
+    owners: [usize; 2],
+    me: usize,
+    ms: u64,
+) -> (Share, Duration) {
+    let party = usize::from(owners[1] == me);
+    let it = Item {
+        key,
+        owners: &owners,
+        me: party,
+        value: Some(b"side"),
+        read: Read::Now,
+    };
+    let note = format!("rank {me}'s launch");
+    let t = Instant::now();
+    let mut got = ch
+        .exchange(&[it], Some((me, note.as_bytes())), soon(ms))
+        .unwrap();
+    (got.remove(0).remove(1 - party), t.elapsed())
+}
+
+/// Three ranks each wait for the next in a ring of pairs (a Send made
+/// before its Recv, outside a group): each hears the cycle at once, its
+/// own step first; a chain that ends in a rank that waits for nobody, and
+/// waits on two communicators, are no cycle and wait out their deadline.
+fn cycles(chans: &[Arc<dyn SideChannel>]) {
+    let ring: Vec<_> = (0..3)
+        .map(|r| {
+            let ch = chans[r].clone();
+            std::thread::spawn(move || {
+                side(
+                    &*ch,
+                    &format!("c/p{r}>{}/0", (r + 1) % 3),
+                    [r, (r + 1) % 3],
+                    r,
+                    10_000,
+                )
+            })
+        })
+        .collect();
+    for (r, h) in ring.into_iter().enumerate() {
+        let (share, took) = h.join().unwrap();
+        let Err(Missing::Cycle(steps)) = share else {
+            panic!("rank {r}: {share:?}");
+        };
+        assert!(took < Duration::from_secs(2), "rank {r} waited {took:?}");
+        let keys: Vec<&str> = steps.iter().map(|w| w.key.as_str()).collect();
+        let order: Vec<usize> = (0..3).map(|k| (r + k) % 3).collect();
+        let want: Vec<String> = order
+            .iter()
+            .map(|q| format!("c/p{q}>{}/0", (q + 1) % 3))
+            .collect();
+        assert_eq!(keys, want, "rank {r}");
+        for (w, q) in steps.iter().zip(&order) {
+            assert_eq!((w.party, w.awaits), (0, 1), "rank {r}");
+            assert_eq!(
+                w.note.as_deref(),
+                Some(format!("rank {q}'s launch").as_bytes())
+            );
+        }
+    }
+    let wait = |r: usize, key: &'static str, owners: [usize; 2]| {
+        let ch = chans[r].clone();
+        std::thread::spawn(move || side(&*ch, key, owners, r, 400))
+    };
+    let chain = [
+        wait(0, "c/p0>1/1", [0, 1]),
+        wait(1, "c/p1>2/1", [1, 2]),
+        wait(1, "d/p1>0/0", [1, 0]),
+        wait(0, "e/p0>1/0", [0, 1]),
+    ];
+    for h in chain {
+        let (share, took) = h.join().unwrap();
+        assert_eq!(share, Err(Missing::Timeout));
+        assert!(took >= Duration::from_millis(390), "{took:?}");
+    }
+}
+
+#[test]
+fn waits_in_a_cycle_end_at_once_with_the_cycle() {
+    let s = Store::new();
+    let chans: Vec<Arc<dyn SideChannel>> = (0..3).map(|_| s.clone() as _).collect();
+    cycles(&chans);
+    let hub = Hub::start(job_key()).unwrap();
+    cycles(&clients(&hub));
+}

@@ -28,7 +28,7 @@ mod requests;
 
 use super::auth::{self, Key};
 use super::codec::{self, HEAD, MAX_FRAME};
-use super::state::Store;
+use super::state::{LOOK_EVERY, Store};
 use crate::core::{Error, ErrorKind, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -264,6 +264,7 @@ struct Server {
 impl Server {
     fn run(&mut self, stop: &AtomicBool) {
         let mut events = Events::with_capacity(1024);
+        let mut parked = false;
         loop {
             let now = Instant::now();
             let next = self.timers.first().map(|(t, _)| *t);
@@ -271,7 +272,11 @@ impl Server {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let timeout = next.map(|t| t.saturating_duration_since(now));
+            let mut timeout = next.map(|t| t.saturating_duration_since(now));
+            // while requests wait, a look for wait-for cycles now and then
+            if parked {
+                timeout = Some(timeout.map_or(LOOK_EVERY, |t| t.min(LOOK_EVERY)));
+            }
             if let Err(e) = self.poll.poll(&mut events, timeout)
                 && e.kind() != Io::Interrupted
             {
@@ -294,6 +299,13 @@ impl Server {
                 self.accept_again = None;
                 self.accept_all();
             }
+            parked = self.store.with(|s| {
+                let parked = s.has_parked();
+                if parked {
+                    s.look_for_cycles(Instant::now());
+                }
+                parked
+            });
             self.wake_ready();
             self.expire(Instant::now());
         }
