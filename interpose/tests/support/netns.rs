@@ -26,9 +26,18 @@ pub struct Net {
     made: Vec<String>,
 }
 
+/// iproute2's `ip`: where Debian puts it, which a user's PATH may lack,
+/// else as PATH finds it.
+fn ip_binary() -> &'static str {
+    ["/usr/sbin/ip", "/sbin/ip"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("ip")
+}
+
 /// `ip` with `args`; what it said on stderr when it failed.
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
+    let out = Command::new(ip_binary())
         .args(args)
         .output()
         .map_err(|e| format!("cannot run `ip` ({e})"))?;
@@ -133,7 +142,7 @@ impl Net {
         let mut env = env.to_vec();
         env.push(("RANKWISE_STANDIN_ADDR", &addr));
         let wrap = |r: usize| -> Vec<String> {
-            ["ip", "netns", "exec", self.host(r / per_host)]
+            [ip_binary(), "netns", "exec", self.host(r / per_host)]
                 .map(String::from)
                 .to_vec()
         };
