@@ -18,7 +18,8 @@
 //! success at once, moving nothing: an NCCL that costs nothing, for
 //! measuring what the interposer costs by itself.
 //! `ncclGetVersion` says 2.28.9 unless `RANKWISE_STANDIN_VERSION` says
-//! otherwise.
+//! otherwise. `ncclGetUniqueId` names the IPv4 address
+//! `RANKWISE_STANDIN_ADDR` gives (127.0.0.1 without it) as its bootstrap's.
 //!
 //! A non-blocking communicator (`config.blocking = 0`) is made at once but
 //! says `ncclInProgress` (and hides its rank and size) until the first
@@ -443,8 +444,17 @@ export!(pncclGetUniqueId, ncclGetUniqueId, (id: *mut UniqueId) -> Res {
     let magic = t ^ ((std::process::id() as u64) << 32) ^ (*k << 56);
     let mut b = [0u8; 128];
     b[..8].copy_from_slice(&magic.to_le_bytes());
-    b[8..10].copy_from_slice(&2u16.to_le_bytes()); // AF_INET
-    b[12..16].copy_from_slice(&[127, 0, 0, 1]);
+    // AF_INET, and the address of the interface NCCL's bootstrap would
+    // pick: RANKWISE_STANDIN_ADDR's (a simulated host's), else loopback
+    let ip = match std::env::var("RANKWISE_STANDIN_ADDR") {
+        Ok(a) => match a.parse::<std::net::Ipv4Addr>() {
+            Ok(ip) => ip,
+            Err(_) => return 4,
+        },
+        Err(_) => std::net::Ipv4Addr::LOCALHOST,
+    };
+    b[8..10].copy_from_slice(&2u16.to_le_bytes());
+    b[12..16].copy_from_slice(&ip.octets());
     (*id).internal = b;
     0
 });
@@ -584,29 +594,21 @@ export!(pncclCommSplit, ncclCommSplit, (comm: *mut Comm, color: c_int, key: c_in
     0
 });
 
-export!(pncclCommCount, ncclCommCount, (comm: *mut Comm, count: *mut c_int) -> Res {
+/// The communicator's size or rank (`what`), told only once it is ready.
+unsafe fn tell(comm: *mut Comm, out: *mut c_int, what: fn(&Comm) -> usize) -> Res {
     if (*comm).pending {
         return 7;
     }
     let rc = ensure_ready(comm);
-    if rc != 0 {
-        return rc;
+    if rc == 0 {
+        *out = what(&*comm) as c_int;
     }
-    *count = (*comm).nranks as c_int;
-    0
-});
+    rc
+}
 
-export!(pncclCommUserRank, ncclCommUserRank, (comm: *mut Comm, rank: *mut c_int) -> Res {
-    if (*comm).pending {
-        return 7;
-    }
-    let rc = ensure_ready(comm);
-    if rc != 0 {
-        return rc;
-    }
-    *rank = (*comm).rank as c_int;
-    0
-});
+export!(pncclCommCount, ncclCommCount, (comm: *mut Comm, count: *mut c_int) -> Res { tell(comm, count, |c| c.nranks) });
+
+export!(pncclCommUserRank, ncclCommUserRank, (comm: *mut Comm, rank: *mut c_int) -> Res { tell(comm, rank, |c| c.rank) });
 
 export!(pncclCommCuDevice, ncclCommCuDevice, (comm: *mut Comm, dev: *mut c_int) -> Res {
     if !(*comm).pending {
@@ -628,12 +630,7 @@ export!(pncclCommDestroy, ncclCommDestroy, (comm: *mut Comm) -> Res {
     0
 });
 
-export!(pncclCommAbort, ncclCommAbort, (comm: *mut Comm) -> Res {
-    if !comm.is_null() {
-        drop(Box::from_raw(comm));
-    }
-    0
-});
+export!(pncclCommAbort, ncclCommAbort, (comm: *mut Comm) -> Res { pncclCommDestroy(comm) });
 
 export!(pncclCommGetAsyncError, ncclCommGetAsyncError, (comm: *mut Comm, st: *mut c_int) -> Res {
     *st = if std::mem::replace(&mut (*comm).pending, false) { 7 } else { 0 };

@@ -644,6 +644,44 @@ pub fn stuck(k: &Rank) -> Result<(), String> {
     std::process::exit(0);
 }
 
+/// Three AllReduces with every rank, their sums checked; then the rank
+/// says it is ready (a file `ready.<rank>` in the test's directory) and
+/// waits for the file `cut`, which the test makes once it has cut a host
+/// off the network, before a fourth AllReduce, which must fail. Prints
+/// how long that call took and what it says.
+pub fn cut(k: &Rank) -> Result<(), String> {
+    let (n, r) = (k.n as i32, k.rank as i32);
+    for i in 0..3 {
+        expect_eq(
+            "AllReduce before the cut",
+            k.all_reduce_i32(&[r, i, 1]),
+            (0, vec![n * (n - 1) / 2, n * i, n]),
+        )?;
+    }
+    let dir = std::path::PathBuf::from(std::env::var("RANKWISE_TEST_DIR").unwrap());
+    std::fs::write(dir.join(format!("ready.{r}")), b"").map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    while !dir.join("cut").exists() {
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err("no cut within 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let t = Instant::now();
+    let (rc, _) = k.all_reduce_i32(&[1; 4]);
+    println!(
+        "cut rc {rc} after {} ms: {}",
+        t.elapsed().as_millis(),
+        k.last_error()
+    );
+    if rc == 0 {
+        return Err("the AllReduce after the cut returned ncclSuccess".into());
+    }
+    // SAFETY: a live communicator, destroyed once.
+    unsafe { (k.nccl.destroy)(k.comm) };
+    Ok(())
+}
+
 /// The rank program: runs only in the processes `run` starts.
 pub fn rank_main() {
     let Ok(scenario) = std::env::var("RANKWISE_TEST_SCENARIO") else {
@@ -664,6 +702,7 @@ pub fn rank_main() {
         "percall" => percall(&k),
         "watch" => watch(&k),
         "stuck" => stuck(&k),
+        "cut" => cut(&k),
         s => Err(format!("no scenario {s}")),
     };
     if let Err(e) = r {

@@ -6,8 +6,9 @@
 use crate::support_standin;
 pub use crate::support_sym::sym;
 use std::ffi::{c_char, c_int, c_void};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -53,6 +54,10 @@ pub struct Run {
     pub outputs: Vec<Output>,
     pub dir: tempfile::TempDir,
     pub elapsed: Duration,
+    /// the ranks still running at the run's limit, which were killed
+    pub hung: Vec<usize>,
+    /// when each rank's process ended, after the first was started
+    pub ended: Vec<Duration>,
 }
 
 impl Run {
@@ -65,9 +70,13 @@ impl Run {
     /// Every rank exited 0 (its own assertions held).
     pub fn assert_ok(&self) {
         for (r, o) in self.outputs.iter().enumerate() {
+            let hung = match self.hung.contains(&r) {
+                true => " (it hung: killed at the run's limit)",
+                false => "",
+            };
             assert!(
                 o.status.success(),
-                "rank {r} failed: {}\nstdout:\n{}\nstderr:\n{}",
+                "rank {r} failed: {}{hung}\nstdout:\n{}\nstderr:\n{}",
                 o.status,
                 self.stdout(r),
                 self.stderr(r)
@@ -87,7 +96,7 @@ impl Run {
 /// Runs `scenario` on `n` rank processes, the interposer preloaded unless
 /// `preload` is false, with extra environment `env`.
 pub fn run(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)]) -> Run {
-    spawn(scenario, n, preload, env, None)
+    spawn(scenario, n, preload, env, Place::default())
 }
 
 /// [`run`] on simulated hosts of `per_host` ranks each: each host's ranks
@@ -95,69 +104,162 @@ pub fn run(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)]) -> Run
 /// different machines have, so they share a lane only with each other.
 #[allow(dead_code)]
 pub fn run_on_hosts(scenario: &str, n: usize, per_host: usize, env: &[(&str, &str)]) -> Run {
-    spawn(scenario, n, true, env, Some(per_host))
+    let place = Place {
+        per_host: Some(per_host),
+        ..Place::default()
+    };
+    spawn(scenario, n, true, env, place)
 }
 
-fn spawn(
-    scenario: &str,
-    n: usize,
-    preload: bool,
-    env: &[(&str, &str)],
-    per_host: Option<usize>,
-) -> Run {
+/// How long ranks may run when a test names no limit: far longer than any
+/// test's ranks take, so that only a hang reaches it, and fails its test
+/// instead of blocking the test run.
+pub const LIMIT: Duration = Duration::from_secs(300);
+
+/// What a test does while its ranks run, given the test's directory.
+pub type During<'a> = Box<dyn FnMut(&Path) + 'a>;
+
+/// Where and how [`spawn`] runs the ranks.
+#[derive(Default)]
+pub struct Place<'a> {
+    /// ranks per simulated host: each host's ranks get a segment directory
+    /// of their own
+    pub per_host: Option<usize>,
+    /// the command rank r's program runs under (`ip netns exec NS` for its
+    /// host's network namespace), if any
+    pub wrap: Option<&'a dyn Fn(usize) -> Vec<String>>,
+    /// what the test does while the ranks run, given the test's directory
+    pub during: Option<During<'a>>,
+    /// when ranks still running are killed ([`LIMIT`] if None)
+    pub limit: Option<Duration>,
+}
+
+/// The rank processes of a run, killed and reaped if the test gives up on
+/// them (a panic in [`Place::during`]): none outlives its test.
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            // a child already reaped is not signalled again
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts `n` ranks of `scenario` placed as `place` says, and collects
+/// their outputs once every one has ended or the limit is reached.
+pub fn spawn(scenario: &str, n: usize, preload: bool, env: &[(&str, &str)], place: Place) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     // built before the clock starts: a test's time is its ranks'
     let lib = standin();
     let start = Instant::now();
-    let children: Vec<_> = (0..n)
-        .map(|r| {
-            let mut c = Command::new(&exe);
-            c.args([
-                "--exact",
-                "rank_main",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env("RANKWISE_TEST_RANK", r.to_string())
-            .env("RANKWISE_TEST_NRANKS", n.to_string())
-            .env("RANKWISE_TEST_SCENARIO", scenario)
-            .env("RANKWISE_TEST_DIR", dir.path())
-            .env("RANKWISE_STANDIN_DIR", dir.path())
-            .env("RANKWISE_STANDIN_LIB", lib)
-            .env("RANKWISE_STANDIN_TIMEOUT", "10")
-            .env_remove("RANKWISE_DEBUG")
-            .env_remove("RANKWISE_DEBUG_FILE")
-            .env_remove("RANKWISE_CHECK")
-            .env_remove("RANKWISE_NCCL_LIBRARY")
-            .env("RANKWISE_TIMEOUT", "20");
-            if preload {
-                c.env("LD_PRELOAD", interposer());
+    let mut kids = Kids(Vec::with_capacity(n));
+    for r in 0..n {
+        let wrap = place.wrap.map(|w| w(r)).unwrap_or_default();
+        let mut c = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&exe);
+                c
             }
-            for (k, v) in env {
-                c.env(k, v);
-            }
-            if let Some(k) = per_host {
-                let host = dir.path().join(format!("host{}", r / k));
-                std::fs::create_dir_all(&host).unwrap();
-                c.env("RANKWISE_SHM_DIR", host);
-            }
-            c.stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+            None => Command::new(&exe),
+        };
+        c.args([
+            "--exact",
+            "rank_main",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("RANKWISE_TEST_RANK", r.to_string())
+        .env("RANKWISE_TEST_NRANKS", n.to_string())
+        .env("RANKWISE_TEST_SCENARIO", scenario)
+        .env("RANKWISE_TEST_DIR", dir.path())
+        .env("RANKWISE_STANDIN_DIR", dir.path())
+        .env("RANKWISE_STANDIN_LIB", lib)
+        .env("RANKWISE_STANDIN_TIMEOUT", "10")
+        .env_remove("RANKWISE_DEBUG")
+        .env_remove("RANKWISE_DEBUG_FILE")
+        .env_remove("RANKWISE_CHECK")
+        .env_remove("RANKWISE_NCCL_LIBRARY")
+        .env_remove("RANKWISE_STANDIN_ADDR")
+        .env("RANKWISE_TIMEOUT", "20");
+        if preload {
+            c.env("LD_PRELOAD", interposer());
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        if let Some(k) = place.per_host {
+            let host = dir.path().join(format!("host{}", r / k));
+            std::fs::create_dir_all(&host).unwrap();
+            c.env("RANKWISE_SHM_DIR", host);
+        }
+        // a rank reads nothing: none holds the test run's terminal
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        kids.0.push(c.spawn().unwrap());
+    }
+    // read as the ranks write, so none blocks on a full pipe while the
+    // test acts in `during` or waits
+    let pipes: Vec<_> = kids
+        .0
+        .iter_mut()
+        .map(|c| (drain(c.stdout.take()), drain(c.stderr.take())))
         .collect();
-    let outputs = children
+    if let Some(mut during) = place.during {
+        during(dir.path());
+    }
+    let deadline = start + place.limit.unwrap_or(LIMIT);
+    let mut status = vec![None; n];
+    let mut ended = vec![Duration::ZERO; n];
+    let mut hung = Vec::new();
+    while status.iter().any(Option::is_none) {
+        let late = Instant::now() >= deadline;
+        for (r, c) in kids.0.iter_mut().enumerate() {
+            if status[r].is_none() {
+                status[r] = c.try_wait().unwrap();
+                if status[r].is_none() && late {
+                    let _ = c.kill();
+                    status[r] = Some(c.wait().unwrap());
+                    hung.push(r);
+                }
+                ended[r] = start.elapsed();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let elapsed = start.elapsed();
+    let outputs = status
         .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
+        .zip(pipes)
+        .map(|(st, (out, err))| Output {
+            status: st.unwrap(),
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        })
         .collect();
     Run {
         outputs,
         dir,
-        elapsed: start.elapsed(),
+        elapsed,
+        hung,
+        ended,
     }
+}
+
+/// A thread reading `pipe` to its end.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    let mut pipe = pipe.unwrap();
+    std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = pipe.read_to_end(&mut b);
+        b
+    })
 }
 
 // ---------------------------------------------------------------- the NCCL API, as a program sees it
