@@ -2,7 +2,8 @@
 //! in network namespaces (`support/netns.rs`): 4 ranks on 2 hosts, each
 //! host a namespace of its own on one bridge, so the store listens on
 //! host 0's address (10.231.0.1) and host 1's ranks reach it only across
-//! the bridge. A correct program, a mismatch in strict mode and a bug in
+//! the bridge. A correct program, a mismatch in strict mode, a ring of
+//! Sends outside a group (a wait-for cycle across the hosts) and a bug in
 //! watch mode are checked as on one host; a host cut off the network
 //! mid-job fails every rank's call within the timeout and a little more.
 //! Every test makes its namespaces and removes them, and says it is
@@ -112,6 +113,46 @@ fn a_count_mismatch_is_named_alike_on_every_rank_of_two_hosts() {
         4,
         "{}",
         journals(dir.path())
+    );
+}
+
+/// A ring of Sends made outside a group whose cycle crosses the bridge
+/// twice (rank 1 on host 0 waits for rank 2 on host 1, rank 3 for rank
+/// 0): the store names it on every rank at once, each its own step first,
+/// long before the 20 s deadline.
+#[test]
+fn a_ring_of_sends_across_two_hosts_is_a_cycle_named_at_once() {
+    let Some(net) = netns::or_skip(
+        "a_ring_of_sends_across_two_hosts_is_a_cycle_named_at_once",
+        2,
+    ) else {
+        return;
+    };
+    let run = net.run(
+        "ring_ungrouped",
+        2,
+        &[("RANKWISE_TIMEOUT", "20")],
+        None,
+        LIMIT,
+    );
+    run.assert_ok();
+    for r in 0..4 {
+        let steps: Vec<String> = (0..4)
+            .map(|k| {
+                let (q, to) = ((r + k) % 4, (r + k + 1) % 4);
+                format!("rank {q} waits in Send (opCount 0) for rank {to}'s Recv #0 from rank {q}")
+            })
+            .collect();
+        let e = run.errors(r).join("\n");
+        assert!(
+            e.contains(&format!("deadlock: {}: each waits", steps.join("; "))),
+            "rank {r}: {e}"
+        );
+    }
+    assert!(
+        run.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        run.elapsed
     );
 }
 
