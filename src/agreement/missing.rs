@@ -62,6 +62,11 @@ pub fn whereabouts(link: &Link, missing: &[usize]) -> String {
             };
             match note {
                 Some(b) => format!("rank {r} was last in {}", super::cycle::text(&b)),
+                // by host, a rank's note reaches the others through its
+                // leader: a host that did not answer said nothing of it
+                None if link.tier.is_some() => {
+                    format!("where rank {r} was last is not known: its host did not say")
+                }
                 None => format!("rank {r} has made no call on this communicator"),
             }
         })

@@ -147,6 +147,20 @@ fn absent(what: &str, (rank, m): Absent) -> Error {
     }
 }
 
+/// A host leader's step of tier round `round`, and when it failed, its
+/// host's ranks (which wait for the leader on their lane) told why at
+/// once, not at their deadline.
+fn tell_host<T>(r: &Round<'_>, t: &Tier, round: u64, step: Result<T>) -> Result<T> {
+    if let Err(e) = &step {
+        let why = format!(
+            "rank {}, which leads this host's ranks, failed: {}",
+            r.me, e.message
+        );
+        let _ = t.pass_on(r.link, round, &wire::encode_notice(&why));
+    }
+    step
+}
+
 /// Every rank's share of each round's tier posting (None for a round
 /// without one), the steps of [`super::tier`] made on every communicator
 /// before the next step.
@@ -163,11 +177,22 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
     for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
         let Some((t, p, seq)) = t else { continue };
         if t.is_leader() {
-            let table = t.gather(r.link, *seq, &p.value, cycle_of(r), deadline)?;
+            let table = tell_host(
+                r,
+                t,
+                *seq,
+                t.gather(r.link, *seq, &p.value, cycle_of(r), deadline),
+            )?;
             if many || t.is_judge() {
-                ups[i] = t.up(r.link, *seq, &table, (read, r.note), deadline)?;
+                ups[i] = tell_host(
+                    r,
+                    t,
+                    *seq,
+                    t.up(r.link, *seq, &table, (read, r.note), deadline),
+                )?;
             } else {
-                let heard = t.up_and_hear(r.link, *seq, &table, r.note, deadline)?;
+                let heard = t.up_and_hear(r.link, *seq, &table, r.note, deadline);
+                let heard = tell_host(r, t, *seq, heard)?;
                 answers[i] = Some(heard.unwrap_or_else(judge_gone));
             }
         }
@@ -179,11 +204,11 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
         if t.is_judge() {
             let ups = match ups[i].take() {
                 Some(u) => u,
-                None => t.judge_read(r.link, *seq, deadline)?,
+                None => tell_host(r, t, *seq, t.judge_read(r.link, *seq, deadline))?,
             };
             let table: Table = t.merge(r.link, ups);
             let bytes = table.encode();
-            t.down(r.link, *seq, &table)?;
+            tell_host(r, t, *seq, t.down(r.link, *seq, &table))?;
             t.keep_notes(&table);
             out[i] = Some(table.shares);
             answers[i] = Some(bytes);
@@ -193,10 +218,8 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
     for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
         let Some((t, _, seq)) = t else { continue };
         if t.is_leader() && !t.is_judge() && answers[i].is_none() {
-            answers[i] = Some(
-                t.hear_judge(r.link, *seq, deadline)?
-                    .unwrap_or_else(judge_gone),
-            );
+            let heard = tell_host(r, t, *seq, t.hear_judge(r.link, *seq, deadline))?;
+            answers[i] = Some(heard.unwrap_or_else(judge_gone));
         }
     }
     // down to every host's ranks

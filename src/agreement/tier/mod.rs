@@ -527,7 +527,10 @@ impl Tier {
         deadline: Instant,
     ) -> Result<std::result::Result<Vec<u8>, Absent>> {
         let leader = self.mine()[0];
-        let deadline = deadline + 3 * GRACE;
+        // past the leader's last request (2 graces, and the 750 ms a
+        // request may overrun its deadline), so a leader that fails there
+        // tells its ranks why before they give up on it
+        let deadline = deadline + 4 * GRACE;
         let Some(lane) = &self.lane else {
             let key = keys::tier_down(&self.ns, round, &format!("m{}", self.me));
             let owners = [link.owner(leader), link.owner(self.me)];

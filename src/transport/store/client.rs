@@ -155,7 +155,7 @@ fn try_connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream
     )?;
     s.connect_timeout(&addr.into(), timeout)?;
     s.set_tcp_nodelay(true)?;
-    s.set_tcp_keepalive(&super::server::keepalive())?;
+    super::server::quiet_peers_fail(socket2::SockRef::from(&s));
     Ok(s.into())
 }
 

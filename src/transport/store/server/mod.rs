@@ -355,7 +355,7 @@ impl Server {
             return;
         }
         let _ = stream.set_nodelay(true);
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive());
+        quiet_peers_fail(socket2::SockRef::from(&stream));
         let t = self.next;
         self.next += 1;
         let interest = Interest::READABLE | Interest::WRITABLE;
@@ -579,11 +579,16 @@ impl Server {
     }
 }
 
-/// Probes for a peer that went quiet: its connection fails within about
-/// 10 s of silence, whatever the deadlines.
-pub(super) fn keepalive() -> socket2::TcpKeepalive {
-    socket2::TcpKeepalive::new()
+/// A connection to a peer that goes quiet fails within about 10 s,
+/// whatever the deadlines: keepalive probes find a peer that vanished
+/// while nothing was sent, and a limit on unacknowledged bytes one that
+/// vanished with an answer on its way (keepalive does not probe then, so
+/// a host cut off the network held the hub's exit for its 30 s).
+pub(super) fn quiet_peers_fail(s: socket2::SockRef<'_>) {
+    let keepalive = socket2::TcpKeepalive::new()
         .with_time(Duration::from_secs(5))
         .with_interval(Duration::from_secs(1))
-        .with_retries(5)
+        .with_retries(5);
+    let _ = s.set_tcp_keepalive(&keepalive);
+    let _ = s.set_tcp_user_timeout(Some(Duration::from_secs(10)));
 }
