@@ -2,7 +2,9 @@
 //! hosts (each host's ranks share a segment directory of their own, so
 //! they meet on a lane of their own), every rank connected over TCP to one
 //! store (`Hub`), as ranks on several hosts are. Each rank makes calls
-//! (an AllReduce, a ring of Sends and Recvs, an AllGather per step) and
+//! (an AllReduce, a ring of Sends and Recvs, an AllGather per step, and
+//! every tenth step an AlltoAllv: grouped Sends and Recvs to and from
+//! every rank, the counts differing by pair) and
 //! runs watch mode's rounds every 100 ms on its own thread; the harness
 //! counts every request, and its bytes, that each rank's connection
 //! carries, which together is what the store's process handles.
@@ -62,7 +64,7 @@ fn culprit(n: usize) -> usize {
 /// rank at step `at`.
 fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
     let l = |op: u64, colls: Vec<Call>, p2p: Vec<Call>| Launch {
-        op_count: 3 * i + op,
+        op_count: 4 * i + op,
         colls,
         p2p,
     };
@@ -75,6 +77,14 @@ fn step(r: usize, n: usize, i: u64, bug: &str, at: u64) -> Vec<Launch> {
         l(1, vec![], ring),
         l(2, vec![call(Func::AllGather, 256, 0)], vec![]),
     ];
+    if i % 10 == 5 {
+        // an AlltoAllv: rank s sends c(s, d) elements to d
+        let c = |s: usize, d: usize| 1 + (7 * s + 3 * d + i as usize) % 5;
+        let a2a = (0..n)
+            .flat_map(|q| [call(Func::Send, c(r, q), q), call(Func::Recv, c(q, r), q)])
+            .collect();
+        out.push(l(3, vec![], a2a));
+    }
     if i == at && bug == "splits" {
         // the program goes no further than this step's exchange, which
         // NCCL holds
@@ -137,6 +147,8 @@ struct Outcome {
     /// ranks that heard a failure (with no bug: false alarms)
     alarms: usize,
     hosts: usize,
+    /// the fewest calls and launches a rank made
+    made: (u64, u64),
 }
 
 fn run(
@@ -161,6 +173,8 @@ fn run(
     let made = Arc::new(Mutex::new(None::<Instant>));
     let stop = Arc::new(AtomicBool::new(false));
     let setups = Arc::new(Mutex::new(Vec::<(u64, u64)>::new()));
+    let calls: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
+    let launches: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
     // the bug is made 1 s into the run
     let at_step = 100;
     let threads: Vec<_> = (0..n)
@@ -175,6 +189,7 @@ fn run(
             let (requests, bytes) = (requests[r].clone(), bytes[r].clone());
             let counted = (requests.clone(), bytes.clone());
             let setups = setups.clone();
+            let (calls, launches) = (calls[r].clone(), launches[r].clone());
             let bug = bug.to_string();
             std::thread::spawn(move || -> (u64, Option<(Instant, String)>) {
                 let deadline = Instant::now() + Duration::from_secs(120);
@@ -227,6 +242,9 @@ fn run(
                                 _ => step(r, n, i, &bug, at_step),
                             };
                             for l in made {
+                                let k = (l.colls.len() + l.p2p.len()) as u64;
+                                calls.fetch_add(k, Ordering::Relaxed);
+                                launches.fetch_add(1, Ordering::Relaxed);
                                 if let Some(m) = t.fold(&l) {
                                     flights.depart(&mut stream, m, 0);
                                     flights.land(&mut stream);
@@ -290,7 +308,9 @@ fn run(
         .unwrap()
         .iter()
         .fold((0, 0), |t, s| (t.0 + s.0, t.1 + s.1));
+    let fewest = |v: &[Arc<AtomicU64>]| v.iter().map(|a| a.load(Ordering::Relaxed)).min();
     Outcome {
+        made: (fewest(&calls).unwrap_or(0), fewest(&launches).unwrap_or(0)),
         setup,
         alarms,
         store: (
@@ -325,12 +345,16 @@ fn main() {
     );
     if bug == "none" || bug == "all" {
         println!();
-        println!("load per round, no bug ({seconds} s each):");
         println!(
-            "{:>6} {:>6} {:>6} | {:>14} {:>14} | {:>14} {:>14} | {:>12} {:>12}",
+            "load per round, no bug ({seconds} s each; calls and launches: the fewest any rank made):"
+        );
+        println!(
+            "{:>6} {:>6} {:>6} {:>8} {:>9} | {:>14} {:>14} | {:>14} {:>14} | {:>12} {:>12}",
             "ranks",
             "hosts",
             "rounds",
+            "calls",
+            "launches",
             "store req",
             "store bytes",
             "judge req",
@@ -349,10 +373,12 @@ fn main() {
                     failed = true;
                 }
                 println!(
-                    "{:>6} {:>6} {:>6} | {:>14.1} {:>14.0} | {:>14.1} {:>14.0} | {:>12} {:>12}{}",
+                    "{:>6} {:>6} {:>6} {:>8} {:>9} | {:>14.1} {:>14.0} | {:>14.1} {:>14.0} | {:>12} {:>12}{}",
                     n,
                     o.hosts,
                     o.rounds,
+                    o.made.0,
+                    o.made.1,
                     o.store.0,
                     o.store.1,
                     o.judge.0,
