@@ -2,7 +2,7 @@
 
     python3 scripts/interpose_bugs.py BUG [--ranks 4] [--timeout 30]
 
-BUG is one of: none, count, skip, root, isend, a2a, abort, stuck. The script starts
+BUG is one of: none, count, skip, root, isend, a2a, ring, abort, stuck. The script starts
 --ranks processes of itself on GPU 0 (each its own NCCL_HOSTID, sockets on
 lo, NVLS off, so NCCL accepts several ranks on one GPU), runs the program,
 and prints per rank what the program saw and how long it took. Run it
@@ -18,6 +18,10 @@ The bugs (rank 2 is the odd one out unless said):
   isend  rank 0 isends 16 elements to rank 1, which calls all_reduce
   a2a    all_to_all_single whose output splits on rank 2 are not the
          transpose of the others' input splits
+  ring   every rank sends 16 elements to the next with dist.send, then
+         receives from the one before with dist.recv: a ring outside a
+         group (batch_isend_irecv), so each send waits for a recv the peer
+         makes only after its own send
   abort  rank 2 sleeps 30 s instead of calling all_reduce; on the others a
          second thread aborts the process group 3 s into the call (as
          PyTorch's watchdog does), printing how long the abort took and
@@ -73,6 +77,12 @@ def program(bug, rank, world):
         else:
             dist.all_reduce(y)
         out["result"] = y[:4].tolist()
+    elif bug == "ring":
+        y = torch.full((16,), float(rank), device=dev)
+        z = torch.empty(16, device=dev)
+        dist.send(y, (rank + 1) % world)
+        dist.recv(z, (rank - 1) % world)
+        out["result"] = z[:4].tolist()
     elif bug == "abort":
         y = torch.ones(4, device=dev)
         if rank == 2:
