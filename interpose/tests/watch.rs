@@ -6,7 +6,8 @@
 //! correct program is never named; a bug in the last calls before
 //! `ncclCommDestroy` is named too; a hang every rank's calls agree on
 //! (one rank's stream stuck before a launch, or a launch no rank finishes)
-//! is named from the streams' events once it lasts `RANKWISE_TIMEOUT`.
+//! is named from the streams' events once it lasts `RANKWISE_TIMEOUT`, in
+//! watch mode and by strict mode's completion check.
 //! Four rank processes per test.
 
 #[path = "support/programs.rs"]
@@ -227,12 +228,18 @@ const REMOTE_ERROR: i32 = 6;
 const INVALID_USAGE: i32 = 5;
 
 fn stuck(bug: &str) -> Run {
+    stuck_in("watch", bug)
+}
+
+/// The `stuck` program with `bug` in mode `mode` (`full`: strict mode,
+/// whose completion check runs watch mode's rounds beside the agreement).
+fn stuck_in(mode: &str, bug: &str) -> Run {
     let run = run(
         "stuck",
         4,
         true,
         &[
-            ("RANKWISE_CHECK", "watch"),
+            ("RANKWISE_CHECK", mode),
             ("RANKWISE_TEST_BUG", bug),
             ("RANKWISE_TIMEOUT", "2"),
             ("RANKWISE_STANDIN_TIMEOUT", "30"),
@@ -245,12 +252,18 @@ fn stuck(bug: &str) -> Run {
 /// Runs the `stuck` program with `bug` and checks every rank's hang line:
 /// after `rankwise: ncclRemoteError on rank R: watch: hang: `, `head`, a
 /// duration of 2.x s, then `tail`; named after the threshold (2 s), long
-/// before the stand-in gives up (30 s).
+/// before the stand-in gives up (30 s). In strict mode (`full`) the line
+/// has no `watch: `.
 fn every_rank_hung(bug: &str, head: &str, tail: &str) {
-    let run = stuck(bug);
+    every_rank_hung_in("watch", bug, head, tail);
+}
+
+fn every_rank_hung_in(mode: &str, bug: &str, head: &str, tail: &str) {
+    let run = stuck_in(mode, bug);
+    let watch = if mode == "watch" { "watch: " } else { "" };
     for r in 0..4 {
         let (line, ms) = hung(&run, r, REMOTE_ERROR);
-        let start = format!("rankwise: ncclRemoteError on rank {r}: watch: hang: {head} for 2.");
+        let start = format!("rankwise: ncclRemoteError on rank {r}: {watch}hang: {head} for 2.");
         assert!(line.starts_with(&start), "rank {r}: {line}");
         assert!(line.ends_with(tail), "rank {r}: {line}");
         assert!((2000..8000).contains(&ms), "rank {r}: failed after {ms} ms");
@@ -271,6 +284,25 @@ fn a_kernel_that_never_ends_on_one_rank_is_named_on_every_rank() {
 #[test]
 fn a_launch_no_rank_finishes_is_named_as_a_hang_in_nccl() {
     every_rank_hung(
+        "network",
+        "every rank has been inside collective launch 6 (AllReduce #5)",
+        " s and it has not finished; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)",
+    );
+}
+
+/// Strict mode agreed the launch on every rank, so its agreement sees
+/// nothing wrong: its completion check (the same streams' events and
+/// rounds) names the hang.
+#[test]
+fn strict_mode_names_a_kernel_that_never_ends_and_a_launch_no_rank_finishes() {
+    every_rank_hung_in(
+        "full",
+        "kernel",
+        "the stream of rank 2 has not reached collective launch 6 (AllReduce #5)",
+        " s: work queued before it on that stream has not finished (a kernel that does not end, or a call that waits on another communicator); ranks 0,1,3 wait inside it for rank 2",
+    );
+    every_rank_hung_in(
+        "full",
         "network",
         "every rank has been inside collective launch 6 (AllReduce #5)",
         " s and it has not finished; no rank's own earlier work holds it up: NCCL or the network between the ranks does (NCCL_DEBUG=INFO names the transport)",

@@ -92,37 +92,42 @@ pub fn lane_setup(comm: &str, round: u32) -> String {
     format!("{comm}/ring.{round}")
 }
 
+/// Watch mode's names go under `{comm}.w`, not the communicator's own:
+/// its rounds run on a thread of their own, and the store's search for
+/// wait-for cycles joins only the waits of one name (a rank waiting in a
+/// launch does not hold its watch thread up, nor the other way round).
+///
 /// Watch mode's round `round`: the host leaders' summaries.
 pub fn watch_round(comm: &str, round: u64) -> String {
-    format!("{comm}/w{round}")
+    format!("{comm}.w/w{round}")
 }
 
 /// Watch mode's verdict of round `round` for `party` (a host's index
 /// among the leaders, or `m` and a rank for a host's member).
 pub fn watch_verdict(comm: &str, round: u64, party: &str) -> String {
-    format!("{comm}/w{round}.{party}")
+    format!("{comm}.w/w{round}.{party}")
 }
 
 /// Watch mode's summaries of round `round` among the ranks of the host
 /// led by `leader`, when they have no lane.
 pub fn watch_host(comm: &str, leader: usize, round: u64) -> String {
-    format!("{comm}/wh{leader}.{round}")
+    format!("{comm}.w/wh{leader}.{round}")
 }
 
 /// Watch mode's set-up: every rank's host identity; and the name under
 /// which the ranks of the host led by `leader` set up their lane.
 pub fn watch_hosts(comm: &str) -> String {
-    format!("{comm}/whosts")
+    format!("{comm}.w/whosts")
 }
 
 pub fn watch_lane(comm: &str, leader: usize) -> String {
-    format!("{comm}/wlane{leader}")
+    format!("{comm}.w/wlane{leader}")
 }
 
 /// `rank`'s watch post of lane round `seq` too large for a slot (two per
 /// rank, written over as the lane's slots are).
 pub fn watch_overflow(comm: &str, rank: usize, seq: u64) -> String {
-    format!("{comm}/wover{}.r{rank}", seq % 2)
+    format!("{comm}.w/wover{}.r{rank}", seq % 2)
 }
 
 /// The tier of strict mode across hosts (`super::tier`): its name under

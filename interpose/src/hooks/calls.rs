@@ -111,7 +111,7 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
     let (n, me) = (c.nranks, c.rank);
     let checked = check_call(&raw, n, &|op| s.premul.get(&op).copied())
         .and_then(|call| check_buffers(&call, n, me, &Space).map(|()| call));
-    let watching = s.watch.is_some();
+    let watching = s.watch.as_ref().is_some_and(|w| !w.completion_only);
     let call = match checked {
         Ok(call) => call,
         // watch mode: the call is refused here alone, as in local mode
@@ -128,9 +128,10 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
         Queued::Discarded => Action::Forward,
         Queued::Waiting => {
             s.pending.push((raw, stream));
+            super::watch::grouped_call(&mut s, stream);
             Action::Return(SUCCESS)
         }
-        Queued::LaunchNow => match launch(&c, s, None) {
+        Queued::LaunchNow => match launch(&c, s, None, Some(stream)) {
             Ok(()) => Action::Forward,
             Err(rc) => Action::Return(rc),
         },
@@ -155,14 +156,23 @@ fn watched(c: &Shared, s: &mut CommState, call: Call, stream: usize) {
 }
 
 /// The queued launch of `c`, numbered and agreed without the lock: Ok to
-/// call NCCL, or the code to return. `refused`: this rank refused it, and
+/// call NCCL (on `stream`, where its start is marked for the completion
+/// check), or the code to return. `refused`: this rank refused it, and
 /// posts that notice instead (the call's own error was reported).
-fn launch(c: &Shared, mut s: MutexGuard<'_, CommState>, refused: Option<&str>) -> Result<(), i32> {
+fn launch(
+    c: &Shared,
+    mut s: MutexGuard<'_, CommState>,
+    refused: Option<&str>,
+    stream: Option<usize>,
+) -> Result<(), i32> {
     let Some(mut l) = s.group.take() else {
         return Ok(());
     };
     s.group.number(&mut l);
     let (mut s, r) = agree_one(c, s, &l, refused);
+    if r.is_ok() && refused.is_none() && c.stop.raised().is_none() {
+        super::watch::fold(c, &mut s, &l, stream);
+    }
     s.group.recycle(l);
     match (r, refused) {
         (Ok(()), None) => match c.stop.raised() {
@@ -244,7 +254,7 @@ fn refuse(
     }
     if s.group.queue(stand_in) == Queued::LaunchNow {
         let why = refusal(&e.clone().on_rank(c.rank));
-        let _ = launch(c, s, Some(&why));
+        let _ = launch(c, s, Some(&why), None);
     }
     Action::Return(code)
 }

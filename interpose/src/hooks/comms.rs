@@ -153,10 +153,11 @@ pub fn register(
         }),
     });
     if let Some(channel) = channel {
+        let watch = super::watch::new(rank, nranks, settings().checks, &key);
         lock(&comm).agreement = Agreement::Setting(setup::start(&comm, channel, key));
         super::leaving::watch_process();
-        if settings().checks == Checks::Watch {
-            lock(&comm).watch = Some(super::watch::new(rank, nranks));
+        if let Some(w) = watch {
+            lock(&comm).watch = Some(w);
             super::watch::start(&comm);
         }
     }

@@ -161,6 +161,7 @@ pub fn group_end() -> Option<Ended> {
         for (c, l) in launches {
             let mut s = lock(&c);
             s.pending.clear();
+            super::watch::grouped_call_refused(&mut s);
             if let Err(f) = &agreed {
                 fail(&c, &mut s, f.error.clone());
             }
@@ -179,12 +180,17 @@ pub fn group_end() -> Option<Ended> {
         let mut s = lock(&c);
         let pending = std::mem::take(&mut s.pending);
         match (&agreed, c.stop.raised()) {
-            (Ok(()), None) => issue.extend(pending.into_iter().map(|(r, st)| (r, st, c.handle))),
+            (Ok(()), None) => {
+                super::watch::fold(&c, &mut s, &l, None);
+                issue.extend(pending.into_iter().map(|(r, st)| (r, st, c.handle)));
+            }
             (Ok(()), Some(why)) => {
+                super::watch::grouped_call_refused(&mut s);
                 let e = Error::new(rankwise::core::ErrorKind::CommFailed, why.to_string());
                 code.get_or_insert(report(&c, &mut s, &e, None));
             }
             (Err(f), _) => {
+                super::watch::grouped_call_refused(&mut s);
                 code.get_or_insert(failed_launch(&c, &mut s, f.clone()));
             }
         }

@@ -22,13 +22,14 @@
 //! is not marked.
 
 use super::comms::{Agreement, Comm, CommState, Shared, lock};
-use super::settings::{say, settings};
+use super::settings::{Checks, say, settings};
 use super::{agreement, errors, setup};
 use crate::driver::{Cuda, CudaEvent};
 use rankwise::agreement::tier;
 use rankwise::agreement::watch::flight::{Flight, Flights};
 use rankwise::agreement::watch::{Ask, Summary, Track, Watcher};
 use rankwise::core::{Error, ErrorKind, Launch};
+use rankwise::transport::store::SideChannel;
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +46,11 @@ const LAST_ROUNDS: Duration = Duration::from_secs(5);
 /// A communicator's watch: its track, its launches in flight, and how its
 /// thread is told to finish.
 pub struct Watching {
+    /// strict mode's completion check: the launches were agreed before
+    /// NCCL got them, and the rounds look for launches that do not finish
+    pub completion_only: bool,
+    /// the communicator's name in the store
+    key: String,
     pub track: Track,
     closing: Arc<AtomicBool>,
     done: Option<Receiver<()>>,
@@ -139,18 +145,28 @@ fn flight(w: &mut Watching) -> Flight {
     w.flights.poll(cuda, Instant::now())
 }
 
-/// The watch of rank `rank` of `nranks`, with its thread started once
-/// the communicator is registered ([`start`]).
-pub fn new(rank: usize, nranks: usize) -> Box<Watching> {
-    Box::new(Watching {
+/// The watch of rank `rank` of `nranks` in mode `checks`, with its thread
+/// started once the communicator is registered ([`start`]): watch mode's
+/// always, strict mode's (its completion check) where the process has the
+/// CUDA driver, whose events alone can tell a launch that does not finish.
+pub fn new(rank: usize, nranks: usize, checks: Checks, key: &str) -> Option<Box<Watching>> {
+    let cuda = Cuda::new();
+    let completion_only = match checks {
+        Checks::Watch => false,
+        Checks::Full if cuda.is_some() => true,
+        _ => return None,
+    };
+    Some(Box::new(Watching {
+        completion_only,
+        key: key.to_string(),
         track: Track::new(rank, nranks),
         closing: Arc::new(AtomicBool::new(false)),
         done: None,
-        cuda: Cuda::new(),
+        cuda,
         flights: Flights::default(),
         stream: None,
         entered: false,
-    })
+    }))
 }
 
 /// Starts `c`'s rounds on a thread of its own.
@@ -181,7 +197,8 @@ pub fn finish(c: &Comm) {
         let mut s = lock(c);
         let Some(w) = s.watch.as_mut() else { return };
         w.closing.store(true, Ordering::SeqCst);
-        w.done.take()
+        // strict mode agreed every launch: no last calls to compare
+        w.done.take().filter(|_| !w.completion_only)
     };
     if let Some(done) = done {
         let _ = done.recv_timeout(LAST_ROUNDS);
@@ -206,9 +223,10 @@ pub fn finish_all() {
 /// (`done` is dropped when it returns: that tells [`finish`].)
 fn run(c: &Comm, closing: &AtomicBool, done: Sender<()>) {
     let _done = done;
-    let Some(mut watcher) = watcher_of(c) else {
+    let Some(mut watcher) = watcher_of(c, closing) else {
         return;
     };
+    let completion = lock(c).watch.as_ref().is_some_and(|w| w.completion_only);
     let mut ask = Ask::default();
     // rounds in a row that asked for nothing, once closing
     let mut quiet = 0;
@@ -222,7 +240,7 @@ fn run(c: &Comm, closing: &AtomicBool, done: Sender<()>) {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        if c.stop.raised().is_some() {
+        if c.stop.raised().is_some() || (completion && closing.load(Ordering::SeqCst)) {
             return;
         }
         let summary = {
@@ -265,19 +283,81 @@ fn run(c: &Comm, closing: &AtomicBool, done: Sender<()>) {
     }
 }
 
+/// The side channel of `c`, once its set-up is done (None: it has none,
+/// or the communicator ended first). Watch mode finishes the set-up here;
+/// strict mode's rounds open a connection of their own once the set-up
+/// has one (they never take the agreement out: a launch that found it
+/// taken would take this thread for another thread's call).
+fn link_of(c: &Comm, closing: &AtomicBool) -> Option<(Arc<dyn SideChannel>, String, Vec<usize>)> {
+    let (completion, key) = {
+        let s = lock(c);
+        let w = s.watch.as_ref()?;
+        (w.completion_only, w.key.clone())
+    };
+    if completion {
+        // strict mode: a connection of the rounds' own, so that a round
+        // waiting for its peers holds up neither a launch's agreement nor
+        // a leaving rank's word to its peers
+        loop {
+            if let Some(exit) = c.exit.get() {
+                let chan = exit.channel.open(exit.owner).ok()?;
+                let owners = setup::owners(&key, c.nranks);
+                return Some((chan, key, owners));
+            }
+            if c.stop.raised().is_some() || closing.load(Ordering::SeqCst) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    loop {
+        let mut s = lock(c);
+        match &s.agreement {
+            Agreement::Ready(p) => {
+                let l = p.link()?;
+                return Some((l.chan.clone(), l.key.clone(), l.owners.clone()));
+            }
+            Agreement::Setting(_) => {
+                let a = std::mem::replace(&mut s.agreement, Agreement::Out);
+                drop(s);
+                let ready = setup::ready(c, a);
+                let mut s = lock(c);
+                match ready {
+                    Ok((peers, line)) => {
+                        if let Some(line) = line {
+                            s.tracer.init_info(&line);
+                        }
+                        s.agreement = Agreement::Ready(peers);
+                    }
+                    Err(_) => {
+                        s.agreement = Agreement::Ready(rankwise::agreement::Peers::new(
+                            c.rank, c.nranks, None,
+                        ));
+                        return None;
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        drop(s);
+        if c.stop.raised().is_some() || closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The watcher of `c` over its side channel, once its set-up is done
 /// (None: it has none).
-fn watcher_of(c: &Comm) -> Option<Watcher> {
-    let a = std::mem::replace(&mut lock(c).agreement, Agreement::Out);
-    let (peers, line) = setup::ready(c, a).ok()?;
-    let watcher = peers.link().map(|l| {
+fn watcher_of(c: &Comm, closing: &AtomicBool) -> Option<Watcher> {
+    let watcher = link_of(c, closing).map(|(chan, key, owners)| {
         let dir = settings()
             .shm_dir
             .clone()
             .unwrap_or_else(|| "/dev/shm".into());
         let lanes = settings().shm.then(|| PathBuf::from(&dir));
         let deadline = Instant::now() + settings().timeout.min(Duration::from_secs(30));
-        let (chan, key, owners) = (l.chan.clone(), l.key.clone(), l.owners.clone());
         Watcher::with_hosts(
             chan,
             key,
@@ -289,11 +369,7 @@ fn watcher_of(c: &Comm) -> Option<Watcher> {
         )
         .map(|w| w.stall_after(settings().timeout))
     });
-    let mut s = lock(c);
-    if let Some(line) = line {
-        s.tracer.init_info(&line);
-    }
-    s.agreement = Agreement::Ready(peers);
+    let s = lock(c);
     match watcher? {
         Ok(w) => {
             let hosts = w.hosts();
@@ -325,7 +401,12 @@ fn failed(c: &Comm, what: &str, sides: &str, hang: bool) {
     } else {
         ErrorKind::Mismatch
     };
-    let e = Error::new(kind, format!("watch: {what}"));
+    // strict mode's completion check speaks as strict mode does
+    let watch = lock(c).watch.as_ref().is_some_and(|w| !w.completion_only);
+    let e = Error::new(
+        kind,
+        format!("{}{what}", if watch { "watch: " } else { "" }),
+    );
     let mut s = lock(c);
     let e = agreement::fail(c, &mut s, e);
     let detail = (!sides.is_empty()).then_some(sides);
