@@ -298,10 +298,17 @@ impl Conn {
 }
 
 fn lost(addr: SocketAddr, e: &std::io::Error) -> Error {
+    // a loopback address is refused on every host but the server's own:
+    // the likelier cause when ranks span hosts
+    let why = if addr.ip().is_loopback() && e.kind() == std::io::ErrorKind::ConnectionRefused {
+        " or, if this rank runs on another host than that process, the address is loopback, which only that host reaches (NCCL put it in the ncclUniqueId: NCCL_SOCKET_IFNAME picks the interface)"
+    } else {
+        ""
+    };
     Error::new(
         ErrorKind::RemoteError,
         format!(
-            "the ranks' side channel at {addr} is gone ({e}): the process that served it ended (the launcher, or under the interposer the process that made the ncclUniqueId)"
+            "the ranks' side channel at {addr} is gone ({e}): the process that served it ended (the launcher, or under the interposer the process that made the ncclUniqueId){why}"
         ),
     )
 }

@@ -328,6 +328,10 @@ fn a_closed_hub_is_an_error_not_a_hang() {
         e.message.contains(&format!("side channel at {addr}")),
         "{e}"
     );
+    // nobody listens there any more: refused, on a loopback address that
+    // ranks on another host could never have reached
+    let e = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap_err();
+    assert!(e.message.contains("the address is loopback"), "{e}");
 }
 
 /// Rank `me` posts its side of `key` (parties `owners`, `me` one of
