@@ -265,15 +265,20 @@ impl State {
             .map(
                 |(p, owner)| match values.and_then(|v| v.get(p)).cloned().flatten() {
                     Some(v) => Ok(v),
-                    None => Err(match self.finished.get(owner) {
-                        Some(reason) => Missing::Finished {
-                            reason: reason.clone(),
+                    // a reader on a cycle hears the cycle, even from a
+                    // peer that has since failed of it
+                    None => Err(
+                        match (
+                            self.in_cycle.get(&it.owners[it.me]),
+                            self.finished.get(owner),
+                        ) {
+                            (Some(cycle), _) => Missing::Cycle(cycle.clone()),
+                            (None, Some(reason)) => Missing::Finished {
+                                reason: reason.clone(),
+                            },
+                            (None, None) => Missing::Timeout,
                         },
-                        None => match self.in_cycle.get(&it.owners[it.me]) {
-                            Some(cycle) => Missing::Cycle(cycle.clone()),
-                            None => Missing::Timeout,
-                        },
-                    }),
+                    ),
                 },
             )
             .collect();
