@@ -43,7 +43,13 @@ pub fn missing_error(missing: &[(usize, Missing)], what: &str, timeout: Duration
         } else {
             format!("ranks {}", timed_out.join(","))
         };
-        parts.insert(0, format!("{who} did not enter {what} within {timeout:?}"));
+        // a rank that finished or failed ends the wait at once: the others
+        // had not come yet, which is no timeout
+        let late = match parts.is_empty() {
+            true => format!("{who} did not enter {what} within {timeout:?}"),
+            false => format!("{who} had not entered {what} yet"),
+        };
+        parts.insert(0, late);
     }
     Error::new(kind, parts.join("; "))
 }
@@ -99,7 +105,7 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::Deadlock);
         assert_eq!(
             e.message,
-            "ranks 1,2 did not enter Broadcast #0 within 30s; rank 3 finished its program without entering Broadcast #0"
+            "ranks 1,2 had not entered Broadcast #0 yet; rank 3 finished its program without entering Broadcast #0"
         );
         let e = missing_error(
             &[(
