@@ -32,26 +32,18 @@ The bugs (rank 2 is the odd one out unless said):
   none   the same calls without a bug: results are printed for comparing
 """
 
-import datetime
 import os
-import subprocess
 import sys
 import time
+
+import one_gpu
 
 
 def program(bug, rank, world):
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "nccl",
-        rank=rank,
-        world_size=world,
-        init_method=os.environ["RW_INIT"],
-        timeout=datetime.timedelta(seconds=float(os.environ["RW_TIMEOUT"])),
-        device_id=torch.device("cuda:0"),
-    )
-    dev = torch.device("cuda:0")
+    dev = one_gpu.init(rank, world, os.environ["RW_TIMEOUT"])
     x = torch.full((4,), float(rank + 1), device=dev)
     dist.all_reduce(x)
     out = {"warmup": x.tolist()}
@@ -158,33 +150,8 @@ def main():
     bug = args[0]
     world = int(args[args.index("--ranks") + 1]) if "--ranks" in args else 4
     timeout = args[args.index("--timeout") + 1] if "--timeout" in args else "30"
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = []
-    t0 = time.time()
-    for r in range(world):
-        env = dict(os.environ)
-        env.update(
-            RW_RANK=str(r),
-            RW_WORLD=str(world),
-            RW_INIT=f"tcp://127.0.0.1:{port}",
-            RW_TIMEOUT=timeout,
-            NCCL_HOSTID=f"rankwise-host-{r}",
-            NCCL_SOCKET_IFNAME="lo",
-            NCCL_NVLS_ENABLE="0",
-        )
-        procs.append(subprocess.Popen([sys.executable, __file__, bug], env=env))
-    deadline = t0 + float(timeout) * 3 + 60
-    for p in procs:
-        try:
-            p.wait(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-    print(f"{bug}: all ranks ended after {time.time() - t0:.1f} s; exit codes {[p.returncode for p in procs]}", flush=True)
-
+    took, codes = one_gpu.run_ranks([__file__, bug], world, float(timeout) * 3 + 60, {"RW_TIMEOUT": timeout})
+    print(f"{bug}: all ranks ended after {took:.1f} s; exit codes {codes}", flush=True)
 
 if __name__ == "__main__":
     main()

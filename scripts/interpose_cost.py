@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+import one_gpu
+
 SIZES = [  # (label, float32 elements, warm-up calls, timed calls, issue batches, batch)
     ("8 B", 2, 50, 1000, 20, 50),
     ("64 MiB", 16 << 20, 3, 20, 6, 10),
@@ -50,7 +52,7 @@ def rank_program(rank, world):
     import torch
     import torch.distributed as dist
 
-    dev = torch.device("cuda:0")
+    dev = one_gpu.init(rank, world, 30)
     dist.init_process_group(
         "nccl",
         rank=rank,

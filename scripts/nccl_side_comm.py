@@ -14,26 +14,18 @@ its own), then hangs as told, then makes one more side all_reduce and
 says whether it finished within 10 s.
 """
 
-import datetime
 import os
-import subprocess
 import sys
 import time
+
+import one_gpu
 
 
 def rank_main(rank, world, hang):
     import torch
     import torch.distributed as dist
 
-    dev = torch.device("cuda:0")
-    dist.init_process_group(
-        "nccl",
-        rank=rank,
-        world_size=world,
-        init_method=os.environ["RW_INIT"],
-        timeout=datetime.timedelta(seconds=60),
-        device_id=dev,
-    )
+    dev = one_gpu.init(rank, world, 60)
     side_pg = dist.new_group(list(range(world)))
     side = torch.cuda.Stream()
     x = torch.ones(4, device=dev)
@@ -73,34 +65,9 @@ def main():
         rank_main(int(os.environ["RW_RANK"]), int(os.environ["RW_WORLD"]), os.environ["RW_HANG"])
         return
     world = int(args[args.index("--ranks") + 1]) if "--ranks" in args else 4
-    import socket
-
     for hang in ("none", "kernel", "missing"):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        procs = []
-        t0 = time.time()
-        for r in range(world):
-            env = dict(os.environ)
-            env.update(
-                RW_RANK=str(r),
-                RW_WORLD=str(world),
-                RW_HANG=hang,
-                RW_INIT=f"tcp://127.0.0.1:{port}",
-                NCCL_HOSTID=f"rankwise-host-{r}",
-                NCCL_SOCKET_IFNAME="lo",
-                NCCL_NVLS_ENABLE="0",
-            )
-            procs.append(subprocess.Popen([sys.executable, __file__], env=env))
-        for p in procs:
-            try:
-                p.wait(timeout=max(1, t0 + 120 - time.time()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-        print(f"{hang}: ended after {time.time() - t0:.1f} s; exit codes {[p.returncode for p in procs]}",
-              flush=True)
-
+        took, codes = one_gpu.run_ranks([__file__], world, 120, {"RW_HANG": hang})
+        print(f"{hang}: ended after {took:.1f} s; exit codes {codes}", flush=True)
 
 if __name__ == "__main__":
     main()
