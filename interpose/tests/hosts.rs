@@ -33,10 +33,25 @@ fn rank_main() {
 /// The longest any test here lets its ranks run: a hang fails the test.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Where a run's ranks keep their journals (`RANKWISE_DEBUG_FILE`): in
-/// `dir`, one per process.
-fn journal_in(dir: &Path) -> String {
-    dir.join("journal.%p.log").to_str().unwrap().to_string()
+/// Runs `scenario` on 2 ranks per host of `net` with `env`, every rank
+/// keeping a journal (`RANKWISE_DEBUG=INFO`) in the directory that comes
+/// back with the run.
+fn journaled(net: &netns::Net, scenario: &str, env: &[(&str, &str)]) -> (Run, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir
+        .path()
+        .join("journal.%p.log")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut env = env.to_vec();
+    env.extend([
+        ("RANKWISE_DEBUG", "INFO"),
+        ("RANKWISE_DEBUG_FILE", &journal),
+    ]);
+    let run = net.run(scenario, 2, &env, None, LIMIT);
+    run.assert_ok();
+    (run, dir)
 }
 
 /// How many of the ranks' journals say they agree through shared memory
@@ -55,14 +70,7 @@ fn a_correct_program_runs_unchanged_on_two_hosts() {
     let Some(net) = netns::or_skip("a_correct_program_runs_unchanged_on_two_hosts", 2) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal_in(dir.path());
-    let env = [
-        ("RANKWISE_DEBUG", "INFO"),
-        ("RANKWISE_DEBUG_FILE", &journal),
-    ];
-    let run = net.run("forward", 2, &env, None, LIMIT);
-    run.assert_ok();
+    let (run, dir) = journaled(&net, "forward", &[]);
     for r in 0..4 {
         assert!(
             run.stdout(r).contains("forward ok"),
@@ -87,14 +95,7 @@ fn a_count_mismatch_is_named_alike_on_every_rank_of_two_hosts() {
     ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal_in(dir.path());
-    let env = [
-        ("RANKWISE_DEBUG", "INFO"),
-        ("RANKWISE_DEBUG_FILE", &journal),
-    ];
-    let run = net.run("count", 2, &env, None, LIMIT);
-    run.assert_ok();
+    let (run, dir) = journaled(&net, "count", &[]);
     for r in 0..4 {
         let errs = run.errors(r);
         assert_eq!(
@@ -168,17 +169,12 @@ fn watch_mode_names_a_count_mismatch_on_every_rank_of_two_hosts() {
     ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal_in(dir.path());
     let env = [
-        ("RANKWISE_DEBUG", "INFO"),
-        ("RANKWISE_DEBUG_FILE", &journal),
         ("RANKWISE_CHECK", "watch"),
         ("RANKWISE_STANDIN_NULL", "1"),
         ("RANKWISE_TEST_BUG", "count"),
     ];
-    let run = net.run("watch", 2, &env, None, LIMIT);
-    run.assert_ok();
+    let (run, dir) = journaled(&net, "watch", &env);
     for r in 0..4 {
         let line = run.errors(r).first().cloned().unwrap_or_else(|| {
             panic!(
@@ -296,7 +292,7 @@ fn a_host_cut_off_the_network_fails_every_rank_within_the_timeout() {
     );
     // the leader's last request ends at the timeout, two graces of a
     // second and its 750 ms overrun at most, and a little for the wakeup
-    for ms in [ms, ms3] {
-        assert!((2000..5500).contains(&ms), "{ms} ms");
+    for (ms, what) in [(ms, &what), (ms3, &what3)] {
+        assert!((2000..5500).contains(&ms), "{ms} ms: {what}");
     }
 }

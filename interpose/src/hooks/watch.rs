@@ -401,13 +401,13 @@ fn failed(c: &Comm, what: &str, sides: &str, hang: bool) {
     } else {
         ErrorKind::Mismatch
     };
+    let mut s = lock(c);
     // strict mode's completion check speaks as strict mode does
-    let watch = lock(c).watch.as_ref().is_some_and(|w| !w.completion_only);
+    let watch = s.watch.as_ref().is_some_and(|w| !w.completion_only);
     let e = Error::new(
         kind,
         format!("{}{what}", if watch { "watch: " } else { "" }),
     );
-    let mut s = lock(c);
     let e = agreement::fail(c, &mut s, e);
     let detail = (!sides.is_empty()).then_some(sides);
     errors::report(c, &mut s, &e, detail);
