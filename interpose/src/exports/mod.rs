@@ -55,6 +55,18 @@ impl Entry {
         Entry
     }
 
+    /// [`Entry::enter`], and whether this is the thread's outermost
+    /// export (false: the call comes from NCCL), in one look at the
+    /// thread's count: the path of every call.
+    fn enter_outermost() -> (Entry, bool) {
+        let outermost = DEPTH.with(|d| {
+            let depth = d.get();
+            d.set(depth + 1);
+            depth == 0
+        });
+        (Entry, outermost)
+    }
+
     /// Whether this thread is inside an export now: a call arriving now
     /// comes from NCCL.
     pub(crate) fn nested() -> bool {
@@ -94,10 +106,10 @@ fn forward(comm: usize, raw: &RawCall, stream: usize) -> Res {
 
 /// The path of every collective and Send/Recv.
 fn submit(comm: Comm, raw: RawCall, stream: Stream) -> Res {
-    if Entry::nested() {
+    let (_entry, outermost) = Entry::enter_outermost();
+    if !outermost {
         return forward(comm as usize, &raw, stream as usize);
     }
-    let _entry = Entry::enter();
     let mut action = hooks::call(comm as usize, raw, stream as usize);
     if let Action::Settle = action {
         if let Some((rank, count)) = rank_and_count(comm as usize) {
@@ -106,10 +118,11 @@ fn submit(comm: Comm, raw: RawCall, stream: Stream) -> Res {
         action = hooks::call(comm as usize, raw, stream as usize);
     }
     match action {
-        Action::Forward | Action::Settle => {
+        Action::Forward | Action::Settle => said(forward(comm as usize, &raw, stream as usize)),
+        Action::Land(c) => {
             let rc = said(forward(comm as usize, &raw, stream as usize));
-            // watch mode: the launch just enqueued is marked at its end
-            hooks::land();
+            // the launch just enqueued is marked at its end
+            hooks::land_one(&c);
             rc
         }
         Action::Return(rc) => rc,

@@ -33,6 +33,9 @@ pub const IN_PROGRESS: i32 = 7;
 pub enum Action {
     /// Call NCCL with the arguments as made.
     Forward,
+    /// Call NCCL, then mark the end of the launch it enqueues on this
+    /// communicator ([`super::watch::land`]).
+    Land(Shared),
     /// Return this code without calling NCCL.
     Return(i32),
     /// The communicator is a child NCCL has finished making since: ask
@@ -110,7 +113,7 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
     }
     let (n, me) = (c.nranks, c.rank);
     let checked = check_call(&raw, n, &|op| s.premul.get(&op).copied())
-        .and_then(|call| check_buffers(&call, n, me, &Space).map(|()| call));
+        .and_then(|call| check_buffers(&call, n, me, &Space::now()).map(|()| call));
     let watching = s.watch.as_ref().is_some_and(|w| !w.completion_only);
     let call = match checked {
         Ok(call) => call,
@@ -121,8 +124,9 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
     let op_count = s.group.op_count();
     s.tracer.coll(&raw, op_count, handle, n);
     if watching {
-        watched(&c, &mut s, call, stream);
-        return Action::Forward;
+        let marked = watched(&mut s, call, stream);
+        drop(s);
+        return landing(c, marked);
     }
     match s.group.queue(call) {
         Queued::Discarded => Action::Forward,
@@ -132,47 +136,58 @@ pub fn call(handle: usize, raw: RawCall, stream: usize) -> Action {
             Action::Return(SUCCESS)
         }
         Queued::LaunchNow => match launch(&c, s, None, Some(stream)) {
-            Ok(()) => Action::Forward,
+            Ok(marked) => landing(c, marked),
             Err(rc) => Action::Return(rc),
         },
     }
 }
 
+/// Forward, and land the launch's mark on `c` when it was marked.
+fn landing(c: Shared, marked: bool) -> Action {
+    match marked {
+        true => Action::Land(c),
+        false => Action::Forward,
+    }
+}
+
 /// Watch mode: the call goes to NCCL at once on `stream`; its launch (the
 /// call, or the group's at its outermost end) is numbered and folded into
-/// the communicator's track.
-fn watched(c: &Shared, s: &mut CommState, call: Call, stream: usize) {
+/// the communicator's track. True when its start was marked on the stream.
+fn watched(s: &mut CommState, call: Call, stream: usize) -> bool {
     if s.group.queue(call) != Queued::LaunchNow {
         if s.grouped {
             super::watch::grouped_call(s, stream);
         }
-        return;
+        return false;
     }
-    if let Some(mut l) = s.group.take() {
-        s.group.number(&mut l);
-        super::watch::fold(c, s, &l, Some(stream));
-        s.group.recycle(l);
-    }
+    let Some(mut l) = s.group.take() else {
+        return false;
+    };
+    s.group.number(&mut l);
+    let marked = super::watch::fold(s, &l, Some(stream));
+    s.group.recycle(l);
+    marked
 }
 
 /// The queued launch of `c`, numbered and agreed without the lock: Ok to
 /// call NCCL (on `stream`, where its start is marked for the completion
-/// check), or the code to return. `refused`: this rank refused it, and
+/// check: true when it was), or the code to return. `refused`: this rank refused it, and
 /// posts that notice instead (the call's own error was reported).
 fn launch(
     c: &Shared,
     mut s: MutexGuard<'_, CommState>,
     refused: Option<&str>,
     stream: Option<usize>,
-) -> Result<(), i32> {
+) -> Result<bool, i32> {
     let Some(mut l) = s.group.take() else {
-        return Ok(());
+        return Ok(false);
     };
     s.group.number(&mut l);
     let (mut s, r) = agree_one(c, s, &l, refused);
-    if r.is_ok() && refused.is_none() && c.stop.raised().is_none() {
-        super::watch::fold(c, &mut s, &l, stream);
-    }
+    let marked = r.is_ok()
+        && refused.is_none()
+        && c.stop.raised().is_none()
+        && super::watch::fold(&mut s, &l, stream);
     s.group.recycle(l);
     match (r, refused) {
         (Ok(()), None) => match c.stop.raised() {
@@ -181,13 +196,13 @@ fn launch(
                 let e = Error::new(ErrorKind::CommFailed, why.to_string());
                 Err(report(c, &mut s, &e, None))
             }
-            None => Ok(()),
+            None => Ok(marked),
         },
-        (Ok(()), Some(_)) => Ok(()),
+        (Ok(()), Some(_)) => Ok(false),
         (Err(f), Some(_)) => {
             // the ranks that made the call fail with it: so does this one
             fail(c, &mut s, f.error);
-            Ok(())
+            Ok(false)
         }
         (Err(f), None) => Err(failed_launch(c, &mut s, f)),
     }

@@ -17,6 +17,7 @@ use rankwise::agreement::stop::Stop;
 use rankwise::core::{Error, Group, RawCall};
 use rankwise::trace::{RankTracer, Tracer};
 use rankwise::transport::store::{Client, SideChannel};
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -72,8 +73,10 @@ pub struct Comm {
 
 pub type Shared = Arc<Comm>;
 
-fn comms() -> MutexGuard<'static, HashMap<usize, Shared>> {
-    static C: OnceLock<Mutex<HashMap<usize, Shared>>> = OnceLock::new();
+/// The communicators by handle. The handles are NCCL's pointers, not
+/// input from outside the process: a fast hash, looked up on every call.
+fn comms() -> MutexGuard<'static, FxHashMap<usize, Shared>> {
+    static C: OnceLock<Mutex<FxHashMap<usize, Shared>>> = OnceLock::new();
     C.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner())

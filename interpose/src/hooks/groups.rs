@@ -181,7 +181,9 @@ pub fn group_end() -> Option<Ended> {
         let pending = std::mem::take(&mut s.pending);
         match (&agreed, c.stop.raised()) {
             (Ok(()), None) => {
-                super::watch::fold(&c, &mut s, &l, None);
+                if super::watch::fold(&mut s, &l, None) {
+                    super::watch::landing(&c);
+                }
                 issue.extend(pending.into_iter().map(|(r, st)| (r, st, c.handle)));
             }
             (Ok(()), Some(why)) => {
@@ -214,7 +216,11 @@ fn watched(
     for (c, l) in launches {
         let mut s = lock(&c);
         match refused {
-            None => super::watch::fold(&c, &mut s, &l, None),
+            None => {
+                if super::watch::fold(&mut s, &l, None) {
+                    super::watch::landing(&c);
+                }
+            }
             Some(_) => super::watch::grouped_call_refused(&mut s),
         }
         s.group.recycle(l);

@@ -3,26 +3,33 @@
 //! extent checks read.
 
 use rankwise::core::AddressSpace;
-use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
-fn allocations() -> MutexGuard<'static, BTreeMap<usize, usize>> {
-    static A: OnceLock<Mutex<BTreeMap<usize, usize>>> = OnceLock::new();
-    A.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+/// (base, bytes) of each allocation, sorted by base: a program has few,
+/// and every checked call looks one or two up, where a binary search of a
+/// vector costs less than a tree's walk.
+fn allocations() -> MutexGuard<'static, Vec<(usize, usize)>> {
+    static A: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    A.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `ncclMemAlloc` returned `addr` of `bytes`.
 pub fn allocated(addr: usize, bytes: usize) {
     if addr != 0 {
-        allocations().insert(addr, bytes);
+        let mut a = allocations();
+        match a.binary_search_by_key(&addr, |&(base, _)| base) {
+            Ok(i) => a[i].1 = bytes,
+            Err(i) => a.insert(i, (addr, bytes)),
+        }
     }
 }
 
 /// `ncclMemFree(addr)`.
 pub fn freed(addr: usize) {
-    allocations().remove(&addr);
+    let mut a = allocations();
+    if let Ok(i) = a.binary_search_by_key(&addr, |&(base, _)| base) {
+        a.remove(i);
+    }
 }
 
 /// Where pointers live, as far as this process can tell: allocations made
@@ -30,15 +37,32 @@ pub fn freed(addr: usize) {
 /// (`cuMemGetAddressRange`: the whole `cudaMalloc` block, so a caching
 /// allocator's sub-buffer is checked against its block). An address neither
 /// knows is given an unbounded extent: its NULL, alignment and overlap
-/// rules are checked, its extent is not.
-pub struct Space;
+/// rules are checked, its extent is not. It holds the registry for the
+/// one call's checks: both buffers looked up under one lock.
+pub struct Space(MutexGuard<'static, Vec<(usize, usize)>>);
+
+impl Space {
+    /// The registry as it is now, until dropped.
+    pub fn now() -> Space {
+        Space(allocations())
+    }
+
+    /// The allocation holding `addr`, if this process made it.
+    fn made_here(&self, addr: usize) -> Option<(usize, usize)> {
+        // the last allocation starting at or below addr
+        let i = self
+            .0
+            .partition_point(|&(base, _)| base <= addr)
+            .checked_sub(1)?;
+        let (base, len) = self.0[i];
+        (addr < base.saturating_add(len.max(1))).then_some((base, len))
+    }
+}
 
 impl AddressSpace for Space {
     fn allocation_of(&self, addr: usize) -> Option<(usize, usize)> {
-        if let Some((&base, &len)) = allocations().range(..=addr).next_back()
-            && addr < base.saturating_add(len.max(1))
-        {
-            return Some((base, len));
+        if let Some(r) = self.made_here(addr) {
+            return Some(r);
         }
         if rankwise::engine::nccl::library::cuda_driver().is_ok()
             && let Some(r) = rankwise::engine::nccl::cuda::address_range(addr)

@@ -52,4 +52,4 @@ pub use groups::{Ended, group_end, group_simulate_end, group_start};
 pub use leaving::{forget_all, gone, revoked};
 pub use memory::{allocated, freed};
 pub use settings::say;
-pub use watch::land;
+pub use watch::{land, land_one};

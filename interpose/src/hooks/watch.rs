@@ -73,23 +73,41 @@ impl Drop for Watching {
 }
 
 thread_local! {
-    /// Communicators whose launch this thread marked at its start and
-    /// whose end NCCL has yet to return from ([`land`]).
+    /// Communicators whose launch in this thread's group was marked at its
+    /// start and whose end NCCL's group end has yet to return from
+    /// ([`land`]).
     static LANDING: RefCell<Vec<Shared>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Folds launch `l` of `c` into its watch, about to go to NCCL on
+/// Folds launch `l` into its communicator's watch, about to go to NCCL on
 /// `stream` (None: the stream of the group's first call), and marks its
-/// start (the hot path).
-pub fn fold(c: &Shared, s: &mut CommState, l: &Launch, stream: Option<usize>) {
+/// start (the hot path). True when it was marked: its end is to be marked
+/// once NCCL returns ([`land_one`], or [`landing`] for a group's).
+pub fn fold(s: &mut CommState, l: &Launch, stream: Option<usize>) -> bool {
     let captured = s.captured;
-    let Some(w) = s.watch.as_mut() else { return };
+    let Some(w) = s.watch.as_mut() else {
+        return false;
+    };
     let stream = stream.or(w.stream.take());
     let (Some(mark), Some(cuda), Some(stream)) = (w.track.fold(l), w.cuda.as_mut(), stream) else {
-        return;
+        return false;
     };
-    if !captured && w.flights.depart(cuda, mark, stream) {
-        LANDING.with(|l| l.borrow_mut().push(c.clone()));
+    !captured && w.flights.depart(cuda, mark, stream)
+}
+
+/// A group's launch on `c` was marked at its start: [`land`] marks its end
+/// when NCCL's group end returns.
+pub fn landing(c: &Shared) {
+    LANDING.with(|l| l.borrow_mut().push(c.clone()));
+}
+
+/// NCCL returned from the call that enqueued `c`'s marked launch: marks
+/// its end.
+pub fn land_one(c: &Comm) {
+    if let Some(w) = lock(c).watch.as_mut()
+        && let Some(cuda) = w.cuda.as_mut()
+    {
+        w.flights.land(cuda);
     }
 }
 
@@ -107,26 +125,13 @@ pub fn grouped_call_refused(s: &mut CommState) {
     }
 }
 
-/// NCCL returned from the call (or group end) that enqueued the launches
-/// this thread marked: marks their ends.
+/// NCCL's group end returned: marks the ends of the group's launches
+/// this thread marked at their start.
 pub fn land() {
-    let landing = LANDING.with(|l| {
-        let mut l = l.borrow_mut();
-        (!l.is_empty()).then(|| std::mem::take(&mut *l))
-    });
-    let Some(mut landing) = landing else { return };
-    for c in landing.drain(..) {
-        if let Some(w) = lock(&c).watch.as_mut()
-            && let Some(cuda) = w.cuda.as_mut()
-        {
-            w.flights.land(cuda);
-        }
-    }
-    // the vector goes back for the next launch: nothing allocated once warm
     LANDING.with(|l| {
-        let mut l = l.borrow_mut();
-        if l.is_empty() {
-            *l = landing;
+        // the vector stays for the next group: nothing allocated once warm
+        for c in l.borrow_mut().drain(..) {
+            land_one(&c);
         }
     });
 }

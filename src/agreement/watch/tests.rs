@@ -713,3 +713,68 @@ fn sends_and_recvs_left_unmatched_at_the_end_are_named_once_they_never_can_match
     );
     assert!(round <= 3, "named in round {round}");
 }
+
+/// The signature tells apart calls that differ in any field the ranks
+/// must agree on (each field of the packed word, the count, the scalar),
+/// and ignores what they need not agree on (buffers, a root where the
+/// function has none).
+#[test]
+fn signatures_differ_in_every_agreed_field() {
+    let base = call(Func::Reduce, 1024, 3);
+    let sig = |c: Call| launch_sig(&[c]);
+    let differing = [
+        Call {
+            func: Func::AllReduce,
+            ..base
+        },
+        Call {
+            datatype: DataType::Float16,
+            ..base
+        },
+        Call {
+            op: RedOp::Max,
+            ..base
+        },
+        Call {
+            op: RedOp::PreMulSum(0.5),
+            ..base
+        },
+        Call { root: 4, ..base },
+        Call {
+            root: 3 + (1 << 20),
+            ..base
+        },
+        Call {
+            count: 1025,
+            ..base
+        },
+    ];
+    for c in differing {
+        assert_ne!(sig(c), sig(base), "{c:?} against {base:?}");
+    }
+    assert_ne!(
+        sig(Call {
+            op: RedOp::PreMulSum(0.5),
+            ..base
+        }),
+        sig(Call {
+            op: RedOp::PreMulSum(0.25),
+            ..base
+        })
+    );
+    let same = Call {
+        sendbuff: 0x9000,
+        recvbuff: 0xa000,
+        ..base
+    };
+    assert_eq!(sig(same), sig(base));
+    let all_gather = call(Func::AllGather, 64, 0);
+    assert_eq!(
+        sig(Call {
+            root: 5,
+            ..all_gather
+        }),
+        sig(all_gather)
+    );
+    assert_ne!(launch_sig(&[base, base]), sig(base));
+}
