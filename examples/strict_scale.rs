@@ -5,8 +5,12 @@
 //! ring of Sends and Recvs, an AllGather, over and over.
 //!
 //! ```text
-//! cargo run --release --example strict_scale -- [--ranks 8,16,32,64] [--per-host 8] [--launches 300]
+//! cargo run --release --example strict_scale -- [--ranks 8,16,32,64] [--per-host 8] [--launches 300] [--mix all|colls|p2p]
 //! ```
+//!
+//! `--mix colls` makes every launch a collective (AllReduce and AllGather
+//! in turn), `--mix p2p` every launch the ring of Sends and Recvs: what
+//! each kind of launch costs alone.
 //!
 //! For each size it runs the ranks three ways, one after the other: on
 //! one host (every rank on one lane: the one-host figure), flat (every
@@ -49,10 +53,26 @@ fn call(func: Func, count: usize, root: usize) -> Call {
     }
 }
 
+/// Which launches a run makes.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Mix {
+    /// AllReduce, the ring of Sends and Recvs, AllGather, in turn
+    All,
+    /// AllReduce and AllGather in turn
+    Colls,
+    /// the ring alone
+    P2p,
+}
+
 /// Launch `i` on rank `r` of `n`; rank n/2+1 passes a count one larger in
 /// launch `bad` (None: no bug).
-fn launch(r: usize, n: usize, i: u64, bad: Option<u64>) -> Launch {
-    let (colls, p2p) = match i % 3 {
+fn launch(r: usize, n: usize, i: u64, bad: Option<u64>, mix: Mix) -> Launch {
+    let kind = match mix {
+        Mix::All => i % 3,
+        Mix::Colls => 2 * (i % 2),
+        Mix::P2p => 1,
+    };
+    let (colls, p2p) = match kind {
         0 => {
             let wrong = bad == Some(i) && r == (n / 2 + 1) % n;
             (
@@ -87,7 +107,7 @@ struct Outcome {
     hosts: usize,
 }
 
-fn run(n: usize, per_host: usize, launches: u64, way: Way, bad: Option<u64>) -> Outcome {
+fn run(n: usize, per_host: usize, launches: u64, way: Way, bad: Option<u64>, mix: Mix) -> Outcome {
     let key = Key::random().unwrap();
     let hub = Hub::start(key.clone()).unwrap();
     let addr = hub.addr();
@@ -136,7 +156,7 @@ fn run(n: usize, per_host: usize, launches: u64, way: Way, bad: Option<u64>) -> 
                 let t0 = Instant::now();
                 let mut error = None;
                 for i in 0..launches {
-                    let l = launch(r, n, i, bad);
+                    let l = launch(r, n, i, bad, mix);
                     if let Err(f) = agree(&mut [(&mut p, &l)], Duration::from_secs(60)) {
                         error = Some((f.error.kind, f.error.message));
                         break;
@@ -166,10 +186,21 @@ fn main() {
     let sizes = sizes("8,16,32,64");
     let per_host: usize = arg("--per-host").map_or(8, |s| s.parse().expect("--per-host"));
     let launches: u64 = arg("--launches").map_or(300, |s| s.parse().expect("--launches"));
+    let mix = match arg("--mix").as_deref() {
+        None | Some("all") => Mix::All,
+        Some("colls") => Mix::Colls,
+        Some("p2p") => Mix::P2p,
+        Some(other) => panic!("--mix takes all, colls or p2p, not {other:?}"),
+    };
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let mut failed = false;
     println!(
-        "strict mode, ranks as threads on {cores} cores, {per_host} ranks per simulated host, one store over TCP; {launches} launches (AllReduce, a Send/Recv ring, AllGather)"
+        "strict mode, ranks as threads on {cores} cores, {per_host} ranks per simulated host, one store over TCP; {launches} launches ({})",
+        match mix {
+            Mix::All => "AllReduce, a Send/Recv ring, AllGather",
+            Mix::Colls => "AllReduce, AllGather",
+            Mix::P2p => "a Send/Recv ring",
+        }
     );
     println!(
         "{:>6} {:>6} {:>9} | {:>12} | {:>10} {:>12} | {:>10} {:>12}",
@@ -187,7 +218,7 @@ fn main() {
             if way == Way::Hosts && n <= per_host {
                 continue;
             }
-            let o = run(n, per_host, launches, way, None);
+            let o = run(n, per_host, launches, way, None, mix);
             if let Some((r, e)) = o
                 .errors
                 .iter()
@@ -220,7 +251,7 @@ fn main() {
     println!();
     println!("a count that differs on one rank (launch 30), by hosts:");
     for &n in sizes.iter().filter(|n| **n > per_host) {
-        let o = run(n, per_host, 60, Way::Hosts, Some(30));
+        let o = run(n, per_host, 60, Way::Hosts, Some(30), Mix::All);
         let first = o.errors[0].clone();
         let alike = o.errors.iter().all(|e| *e == first);
         match (&first, alike) {

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo build --release -p rankwise-nccl --lib --examples
-//! target/release/examples/call_cost [--ranks 4] [--rounds 5] [--calls 2000] [--large-calls 200] [--so PATH] [--standin PATH]
+//! target/release/examples/call_cost [--ranks 4] [--rounds 5] [--calls 2000] [--large-calls 200] [--noop-calls 200000] [--so PATH] [--standin PATH]
 //! ```
 //!
 //! Three workloads: AllReduces of 2 int32 and of 64 Ki int32 (256 KiB)
@@ -15,7 +15,8 @@
 //! `/dev/shm`, and AllReduces of 2 int32 through the stand-in made a no-op
 //! (`RANKWISE_STANDIN_NULL=1`: an NCCL that costs nothing, so what is left
 //! is the interposer's own cost, and the waits for the other ranks it
-//! adds). Each rank times its own loop after a warm-up (and checks the
+//! adds), 200,000 calls by default so that the loop outlasts a preemption
+//! and includes watch mode's background rounds. Each rank times its own loop after a warm-up (and checks the
 //! last result where data moves); a run's figure is its slowest rank's mean
 //! per call (a collective waits for its last rank), a mode's the median
 //! over rounds. Ranks are processes: on a machine with fewer cores than
@@ -248,13 +249,17 @@ fn parent() {
     let rounds = arg("--rounds", 5);
     let calls = arg("--calls", 2000);
     let large = arg("--large-calls", 200);
+    // a no-op call costs well under a microsecond: a loop of 2000 of them
+    // lasts about a millisecond, where one preemption moves the mean, and
+    // sees none of the background rounds watch mode runs every 100 ms
+    let noop = arg("--noop-calls", 200_000);
     let so = interposer();
     let build = tempdir();
     // a stand-in built elsewhere, for a machine without rustc
     let lib = path_arg("--standin").unwrap_or_else(|| support_standin::build(&build));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "{nranks} rank processes on {cores} CPUs; AllReduce of 2 int32 ({calls} calls) and of {LARGE} int32 = 256 KiB ({large} calls) through the stand-in, of 2 int32 ({calls} calls) through the no-op stand-in; {WARMUP} warm-up calls each"
+        "{nranks} rank processes on {cores} CPUs; AllReduce of 2 int32 ({calls} calls) and of {LARGE} int32 = 256 KiB ({large} calls) through the stand-in, of 2 int32 through the no-op stand-in ({noop} calls); {WARMUP} warm-up calls each"
     );
     println!("interposer: {}", so.display());
     println!("load average before: {}", load_average());
@@ -275,7 +280,7 @@ fn parent() {
         null: false,
     };
     let null = Job {
-        loops: &[(2, calls)],
+        loops: &[(2, noop)],
         null: true,
         ..data
     };
