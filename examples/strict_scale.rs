@@ -1,12 +1,18 @@
 //! Strict mode at scale, on one machine: N ranks (threads) on H simulated
 //! hosts (each host's ranks share a segment directory of their own), every
-//! rank connected over TCP to one store (`Hub`), as ranks on several hosts
-//! are. Every launch is agreed before it would go to NCCL: an AllReduce, a
-//! ring of Sends and Recvs, an AllGather, over and over.
+//! rank but rank 0 connected over TCP to one store (`Hub`), as ranks on
+//! several hosts are; rank 0, in the store's process, asks it directly.
+//! Every launch is agreed before it would go to NCCL: an AllReduce, a ring
+//! of Sends and Recvs, an AllGather, over and over.
 //!
 //! ```text
 //! cargo run --release --example strict_scale -- [--ranks 8,16,32,64] [--per-host 8] [--launches 300] [--mix all|colls|p2p]
 //! ```
+//!
+//! `--cores-per-host K` pins each simulated host's ranks to K cores of
+//! their own (host h to cores hK … hK+K-1, wrapping), so that hosts do not
+//! take turns on one another's cores: with as many ranks per host as
+//! cores, nothing is oversubscribed but the store's thread.
 //!
 //! `--mix colls` makes every launch a collective (AllReduce and AllGather
 //! in turn), `--mix p2p` every launch the ring of Sends and Recvs: what
@@ -107,6 +113,29 @@ struct Outcome {
     hosts: usize,
 }
 
+/// Pins the calling thread to cores `first..first + k` (modulo the
+/// machine's): its simulated host's.
+fn pin(first: usize, k: usize) {
+    let all = rankwise::machine::cores();
+    // SAFETY: an all-zero cpu_set_t is an empty set; CPU_SET writes bits
+    // inside it for indices below CPU_SETSIZE, which `% all` keeps them
+    // (all is at most the machine's cores); sched_setaffinity reads the set
+    // we pass with its size, for this thread (0).
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in first..first + k {
+            libc::CPU_SET(c % all, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    assert!(
+        ok,
+        "pinning to cores {first}..{}: {}",
+        first + k,
+        std::io::Error::last_os_error()
+    );
+}
+
 fn run(n: usize, per_host: usize, launches: u64, way: Way, bad: Option<u64>, mix: Mix) -> Outcome {
     let key = Key::random().unwrap();
     let hub = Hub::start(key.clone()).unwrap();
@@ -120,14 +149,25 @@ fn run(n: usize, per_host: usize, launches: u64, way: Way, bad: Option<u64>, mix
     let requests: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
     let bytes: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
     let start = Arc::new(Barrier::new(n));
+    let cores_per_host = cores_per_host();
     let threads: Vec<_> = (0..n)
         .map(|r| {
             let (key, dirs, start) = (key.clone(), dirs.clone(), start.clone());
+            let store = hub.store().clone();
             let (requests, bytes) = (requests[r].clone(), bytes[r].clone());
             std::thread::spawn(move || {
+                if let Some(k) = cores_per_host {
+                    pin((r / per_host) * k, k);
+                }
                 let deadline = Instant::now() + Duration::from_secs(120);
+                // rank 0 is in the store's process and asks it directly,
+                // as the rank that made the unique id does in the library
+                let inner: Arc<dyn SideChannel> = match r {
+                    0 => store.clone(),
+                    _ => Arc::new(Client::connect(addr, &key, r, deadline).unwrap()),
+                };
                 let chan = Counted {
-                    inner: Client::connect(addr, &key, r, deadline).unwrap(),
+                    inner,
                     requests: requests.clone(),
                     bytes: bytes.clone(),
                 };
@@ -182,6 +222,11 @@ fn run(n: usize, per_host: usize, launches: u64, way: Way, bad: Option<u64>, mix
     }
 }
 
+/// `--cores-per-host`, if given.
+fn cores_per_host() -> Option<usize> {
+    arg("--cores-per-host").map(|s| s.parse().expect("--cores-per-host takes a number"))
+}
+
 fn main() {
     let sizes = sizes("8,16,32,64");
     let per_host: usize = arg("--per-host").map_or(8, |s| s.parse().expect("--per-host"));
@@ -195,7 +240,10 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let mut failed = false;
     println!(
-        "strict mode, ranks as threads on {cores} cores, {per_host} ranks per simulated host, one store over TCP; {launches} launches ({})",
+        "strict mode, ranks as threads on {cores} cores{}, {per_host} ranks per simulated host, one store over TCP; {launches} launches ({})",
+        cores_per_host().map_or(String::new(), |k| format!(
+            ", each host's pinned to {k} of them"
+        )),
         match mix {
             Mix::All => "AllReduce, a Send/Recv ring, AllGather",
             Mix::Colls => "AllReduce, AllGather",

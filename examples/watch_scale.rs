@@ -194,7 +194,7 @@ fn run(
             std::thread::spawn(move || -> (u64, Option<(Instant, String)>) {
                 let deadline = Instant::now() + Duration::from_secs(120);
                 let chan = Counted {
-                    inner: Client::connect(addr, &key, r, deadline).unwrap(),
+                    inner: Arc::new(Client::connect(addr, &key, r, deadline).unwrap()),
                     requests,
                     bytes,
                 };

@@ -3,14 +3,15 @@
 //! they report as the store's load), and their command line.
 
 use rankwise::core::Result as RwResult;
-use rankwise::transport::store::{Client, Item, Share, SideChannel};
+use rankwise::transport::store::{Item, Share, SideChannel};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A rank's connection, counting what it carries.
 pub struct Counted {
-    pub inner: Client,
+    /// a TCP client, or the store itself for the rank in its process
+    pub inner: Arc<dyn SideChannel>,
     pub requests: Arc<AtomicU64>,
     pub bytes: Arc<AtomicU64>,
 }
