@@ -16,8 +16,24 @@ use super::{Item, Missing, Read, Share, SideChannel, Wait};
 use crate::core::{Error, ErrorKind, Result};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a rank of this process waiting on the store spins before it
+/// sleeps: the other ranks' posts come through the event loop's thread,
+/// and waking a sleeper costs a few microseconds more than a look at a
+/// counter, on the path of every launch the store agrees (the judge of
+/// the hosts waits here for their leaders). Nothing when this process may
+/// use one core only.
+const SPIN: Duration = Duration::from_micros(20);
+
+/// Whether waits spin: this process may use more than one core (asked
+/// once: it is a system call).
+fn spins() -> bool {
+    static MANY: OnceLock<bool> = OnceLock::new();
+    *MANY.get_or_init(|| crate::machine::cores() > 1)
+}
 
 /// Bytes of values and keys one owner may keep with SET.
 pub(super) const MAX_OWNER_BYTES: usize = 64 << 20;
@@ -556,6 +572,9 @@ impl State {
 pub struct Store {
     state: Mutex<State>,
     changed: Condvar,
+    /// counts the changes `changed` is notified of: a wait spins on it for
+    /// a moment before it sleeps ([`SPIN`])
+    generation: AtomicU64,
     /// the waker of the event loop serving this store, when a hub does
     event_loop: OnceLock<Arc<mio::Waker>>,
 }
@@ -571,6 +590,7 @@ impl Store {
     /// (the condition variable) and the event loop (its waker).
     fn announce(&self, s: &mut State) {
         if std::mem::take(&mut s.changed) {
+            self.generation.fetch_add(1, Ordering::Release);
             self.changed.notify_all();
         }
         // the loop looks at its parked requests after each of its turns:
@@ -615,6 +635,40 @@ impl Store {
     }
     /// Sleeps until something changes or `deadline`; false once it has passed.
     fn wait_for_change<'s>(
+        &'s self,
+        s: MutexGuard<'s, State>,
+        deadline: Instant,
+    ) -> (MutexGuard<'s, State>, bool) {
+        let now = Instant::now();
+        if now >= deadline {
+            return (s, false);
+        }
+        // changes are counted under the lock: one counted after this look
+        // is one this wait has not seen
+        let seen = self.generation.load(Ordering::Acquire);
+        if spins() {
+            drop(s);
+            let until = (now + SPIN).min(deadline);
+            let mut turn = 0u32;
+            while self.generation.load(Ordering::Acquire) == seen {
+                turn = turn.wrapping_add(1);
+                // the clock costs more than a look at the counter
+                if turn.is_multiple_of(64) && Instant::now() >= until {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            let s = self.lock();
+            if self.generation.load(Ordering::Acquire) != seen {
+                return (s, true);
+            }
+            return self.sleep(s, deadline);
+        }
+        self.sleep(s, deadline)
+    }
+
+    /// Sleeps on the condition variable until a change or `deadline`.
+    fn sleep<'s>(
         &'s self,
         s: MutexGuard<'s, State>,
         deadline: Instant,
