@@ -24,7 +24,6 @@ ends within about nine minutes even when one hangs.
 import datetime
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -100,28 +99,14 @@ def rank_program(rank, world):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_mode(mode, args, world, log):
     label, preload, check = mode
-    port = free_port()
+    port = one_gpu.free_port()
     procs = []
     for r in range(world):
-        env = dict(os.environ)
+        env = one_gpu.rank_env(r, world, port)
         for k in ("LD_PRELOAD", "RANKWISE_CHECK"):
             env.pop(k, None)
-        env.update(
-            RW_RANK=str(r),
-            RW_WORLD=str(world),
-            RW_INIT=f"tcp://127.0.0.1:{port}",
-            NCCL_HOSTID=f"rankwise-host-{r}",
-            NCCL_SOCKET_IFNAME="lo",
-            NCCL_NVLS_ENABLE="0",
-        )
         if preload:
             env.update(LD_PRELOAD=args["so"], RANKWISE_TIMEOUT="30")
             if args.get("nccl"):
