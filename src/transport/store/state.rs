@@ -633,7 +633,9 @@ impl Store {
         let s = self.lock();
         s.set_total.bytes + s.exchange_bytes
     }
-    /// Sleeps until something changes or `deadline`; false once it has passed.
+    /// Waits until something changes or `deadline`; false once it has
+    /// passed. Spins first ([`SPIN`]), then sleeps on the condition
+    /// variable.
     fn wait_for_change<'s>(
         &'s self,
         s: MutexGuard<'s, State>,
@@ -646,43 +648,41 @@ impl Store {
         // changes are counted under the lock: one counted after this look
         // is one this wait has not seen
         let seen = self.generation.load(Ordering::Acquire);
-        if spins() {
-            drop(s);
-            let until = (now + SPIN).min(deadline);
-            let mut turn = 0u32;
-            while self.generation.load(Ordering::Acquire) == seen {
-                turn = turn.wrapping_add(1);
-                // the clock costs more than a look at the counter
-                if turn.is_multiple_of(64) && Instant::now() >= until {
-                    break;
+        let s = match spins() {
+            true => {
+                drop(s);
+                self.spin(seen, (now + SPIN).min(deadline));
+                let s = self.lock();
+                if self.generation.load(Ordering::Acquire) != seen {
+                    return (s, true);
                 }
-                std::hint::spin_loop();
+                s
             }
-            let s = self.lock();
-            if self.generation.load(Ordering::Acquire) != seen {
-                return (s, true);
-            }
-            return self.sleep(s, deadline);
-        }
-        self.sleep(s, deadline)
-    }
-
-    /// Sleeps on the condition variable until a change or `deadline`.
-    fn sleep<'s>(
-        &'s self,
-        s: MutexGuard<'s, State>,
-        deadline: Instant,
-    ) -> (MutexGuard<'s, State>, bool) {
-        let now = Instant::now();
-        if now >= deadline {
-            return (s, false);
-        }
+            false => s,
+        };
+        // a spin that reached the deadline sleeps for nothing: the caller
+        // looks once more, and its next wait says the deadline passed
+        let left = deadline.saturating_duration_since(Instant::now());
         let s = self
             .changed
-            .wait_timeout(s, deadline - now)
+            .wait_timeout(s, left)
             .unwrap_or_else(|p| p.into_inner())
             .0;
         (s, true)
+    }
+
+    /// Looks at the change counter, without the lock, until it differs
+    /// from `seen` or `until`.
+    fn spin(&self, seen: u64, until: Instant) {
+        let mut turn = 0u32;
+        while self.generation.load(Ordering::Acquire) == seen {
+            turn = turn.wrapping_add(1);
+            // the clock costs more than a look at the counter
+            if turn.is_multiple_of(64) && Instant::now() >= until {
+                return;
+            }
+            std::hint::spin_loop();
+        }
     }
     fn wait(&self, key: &str, owner: usize, deadline: Instant) -> Share {
         let mut s = self.lock();

@@ -425,3 +425,34 @@ fn waits_in_a_cycle_end_at_once_with_the_cycle() {
     let hub = Hub::start(job_key()).unwrap();
     cycles(&clients(&hub));
 }
+
+/// A rank in the hub's process waits on its store directly for a key a
+/// rank over TCP sets, round after round, the set landing before, during
+/// and after the wait's spin on the store's change counter: every wait
+/// sees it. A change the wait missed would hold it to its 10 s deadline.
+#[test]
+fn a_rank_in_the_hubs_process_misses_no_change_round_after_round() {
+    let hub = Hub::start(job_key()).unwrap();
+    let here: Arc<dyn SideChannel> = hub.store().clone();
+    let there = client(&hub, 1);
+    const ROUNDS: usize = 60;
+    let setter = std::thread::spawn(move || {
+        for round in 0..ROUNDS {
+            // 0, 40 or 80 µs after the reader started: inside the 20 µs
+            // spin or past it, into the sleep
+            std::thread::sleep(Duration::from_micros(40 * (round % 3) as u64));
+            there.set(&format!("k/{round}"), &[round as u8]).unwrap();
+        }
+    });
+    let t = Instant::now();
+    for round in 0..ROUNDS {
+        let got = here.get(&format!("k/{round}"), 1, soon(10_000)).unwrap();
+        assert_eq!(got, Ok(vec![round as u8]), "round {round}");
+    }
+    setter.join().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{ROUNDS} rounds took {:?}",
+        t.elapsed()
+    );
+}
