@@ -72,3 +72,32 @@ impl AddressSpace for Space {
         Some((addr, usize::MAX - addr))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Allocations registered out of order are found by any address
+    /// inside them, the one just past an end is not, and a freed one is
+    /// forgotten while its neighbours stay.
+    #[test]
+    fn each_address_finds_the_allocation_that_holds_it() {
+        let (a, b, c) = (0x7000_0000, 0x7000_1000, 0x7000_3000);
+        allocated(b, 0x800);
+        allocated(c, 0x100);
+        allocated(a, 0x1000);
+        let held = |addr| Space::now().made_here(addr);
+        assert_eq!(held(a), Some((a, 0x1000)));
+        assert_eq!(held(a + 0xfff), Some((a, 0x1000)));
+        assert_eq!(held(b + 0x7ff), Some((b, 0x800)));
+        assert_eq!(held(b + 0x800), None, "one past b's end");
+        assert_eq!(held(c + 0x10), Some((c, 0x100)));
+        assert_eq!(held(a - 1), None);
+        freed(b);
+        assert_eq!(held(b), None);
+        assert_eq!(held(a + 0x10), Some((a, 0x1000)));
+        assert_eq!(held(c), Some((c, 0x100)));
+        freed(a);
+        freed(c);
+    }
+}
