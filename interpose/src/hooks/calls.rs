@@ -34,7 +34,7 @@ pub enum Action {
     /// Call NCCL with the arguments as made.
     Forward,
     /// Call NCCL, then mark the end of the launch it enqueues on this
-    /// communicator ([`super::watch::land`]).
+    /// communicator ([`super::watch::land_one`]).
     Land(Shared),
     /// Return this code without calling NCCL.
     Return(i32),
@@ -171,8 +171,9 @@ fn watched(s: &mut CommState, call: Call, stream: usize) -> bool {
 
 /// The queued launch of `c`, numbered and agreed without the lock: Ok to
 /// call NCCL (on `stream`, where its start is marked for the completion
-/// check: true when it was), or the code to return. `refused`: this rank refused it, and
-/// posts that notice instead (the call's own error was reported).
+/// check: true when it was), or the code to return. `refused`: this rank
+/// refused it, and posts that notice instead (the call's own error was
+/// reported).
 fn launch(
     c: &Shared,
     mut s: MutexGuard<'_, CommState>,

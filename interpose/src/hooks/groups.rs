@@ -181,9 +181,7 @@ pub fn group_end() -> Option<Ended> {
         let pending = std::mem::take(&mut s.pending);
         match (&agreed, c.stop.raised()) {
             (Ok(()), None) => {
-                if super::watch::fold(&mut s, &l, None) {
-                    super::watch::landing(&c);
-                }
+                super::watch::fold_in_group(&c, &mut s, &l);
                 issue.extend(pending.into_iter().map(|(r, st)| (r, st, c.handle)));
             }
             (Ok(()), Some(why)) => {
@@ -216,11 +214,7 @@ fn watched(
     for (c, l) in launches {
         let mut s = lock(&c);
         match refused {
-            None => {
-                if super::watch::fold(&mut s, &l, None) {
-                    super::watch::landing(&c);
-                }
-            }
+            None => super::watch::fold_in_group(&c, &mut s, &l),
             Some(_) => super::watch::grouped_call_refused(&mut s),
         }
         s.group.recycle(l);

@@ -82,7 +82,7 @@ thread_local! {
 /// Folds launch `l` into its communicator's watch, about to go to NCCL on
 /// `stream` (None: the stream of the group's first call), and marks its
 /// start (the hot path). True when it was marked: its end is to be marked
-/// once NCCL returns ([`land_one`], or [`landing`] for a group's).
+/// once NCCL returns ([`land_one`]; a group's, [`fold_in_group`]).
 pub fn fold(s: &mut CommState, l: &Launch, stream: Option<usize>) -> bool {
     let captured = s.captured;
     let Some(w) = s.watch.as_mut() else {
@@ -95,10 +95,12 @@ pub fn fold(s: &mut CommState, l: &Launch, stream: Option<usize>) -> bool {
     !captured && w.flights.depart(cuda, mark, stream)
 }
 
-/// A group's launch on `c` was marked at its start: [`land`] marks its end
-/// when NCCL's group end returns.
-pub fn landing(c: &Shared) {
-    LANDING.with(|l| l.borrow_mut().push(c.clone()));
+/// [`fold`] for a group's launch `l` on `c`: when it was marked, [`land`]
+/// marks its end once NCCL's group end returns.
+pub fn fold_in_group(c: &Shared, s: &mut CommState, l: &Launch) {
+    if fold(s, l, None) {
+        LANDING.with(|landing| landing.borrow_mut().push(c.clone()));
+    }
 }
 
 /// NCCL returned from the call that enqueued `c`'s marked launch: marks
