@@ -153,3 +153,50 @@ fn large_outputs_at_any_offset_within_a_line() {
         }
     }
 }
+
+#[test]
+fn large_calls_in_one_group_and_after_it_each_get_every_part() {
+    // calls that stream are cut into parts that the ranks claim as they go,
+    // numbered over the launch's calls; a group of two such calls, then a
+    // single one, on 3 ranks (an AllReduce of `len` f32 spans 24·len bytes)
+    let (n, len) = (3usize, last_level_cache() / 16 + 5);
+    let q = len / 2;
+    let outs = launch(n, |c| {
+        use rankwise::core::DataType::Float32;
+        let r = c.rank();
+        let ar = c.alloc_elems(len, Float32)?;
+        let x: Vec<f32> = (0..len).map(|i| (i % 4096 * (r + 1)) as f32).collect();
+        c.write(ar, &x)?;
+        let (ag_send, ag_recv) = (c.alloc_elems(q, Float32)?, c.alloc_elems(n * q, Float32)?);
+        let x: Vec<f32> = (0..q).map(|i| (i % 4096 + r) as f32).collect();
+        c.write(ag_send, &x)?;
+        let (rs_send, rs_recv) = (c.alloc_elems(n * q, Float32)?, c.alloc_elems(q, Float32)?);
+        let x: Vec<f32> = (0..n * q).map(|i| (i % 4096 * (r + 1)) as f32).collect();
+        c.write(rs_send, &x)?;
+        c.nccl_group_start()?;
+        c.nccl_all_reduce(ar, ar, len, Float32, RedOp::Sum)?;
+        c.nccl_all_gather(ag_send, ag_recv, q, Float32)?;
+        c.nccl_group_end()?;
+        c.nccl_reduce_scatter(rs_send, rs_recv, q, Float32, RedOp::Sum)?;
+        Ok((
+            c.read::<f32>(ar, len)?,
+            c.read::<f32>(ag_recv, n * q)?,
+            c.read::<f32>(rs_recv, q)?,
+        ))
+    })
+    .unwrap();
+    // Σ_r (i mod 4096)(r + 1) = (i mod 4096)·N(N+1)/2
+    let ranks = (n * (n + 1) / 2) as f32;
+    for (d, (ar, ag, rs)) in outs.iter().enumerate() {
+        for (i, v) in ar.iter().enumerate() {
+            assert_eq!(*v, (i % 4096) as f32 * ranks, "rank {d} AllReduce {i}");
+        }
+        for (i, v) in ag.iter().enumerate() {
+            assert_eq!(*v, (i % q % 4096 + i / q) as f32, "rank {d} AllGather {i}");
+        }
+        for (o, v) in rs.iter().enumerate() {
+            let i = d * q + o;
+            assert_eq!(*v, (i % 4096) as f32 * ranks, "rank {d} ReduceScatter {o}");
+        }
+    }
+}

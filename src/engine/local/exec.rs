@@ -2,7 +2,7 @@
 //! one rank: publish, rendezvous, agree (compared by `core::agree`), move
 //! data, complete. The launch's Send/Recv go through `p2p`.
 
-use super::families;
+use super::families::{self, Part};
 use super::memory::Phase;
 use super::post::{PAYLOAD_BYTES, PAYLOAD_WORDS};
 use super::world::{WaitFor, World, lock};
@@ -99,7 +99,9 @@ fn small(c: &Call, n: usize, oversubscribed: bool) -> bool {
 /// coordinates: it reads every rank's posts, checks they agree, and either
 /// (small launches, [`alone`]) moves all the data itself and releases the
 /// others with the launch done, or releases them to move their shares in
-/// parallel, after which a completion rendezvous keeps every buffer alive
+/// parallel (for a call larger than the last-level cache, parts they claim,
+/// each rank its own share's first and then what is left of the others'),
+/// after which a completion rendezvous keeps every buffer alive
 /// until all ranks are done. While the coordinator works alone, every other
 /// rank is blocked in this call, so their posts and buffers stay as posted;
 /// they do not read each other's posts in that mode, which is why the one
@@ -219,6 +221,16 @@ fn shared_launch(
         let done = verdict.is_ok() && alone(&scratch.all, world.oversubscribed());
         if !done {
             *lock(&world.verdict) = verdict.clone().err();
+            // only where a call is cut (the counters' lines stay put
+            // otherwise); every rank reads the cut from rank 0's post
+            let n = world.n;
+            if scratch.all[0]
+                .calls
+                .iter()
+                .any(|c| families::parts_per_rank(c, n) > 1)
+            {
+                world.reset_claims();
+            }
             world.release(generation, false);
         }
         (verdict, done)
@@ -253,7 +265,8 @@ fn shared_launch(
     // parallel (each family's module doc), so their order does not matter.
     let phase = unsafe { Phase::enter() };
     let mut result = verdict.clone().map_err(|e| e.on_rank(me));
-    let ranks = if done { 0..world.n } else { me..me + 1 };
+    // parts of the launch's earlier calls, all claimed (see `World::claim`)
+    let mut claimed = 0;
     for i in 0..launch.colls.len() {
         if verdict.is_err() {
             break;
@@ -261,11 +274,37 @@ fn shared_launch(
         scratch.one.clear();
         scratch.one.extend(scratch.all.iter().map(|p| p.calls[i]));
         let calls = &scratch.one;
+        let n = world.n;
+        let per_rank = if done {
+            1
+        } else {
+            // rank 0's, as the coordinator reads it
+            families::parts_per_rank(&calls[0], n)
+        };
+        let of = n * per_rank;
+        let (first, end) = (claimed, claimed + per_rank as u64);
         let moved = catch_unwind(AssertUnwindSafe(|| {
-            for r in ranks.clone() {
-                families::run(&phase, r, calls);
+            if done {
+                // alone: every rank's share in turn
+                (0..n).for_each(|r| families::run(&phase, Part::share(r, n), calls));
+            } else if of == n {
+                families::run(&phase, Part::share(me, n), calls);
+            } else {
+                // this rank's own share first, in order (the static split's
+                // locality when nobody is held back), then the rest of the
+                // others'
+                for share in (0..n).map(|k| (me + k) % n) {
+                    while let Some(k) = world.claim(share, end) {
+                        let index = share * per_rank + (k - first) as usize;
+                        families::run(&phase, Part { index, of }, calls);
+                    }
+                }
             }
+            phase.fence();
         }));
+        if !done && of > n {
+            claimed = end;
+        }
         if moved.is_err() {
             result = Err(Error::new(
                 ErrorKind::Internal,

@@ -176,6 +176,9 @@ pub struct World {
     go: Padded<AtomicU64>,
     /// the coordinator's agreement verdict for the released generation
     pub verdict: Mutex<Option<Error>>,
+    /// per rank share: its parts of the current launch's calls claimed so
+    /// far (see [`World::claim`])
+    claimed: Vec<Padded<AtomicU64>>,
     /// per rank: the last launch it entered on this communicator, packed as
     /// `(func index << 56 | opCount) + 1`, 0 for none
     pub entered: Vec<Padded<AtomicU64>>,
@@ -197,6 +200,7 @@ impl World {
             mailbox: (0..n).map(|_| Default::default()).collect(),
             go: Padded::default(),
             verdict: Mutex::new(None),
+            claimed: (0..n).map(|_| Padded::default()).collect(),
             entered: (0..n).map(|_| Padded::default()).collect(),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -215,6 +219,32 @@ impl World {
         self.go
             .store(((generation + 1) << 1) | u64::from(alone), SeqCst);
         self.wake();
+    }
+
+    /// Starts the count of claimed parts for a launch; by the coordinator,
+    /// before it releases the ranks (nobody claims then: every rank passed
+    /// the previous launch's completion rendezvous, after its last claim).
+    pub fn reset_claims(&self) {
+        for c in &self.claimed {
+            c.store(0, Relaxed);
+        }
+    }
+
+    /// Claims the next part of rank `share`'s share of a launch, its parts
+    /// numbered from 0 over the launch's calls in order, if that number is
+    /// below `end` (the end of the current call's parts); None when every
+    /// part below `end` is taken. Relaxed: the data the parts move is
+    /// ordered by the rendezvous around them.
+    pub fn claim(&self, share: usize, end: u64) -> Option<u64> {
+        let claimed = &self.claimed[share];
+        let mut next = claimed.load(Relaxed);
+        while next < end {
+            match claimed.compare_exchange_weak(next, next + 1, Relaxed, Relaxed) {
+                Ok(_) => return Some(next),
+                Err(now) => next = now,
+            }
+        }
+        None
     }
 
     /// Some(alone) once generation `generation` is released.

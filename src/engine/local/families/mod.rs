@@ -1,13 +1,15 @@
 //! The data phase of each collective family, one file per family. Each
-//! function runs on rank `me` after every rank posted an agreed call
-//! (`calls[r]` is rank r's), does this rank's share, and touches memory only
+//! function runs after every rank posted an agreed call (`calls[r]` is
+//! rank r's), moves one [`Part`] of the call (rank r's share, or a piece of
+//! it when the ranks claim parts as they go), and touches memory only
 //! through the [`Phase`] token. Each file states why its reads and writes
 //! never race, in-place forms included. Small calls take another path,
 //! [`own`]: each rank computes only its own results from copies of every
 //! rank's input.
 //!
 //! Speed (see BENCHMARKS.md): the work is split so that every rank moves an
-//! equal share and every input byte is read from memory once. Large copies
+//! equal share and every input byte is read from memory once; calls larger
+//! than the last-level cache are cut finer ([`parts_per_rank`]). Large copies
 //! go in chunks that stay in cache between the N destinations they are
 //! written to; large reductions go a few cache lines at a time, reduced in
 //! registers and stored straight to every output. When a call's buffers
@@ -23,8 +25,9 @@ mod reduction;
 
 pub use own::own;
 
-use super::memory::Phase;
-use crate::core::{Call, Func, footprint_elems};
+use super::memory::{LINE, Phase};
+use crate::core::{Call, Func, footprint_elems, share};
+use std::ops::Range;
 
 /// Bytes per piece of a large copy: a piece read once stays in L2 while it
 /// is written to every destination.
@@ -39,8 +42,16 @@ pub const COPY_CHUNK: usize = 64 << 10;
 /// took 1.5–2x longer than with plain stores, and fell behind OpenMPI).
 pub fn streaming(calls: &[Call]) -> bool {
     // the calls agree, so any rank's describes them all
-    let c = &calls[0];
-    footprint_elems(c.func, calls.len(), c.root, c.count) * c.datatype.size() > last_level_cache()
+    streams(&calls[0], calls.len())
+}
+
+/// [`streaming`] for an agreed call `c` of `n` ranks.
+fn streams(c: &Call, n: usize) -> bool {
+    footprint_bytes(c, n) > last_level_cache()
+}
+
+fn footprint_bytes(c: &Call, n: usize) -> usize {
+    footprint_elems(c.func, n, c.root, c.count) * c.datatype.size()
 }
 
 /// Bytes in the last-level cache, or 32 MiB when the size cannot be read.
@@ -79,29 +90,94 @@ fn copy(p: &Phase, stream: bool, src: usize, dst: usize, bytes: usize) {
     }
 }
 
-/// Moves rank `me`'s share of the call; its stores are ordered (fenced)
-/// when this returns.
-pub fn run(p: &Phase, me: usize, calls: &[Call]) {
-    share(p, me, calls);
-    p.fence();
+/// One piece of a call's data phase: part `index` of `of` equal parts,
+/// `of` a multiple of N, so `of / N` parts per rank block (a family whose
+/// work is a block per rank, such as AllGather's inputs or ReduceScatter's
+/// outputs, splits each block into that many). Parts write disjoint bytes
+/// and none reads what another writes (each family's module doc), so any
+/// rank may move any part, in any order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub index: usize,
+    pub of: usize,
 }
 
-fn share(p: &Phase, me: usize, calls: &[Call]) {
-    match calls[me].func {
-        Func::AllReduce => reduction::all_reduce(p, me, calls),
-        Func::Reduce => reduction::reduce(p, me, calls),
-        Func::ReduceScatter => reduction::reduce_scatter(p, me, calls),
-        Func::AllGather => gather::all_gather(p, me, calls),
-        Func::Gather => gather::gather(p, me, calls),
-        Func::Broadcast => broadcast::broadcast(p, me, calls),
-        Func::Scatter => broadcast::scatter(p, me, calls),
-        Func::AlltoAll => alltoall::all_to_all(p, me, calls),
+impl Part {
+    /// Rank `me`'s share when the N ranks split the call one part each.
+    pub fn share(me: usize, n: usize) -> Part {
+        Part { index: me, of: n }
+    }
+
+    /// The rank block this part lies in, for a call of `n` ranks.
+    fn block(self, n: usize) -> usize {
+        self.index / (self.of / n)
+    }
+
+    /// This part's bytes of its rank block of `bytes`, in whole lines.
+    fn bytes_of_block(self, n: usize, bytes: usize) -> Range<usize> {
+        let per_block = self.of / n;
+        lines_of(bytes, per_block, self.index % per_block)
+    }
+
+    /// This part's bytes of `bytes` split over all the parts, in whole lines.
+    fn bytes_of_all(self, bytes: usize) -> Range<usize> {
+        lines_of(bytes, self.of, self.index)
+    }
+}
+
+/// Piece `i` of `parts` of `bytes` bytes, cut at cache-line boundaries.
+fn lines_of(bytes: usize, parts: usize, i: usize) -> Range<usize> {
+    let lines = share(bytes.div_ceil(LINE), parts, i);
+    (lines.start * LINE).min(bytes)..(lines.end * LINE).min(bytes)
+}
+
+/// Bytes of a call's footprint per part when the ranks claim parts as
+/// they go ([`parts_per_rank`]): each part a few hundred microseconds of
+/// memory traffic, so a claim (one atomic operation) costs nothing beside
+/// it, while a rank the scheduler holds back delays the call by one part at
+/// most.
+const PART_BYTES: usize = 4 << 20;
+/// Parts per rank block at most.
+const MAX_PARTS_PER_RANK: usize = 64;
+
+/// How many parts each rank block of a call is cut into; above 1 the
+/// ranks claim parts as they go (`exec.rs`: each its own share's first,
+/// then the others' that are left) instead of each moving its own share. Only calls that stream ([`streaming`]) are cut: there no data
+/// waits in a core's cache for the next call, which a fixed split would
+/// find again, and the time a call takes is the time of its slowest share.
+/// When the ranks outnumber the cores, or another process takes a core, a
+/// fixed split leaves a rank's whole share waiting for a time slice while
+/// a core whose rank finished sits idle (BENCHMARKS.md).
+pub fn parts_per_rank(c: &Call, n: usize) -> usize {
+    if !streams(c, n) {
+        return 1;
+    }
+    (footprint_bytes(c, n) / (n * PART_BYTES)).clamp(1, MAX_PARTS_PER_RANK)
+}
+
+/// Moves one part of the call. Streaming stores are weakly ordered: the
+/// caller runs [`Phase::fence`] after its last part, before it signals
+/// completion.
+pub fn run(p: &Phase, part: Part, calls: &[Call]) {
+    debug_assert!(part.index < part.of && part.of.is_multiple_of(calls.len()));
+    match calls[0].func {
+        Func::AllReduce => reduction::all_reduce(p, part, calls),
+        Func::Reduce => reduction::reduce(p, part, calls),
+        Func::ReduceScatter => reduction::reduce_scatter(p, part, calls),
+        Func::AllGather => gather::all_gather(p, part, calls),
+        Func::Gather => gather::gather(p, part, calls),
+        Func::Broadcast => broadcast::broadcast(p, part, calls),
+        Func::Scatter => broadcast::scatter(p, part, calls),
+        Func::AlltoAll => alltoall::all_to_all(p, part, calls),
         Func::Send | Func::Recv => unreachable!("point-to-point calls do not run as collectives"),
     }
 }
 
 #[cfg(test)]
-mod tests {
+mod tests;
+
+#[cfg(test)]
+mod unit_tests {
     use super::*;
 
     #[test]

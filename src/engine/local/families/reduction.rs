@@ -1,23 +1,26 @@
 //! AllReduce, Reduce, ReduceScatter.
 //!
-//! AllReduce and Reduce split the `count` elements into N contiguous shares
-//! (whole cache lines); rank r reduces share r across all N inputs and
-//! writes the result to every output (AllReduce) or the root's (Reduce).
-//! Large shares are reduced a block of a few cache lines at a time in
-//! registers and stored straight to the outputs; small ones (and the
-//! partial lines at a share's ends) chunk by chunk into an L1-sized
-//! accumulator on the stack, then copied out. Share r of every input and
-//! output is touched by rank r alone, and within a block or chunk all reads
-//! precede all writes, so in-place calls (send == recv) are safe. Each
+//! AllReduce and Reduce split the `count` elements into contiguous parts
+//! (whole cache lines, one per rank or several, see [`Part`]); the mover of
+//! a part reduces it across all N inputs and writes the result to every
+//! output (AllReduce) or the root's (Reduce). Large parts are reduced a
+//! block of a few cache lines at a time in registers and stored straight to
+//! the outputs; small ones (and the partial lines at a part's ends) chunk by
+//! chunk into an L1-sized accumulator on the stack, then copied out. A part
+//! of every input and output is touched by its mover alone, and within a
+//! block or chunk all reads precede all writes, so in-place calls (send ==
+//! recv) are safe. Each
 //! output element is computed once and copied, so all ranks receive
 //! bitwise-identical results. Every input byte is read once and every output
 //! byte written once: the least traffic an AllReduce can have.
 //!
-//! ReduceScatter: rank r computes its own q outputs from block r of every
-//! input. Other ranks read other blocks, so the in-place form (recv = block r
-//! of r's own send) is safe for the same reason.
+//! ReduceScatter: rank r's q outputs are computed from block r of every
+//! input (by rank r, or in parts by whoever claims them). Other parts read
+//! other elements, so the in-place form (recv = block r of r's own send) is
+//! safe for the same reason.
 
 use super::super::memory::{LINE, Phase};
+use super::Part;
 use crate::core::{Call, RedOp, share};
 use crate::kernels::{Arith, reduce_blocks, reduce_into};
 use crate::with_element_type;
@@ -41,8 +44,9 @@ fn with_acc<T: Arith, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
     }
 }
 
-/// Shares at least this large (beyond a core's L2) are reduced in blocks
-/// of lines even when no output streams (in place): from memory, blocks keep
+/// Parts at least this large (beyond a core's L2), and every part of a call
+/// whose buffers outgrow the last-level cache, are reduced in blocks of
+/// lines even when no output streams (in place): from memory, blocks keep
 /// reads and writes in flight together (64 MiB in-place ReduceScatter, N=2:
 /// 96–109% of the copy bound instead of 67–73%); in cache, the chunked
 /// path's wide copies are faster (1 MiB AllReduce: about 3x).
@@ -56,6 +60,8 @@ struct Job<'a, I> {
     n: usize,
     input: I,
     outputs: &'a [Out],
+    /// the call's buffers outgrow the last-level cache ([`super::streaming`])
+    from_memory: bool,
 }
 
 /// How far ahead of a block its inputs are prefetched, in bytes: 8
@@ -90,7 +96,7 @@ impl<I: Fn(usize) -> usize> Job<'_, I> {
         // the line grid: that of the streamed outputs, which must share it
         let lead = match self.outputs.iter().find(|o| o.stream) {
             Some(o) => o.addr,
-            None if range.len() * size >= LINED_BYTES => self.outputs[0].addr,
+            None if self.from_memory || range.len() * size >= LINED_BYTES => self.outputs[0].addr,
             None => return self.chunks::<T>(range),
         };
         let start = lead + range.start * size;
@@ -180,10 +186,10 @@ struct Out {
     stream: bool,
 }
 
-/// Rank `me`'s share of `count` elements, in whole cache lines.
-fn my_share(count: usize, size: usize, n: usize, me: usize) -> Range<usize> {
+/// Part `i` of `parts` of `count` elements, in whole cache lines.
+fn lines_share(count: usize, size: usize, parts: usize, i: usize) -> Range<usize> {
     let per_line = (LINE / size).max(1);
-    let lines = share(count.div_ceil(per_line), n, me);
+    let lines = share(count.div_ceil(per_line), parts, i);
     (lines.start * per_line).min(count)..(lines.end * per_line).min(count)
 }
 
@@ -191,16 +197,18 @@ fn my_share(count: usize, size: usize, n: usize, me: usize) -> Range<usize> {
 /// list (small, since every call initialises the whole list).
 const MAX_STACK_OUTPUTS: usize = 16;
 
-pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
-    let c = &calls[me];
+pub fn all_reduce(p: &Phase, part: Part, calls: &[Call]) {
+    let c = &calls[0];
     let n = calls.len();
-    let range = my_share(c.count, c.datatype.size(), n, me);
+    let range = lines_share(c.count, c.datatype.size(), part.of, part.index);
     if range.is_empty() {
         return;
     }
     let stream = super::streaming(calls);
     let input = |s: usize| calls[s].sendbuff;
-    // write this rank's own output last: the others' lines are colder
+    // write the output of the rank whose share this is last (with one part
+    // per rank, the mover's own: the others' lines are colder)
+    let me = part.block(n);
     let order = |k: usize| {
         let d = &calls[(me + 1 + k) % n];
         Out {
@@ -219,6 +227,7 @@ pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
             n,
             input,
             outputs: &outs[..n],
+            from_memory: stream,
         };
         with_element_type!(c.datatype, T => job.range::<T>(range));
     } else {
@@ -229,21 +238,23 @@ pub fn all_reduce(p: &Phase, me: usize, calls: &[Call]) {
             n,
             input,
             outputs: &outs,
+            from_memory: stream,
         };
         with_element_type!(c.datatype, T => job.range::<T>(range));
     }
 }
 
-pub fn reduce(p: &Phase, me: usize, calls: &[Call]) {
-    let c = &calls[me];
+pub fn reduce(p: &Phase, part: Part, calls: &[Call]) {
+    let c = &calls[0];
     let n = calls.len();
     let root = &calls[c.root];
-    let stream = super::streaming(calls) && root.recvbuff != root.sendbuff;
+    let from_memory = super::streaming(calls);
+    let stream = from_memory && root.recvbuff != root.sendbuff;
     let outputs = [Out {
         addr: root.recvbuff,
         stream,
     }];
-    let range = my_share(c.count, c.datatype.size(), n, me);
+    let range = lines_share(c.count, c.datatype.size(), part.of, part.index);
     let input = |s: usize| calls[s].sendbuff;
     let job = Job {
         p,
@@ -251,16 +262,19 @@ pub fn reduce(p: &Phase, me: usize, calls: &[Call]) {
         n,
         input,
         outputs: &outputs,
+        from_memory,
     };
     with_element_type!(c.datatype, T => job.range::<T>(range));
 }
 
-pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
-    let c = &calls[me];
+pub fn reduce_scatter(p: &Phase, part: Part, calls: &[Call]) {
     let n = calls.len();
+    let me = part.block(n);
+    let c = &calls[me];
     let block = me * c.count * c.datatype.size();
     // the output starts at element 0; inputs are offset to block `me`
-    let stream = super::streaming(calls) && c.recvbuff != c.sendbuff + block;
+    let from_memory = super::streaming(calls);
+    let stream = from_memory && c.recvbuff != c.sendbuff + block;
     let outputs = [Out {
         addr: c.recvbuff,
         stream,
@@ -272,6 +286,13 @@ pub fn reduce_scatter(p: &Phase, me: usize, calls: &[Call]) {
         n,
         input,
         outputs: &outputs,
+        from_memory,
     };
-    with_element_type!(c.datatype, T => job.range::<T>(0..c.count));
+    let range = lines_share(
+        c.count,
+        c.datatype.size(),
+        part.of / n,
+        part.index % (part.of / n),
+    );
+    with_element_type!(c.datatype, T => job.range::<T>(range));
 }
