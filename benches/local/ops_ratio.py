@@ -13,17 +13,19 @@ def spread(xs, fmt):
 R = range(1, reps + 1)
 for tag in bins:
     print(f"\n## {tag}: 64 MiB AllReduce per rank, median [min–max] of {reps} repetitions")
-    print("| N | placement | type | Sum (ms) | Avg (ms) | Avg / Sum | Sum / float Sum |")
-    print("|---:|---|---|---|---|---|---|")
+    print("| N | placement | type | Sum (ms) | Avg (ms) | Avg / Sum | PreMulSum(0.3) / Sum | Sum / float Sum |")
+    print("|---:|---|---|---|---|---|---|---|")
     for n in (2, 4):
         for place in ("oop", "ip"):
             for dt in ("float", "half", "bfloat16", "double"):
                 s = [t(tag, n, dt, "sum", r, place) for r in R]
                 a = [t(tag, n, dt, "avg", r, place) for r in R]
+                m = [t(tag, n, dt, "premulsum:0.3", r, place) for r in R]
                 f = [t(tag, n, "float", "sum", r, place) for r in R]
                 # the same bytes: half and bfloat16 move 2 bytes an element, float 4, double 8
                 size = {"float": 4, "half": 2, "bfloat16": 2, "double": 8}[dt]
                 per_byte = [x / y for x, y in zip(s, f)]
                 pl = "out of place" if place == "oop" else "in place"
                 print(f"| {n} | {pl} | {dt} | {spread(s, '{:.1f}')} | {spread(a, '{:.1f}')} | "
-                      f"{spread([x / y for x, y in zip(a, s)], '{:.2f}')} | {spread(per_byte, '{:.2f}')} |")
+                      f"{spread([x / y for x, y in zip(a, s)], '{:.2f}')} | "
+                      f"{spread([x / y for x, y in zip(m, s)], '{:.2f}')} | {spread(per_byte, '{:.2f}')} |")

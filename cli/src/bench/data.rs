@@ -118,7 +118,9 @@ impl Pattern {
         } else {
             match op {
                 RedOp::Prod => Scheme::Powers(max_twos(dtype).min(nranks as u32)),
-                RedOp::Avg if dtype.is_float() => Scheme::OneHot(m.min(200)),
+                // one nonzero input per element: the result is that input
+                // times the scalar, rounded once
+                RedOp::Avg | RedOp::PreMulSum(_) if dtype.is_float() => Scheme::OneHot(m.min(200)),
                 RedOp::Max | RedOp::Min => Scheme::Range(m.min(200)),
                 _ => {
                     let k = (m / n).min(200);
@@ -171,9 +173,12 @@ impl Pattern {
             RedOp::Max => Expect::Int(codes.max().unwrap_or(0)),
             RedOp::Min => Expect::Int(codes.min().unwrap_or(0)),
             RedOp::Prod => Expect::Int(codes.product()),
-            RedOp::Avg if self.dtype.is_float() => Expect::Scaled(codes.sum()),
+            RedOp::Avg | RedOp::PreMulSum(_) if self.dtype.is_float() => {
+                Expect::Scaled(codes.sum())
+            }
             RedOp::Avg => Expect::Int(codes.sum::<u64>() / self.nranks as u64),
-            RedOp::Sum | RedOp::PreMulSum(_) => Expect::Int(codes.sum()),
+            RedOp::Sum => Expect::Int(codes.sum()),
+            RedOp::PreMulSum(_) => unreachable!("the options refuse premulsum on integer types"),
         }
     }
 
@@ -245,10 +250,14 @@ pub struct Converter<T> {
 const TABLE: usize = 4096;
 
 impl<T: Element> Converter<T> {
-    pub fn new(nranks: usize) -> Converter<T> {
+    pub fn new(nranks: usize, op: RedOp) -> Converter<T> {
         let ints = (0..TABLE).map(|v| T::from_f64(v as f64)).collect();
-        // float Avg multiplies by 1/N rounded to the type (docs/reference/contracts.md §3)
-        let scale = T::from_f64(1.0 / nranks as f64).to_f64();
+        // float Avg multiplies by 1/N rounded to the type, PreMulSum by its
+        // scalar rounded to the type (docs/reference/contracts.md §3)
+        let scale = match op {
+            RedOp::PreMulSum(k) => T::from_f64(k).to_f64(),
+            _ => T::from_f64(1.0 / nranks as f64).to_f64(),
+        };
         Converter {
             ints,
             scaled: vec![None; 256],
@@ -336,7 +345,7 @@ mod tests {
     fn a_deliberately_wrong_expectation_is_counted() {
         // expected values from the pattern, but for the wrong rank
         let p = Pattern::new(Func::AllGather, DataType::Int32, RedOp::Sum, 4, 0, 1);
-        let mut conv = Converter::<i32>::new(4);
+        let mut conv = Converter::<i32>::new(4, RedOp::Sum);
         let q = 64;
         let right: Vec<i32> = (0..4 * q)
             .map(|j| conv.expect(p.expected(0, q, j)))
@@ -354,7 +363,7 @@ mod tests {
     /// might, and checks the closed form agrees bit for bit.
     fn exact_in<T: Element + rankwise::kernels::Arith>(func: Func, op: RedOp, n: usize) {
         let p = Pattern::new(func, T::DTYPE, op, n, 0, 7);
-        let mut conv = Converter::<T>::new(n);
+        let mut conv = Converter::<T>::new(n, op);
         let q = 300;
         let inputs: Vec<Vec<T>> = (0..n).map(|r| p.inputs(&mut conv, r, q)).collect();
         for rank in 0..n {
@@ -388,6 +397,19 @@ mod tests {
                     exact_in::<u8>(func, op, n);
                     exact_in::<i32>(func, op, n);
                     exact_in::<u64>(func, op, n);
+                    exact_in::<f16>(func, op, n);
+                    exact_in::<bf16>(func, op, n);
+                    exact_in::<f32>(func, op, n);
+                    exact_in::<f64>(func, op, n);
+                    exact_in::<F8E4M3>(func, op, n);
+                    exact_in::<F8E5M2>(func, op, n);
+                }
+            }
+            // PreMulSum with scalars of significand bits, below one and
+            // negative: each input times the scalar, rounded once
+            for k in [0.3, -2.5, 1e-3] {
+                let op = RedOp::PreMulSum(k);
+                for func in [Func::AllReduce, Func::ReduceScatter] {
                     exact_in::<f16>(func, op, n);
                     exact_in::<bf16>(func, op, n);
                     exact_in::<f32>(func, op, n);

@@ -464,8 +464,8 @@ fn measure<T: Element>(
 ) -> Result<Measure> {
     let (rank, n) = (c.rank(), opts.nranks);
     let es = p.dtype.size();
-    let mut conv = Converter::<T>::new(n);
     let op = p.op.unwrap_or(RedOp::Sum);
+    let mut conv = Converter::<T>::new(n, op);
     let pattern = |seed: u64| Pattern::new(p.func, p.dtype, op, n, p.root.unwrap_or(0), seed);
     let bf = bufs(p, &pattern(0), rank, a, b, in_place);
 
@@ -752,7 +752,7 @@ mod tests {
         };
         let got = rankwise::local::launch(2, |c| {
             let pat = Pattern::new(p.func, p.dtype, RedOp::Sum, 2, 0, 9);
-            let mut conv = Converter::<i32>::new(2);
+            let mut conv = Converter::<i32>::new(2, RedOp::Sum);
             let (ea, eb) = buffer_elems([&p], 2).unwrap();
             let (a, b) = (c.alloc_elems(ea, p.dtype)?, c.alloc_elems(eb, p.dtype)?);
             let bf = bufs(&p, &pat, c.rank(), a, b, false);

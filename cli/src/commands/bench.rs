@@ -35,7 +35,8 @@ pub struct Args {
     /// Datatype (float, half, bfloat16, int32, f8e4m3, …) or `all`
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub dtype: String,
-    /// Reduction op (sum, prod, max, min, avg) or `all`
+    /// Reduction op (sum, prod, max, min, avg), `premulsum:SCALAR` (float
+    /// types) or `all` (the five built-in ops)
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub redop: String,
     /// Root of rooted collectives, or `all`
@@ -108,6 +109,29 @@ fn parse_funcs(s: &str) -> Result<Vec<Func>, String> {
         .collect()
 }
 
+/// `-o`: a built-in op, `all` of them, or `premulsum:SCALAR` (a PreMulSum
+/// op made with that scalar, as `ncclRedOpCreatePreMulSum` makes one).
+fn parse_ops(s: &str) -> Result<Vec<RedOp>, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(RedOp::BUILTIN.to_vec());
+    }
+    if let Some((name, scalar)) = s.split_once(':')
+        && name.eq_ignore_ascii_case("premulsum")
+    {
+        return match scalar.trim().parse::<f64>() {
+            Ok(k) if k.is_finite() => Ok(vec![RedOp::PreMulSum(k)]),
+            _ => Err(format!(
+                "-o {s}: the scalar of premulsum must be a finite number, as in premulsum:0.3"
+            )),
+        };
+    }
+    RedOp::parse(s).map(|op| vec![op]).ok_or_else(|| {
+        format!(
+            "unknown reduction op `{s}`: expected sum, prod, max, min, avg, premulsum:SCALAR or all"
+        )
+    })
+}
+
 impl Args {
     /// The options these flags describe, or what is wrong with them: every
     /// bound of [`crate::bench::limits`] but memory is checked here.
@@ -123,16 +147,15 @@ impl Args {
         } else {
             vec![DataType::parse(&self.dtype).ok_or_else(|| format!("unknown datatype `{}`: expected float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64, f8e4m3, f8e5m2 or all", self.dtype))?]
         };
-        let ops = if self.redop.eq_ignore_ascii_case("all") {
-            RedOp::BUILTIN.to_vec()
-        } else {
-            vec![RedOp::parse(&self.redop).ok_or_else(|| {
-                format!(
-                    "unknown reduction op `{}`: expected sum, prod, max, min, avg or all",
-                    self.redop
-                )
-            })?]
-        };
+        let ops = parse_ops(&self.redop)?;
+        let premul = ops.iter().any(|o| matches!(o, RedOp::PreMulSum(_)));
+        if let Some(dt) = dtypes.iter().find(|d| premul && !d.is_float()) {
+            return Err(format!(
+                "-o {}: premulsum rows are checked for floating-point types (half, float, double, bfloat16, f8e4m3, f8e5m2), not {}",
+                self.redop,
+                dt.name()
+            ));
+        }
         let root = if self.root.eq_ignore_ascii_case("all") {
             None
         } else {
@@ -408,6 +431,29 @@ mod tests {
             "all", "--ranks", "256", "-r", "all", "-d", "all", "-o", "all",
         ]);
         assert!(e.contains("at most 100000 are run at once"), "{e}");
+    }
+
+    #[test]
+    fn premulsum_takes_its_scalar_and_float_types_only() {
+        let c =
+            Cmd::try_parse_from(["x", "allreduce", "-o", "premulsum:0.3", "-d", "half"]).unwrap();
+        assert_eq!(c.args.options().unwrap().ops, vec![RedOp::PreMulSum(0.3)]);
+        let e = refused(&["allreduce", "-o", "premulsum:abc"]);
+        assert!(
+            e.contains("must be a finite number, as in premulsum:0.3"),
+            "{e}"
+        );
+        let e = refused(&["allreduce", "-o", "premulsum:inf"]);
+        assert!(e.contains("must be a finite number"), "{e}");
+        let e = refused(&["allreduce", "-o", "premulsum:2", "-d", "int32"]);
+        assert!(
+            e.contains("floating-point types") && e.ends_with("not int32"),
+            "{e}"
+        );
+        let e = refused(&["allreduce", "-o", "premulsum:2", "-d", "all"]);
+        assert!(e.contains("not int8"), "{e}");
+        let e = refused(&["allreduce", "-o", "mulsum"]);
+        assert!(e.contains("premulsum:SCALAR"), "{e}");
     }
 
     #[test]
