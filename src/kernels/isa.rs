@@ -14,8 +14,9 @@
 //! f32 FMA alone where the scalar has no significand bits (a power of two:
 //! every Avg with N a power of two), where rounding that to 16 bits
 //! rounds the exact value once (the sections below say why); otherwise
-//! bfloat16 settles the lanes left on a midpoint with an error term and
-//! half rounds the sum to odd first.
+//! the f32 sum, unless a lane lands exactly on a 16-bit midpoint without
+//! being exact, which bfloat16 settles with an error term and half by
+//! rounding the sum to odd.
 //! Every path computes the same values (the step is rounded once on all
 //! of them; `tests` hold each path to an exact reference and to each
 //! other, the 16-bit blocks on every value of the type), so which one
@@ -194,13 +195,11 @@ mod half_v3 {
 
     /// `a + b` rounded to odd at f32's precision, 8 lanes: `fused`'s
     /// `add_odd_f32` (TwoSum, then one step to the odd neighbour when
-    /// inexact and even) in vector form.
+    /// inexact and even) in vector form. `s` is `a + b` rounded to nearest.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn add_odd(a: __m256, b: __m256) -> __m256 {
-        let s = _mm256_add_ps(a, b);
-        let bb = _mm256_sub_ps(s, a);
-        let e = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(b, bb));
+    fn add_odd(a: __m256, b: __m256, s: __m256) -> __m256 {
+        let e = two_sum_error(a, b, s);
         let bits = _mm256_castps_si256(s);
         let one = _mm256_set1_epi32(1);
         let magnitude = _mm256_and_ps(s, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
@@ -214,6 +213,50 @@ mod half_v3 {
         let even = _mm256_sub_epi32(_mm256_and_si256(bits, one), one);
         let delta = _mm256_and_si256(_mm256_and_si256(step, even), mask);
         _mm256_castsi256_ps(_mm256_add_epi32(bits, delta))
+    }
+
+    /// TwoSum: `a + b - s` exactly, for `s` the sum rounded to nearest.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn two_sum_error(a: __m256, b: __m256, s: __m256) -> __m256 {
+        let bb = _mm256_sub_ps(s, a);
+        _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(b, bb))
+    }
+
+    /// `acc + p` rounded to f32 such that rounding the result to half
+    /// rounds the exact sum once. The sum rounded to nearest does, unless a
+    /// lane lands exactly on a midpoint between two halves (or below half's
+    /// normals, where the midpoints are not checked): rounding to nearest
+    /// at 24 bits never crosses a midpoint, which f32 holds, so a result
+    /// off every midpoint lies on the exact sum's side of each. Only
+    /// vectors with such a lane pay TwoSum, and only those where the sum
+    /// was inexact the rounding to odd.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn settled(acc: __m256, p: __m256) -> __m256 {
+        let r = _mm256_add_ps(acc, p);
+        let bits = _mm256_castps_si256(r);
+        // half's last bit is f32's bit 13; a midpoint has bit 12 set and
+        // the bits below it clear
+        let low = _mm256_and_si256(bits, _mm256_set1_epi32(0x1FFF));
+        let mid = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x1000)));
+        let a = _mm256_and_ps(r, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
+        let low_range = _mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_set1_ps(f32::from_bits(0x3880_0000)));
+        let tiny = _mm256_and_ps(
+            low_range,
+            _mm256_cmp_ps::<_CMP_GT_OQ>(a, _mm256_setzero_ps()),
+        );
+        let suspect = _mm256_or_ps(mid, tiny);
+        if _mm256_testz_ps(suspect, suspect) != 0 {
+            return r;
+        }
+        let e = two_sum_error(acc, p, r);
+        let inexact = _mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps());
+        let wrong = _mm256_and_ps(suspect, inexact);
+        if _mm256_testz_ps(wrong, wrong) != 0 {
+            return r;
+        }
+        add_odd(acc, p, r)
     }
 
     // Sum's loops run once per block of a few cache lines (the engines'
@@ -294,14 +337,15 @@ mod half_v3 {
 
     /// The fused step on 8 lanes, rounded to f32 such that rounding the
     /// result to half rounds the exact `acc + x·s` once: the FMA for a
-    /// scalar of no significand bits, else the sum rounded to odd.
+    /// scalar of no significand bits, else [`settled`].
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     fn step<const SHORT: bool>(acc: __m256, x: __m256, sv: __m256) -> __m256 {
         if SHORT {
             _mm256_fmadd_ps(x, sv, acc)
         } else {
-            add_odd(acc, _mm256_mul_ps(x, sv))
+            // the product of two halves is exact in f32
+            settled(acc, _mm256_mul_ps(x, sv))
         }
     }
 
