@@ -99,9 +99,7 @@ fn small(c: &Call, n: usize, oversubscribed: bool) -> bool {
 /// coordinates: it reads every rank's posts, checks they agree, and either
 /// (small launches, [`alone`]) moves all the data itself and releases the
 /// others with the launch done, or releases them to move their shares in
-/// parallel (for a call larger than the last-level cache, parts they claim,
-/// each rank its own share's first and then what is left of the others'),
-/// after which a completion rendezvous keeps every buffer alive
+/// parallel ([`move_parts`]), after which a completion rendezvous keeps every buffer alive
 /// until all ranks are done. While the coordinator works alone, every other
 /// rank is blocked in this call, so their posts and buffers stay as posted;
 /// they do not read each other's posts in that mode, which is why the one
@@ -221,16 +219,6 @@ fn shared_launch(
         let done = verdict.is_ok() && alone(&scratch.all, world.oversubscribed());
         if !done {
             *lock(&world.verdict) = verdict.clone().err();
-            // only where a call is cut (the counters' lines stay put
-            // otherwise); every rank reads the cut from rank 0's post
-            let n = world.n;
-            if scratch.all[0]
-                .calls
-                .iter()
-                .any(|c| families::parts_per_rank(c, n) > 1)
-            {
-                world.reset_claims();
-            }
             world.release(generation, false);
         }
         (verdict, done)
@@ -265,8 +253,6 @@ fn shared_launch(
     // parallel (each family's module doc), so their order does not matter.
     let phase = unsafe { Phase::enter() };
     let mut result = verdict.clone().map_err(|e| e.on_rank(me));
-    // parts of the launch's earlier calls, all claimed (see `World::claim`)
-    let mut claimed = 0;
     for i in 0..launch.colls.len() {
         if verdict.is_err() {
             break;
@@ -275,36 +261,15 @@ fn shared_launch(
         scratch.one.extend(scratch.all.iter().map(|p| p.calls[i]));
         let calls = &scratch.one;
         let n = world.n;
-        let per_rank = if done {
-            1
-        } else {
-            // rank 0's, as the coordinator reads it
-            families::parts_per_rank(&calls[0], n)
-        };
-        let of = n * per_rank;
-        let (first, end) = (claimed, claimed + per_rank as u64);
         let moved = catch_unwind(AssertUnwindSafe(|| {
             if done {
                 // alone: every rank's share in turn
                 (0..n).for_each(|r| families::run(&phase, Part::share(r, n), calls));
-            } else if of == n {
-                families::run(&phase, Part::share(me, n), calls);
             } else {
-                // this rank's own share first, in order (the static split's
-                // locality when nobody is held back), then the rest of the
-                // others'
-                for share in (0..n).map(|k| (me + k) % n) {
-                    while let Some(k) = world.claim(share, end) {
-                        let index = share * per_rank + (k - first) as usize;
-                        families::run(&phase, Part { index, of }, calls);
-                    }
-                }
+                move_parts(world, &phase, me, calls);
             }
             phase.fence();
         }));
-        if !done && of > n {
-            claimed = end;
-        }
         if moved.is_err() {
             result = Err(Error::new(
                 ErrorKind::Internal,
@@ -326,6 +291,33 @@ fn shared_launch(
         world.release(generation, true);
     }
     result
+}
+
+/// Rank `me`'s work on one call of a launch whose ranks move their shares
+/// in parallel: its share, or, for a call cut into parts
+/// ([`families::parts_per_rank`]), its own share's parts in order (the
+/// fixed split's locality when nobody is held back) and then whatever is
+/// left of the others'.
+fn move_parts(world: &World, phase: &Phase, me: usize, calls: &[Call]) {
+    let n = world.n;
+    // the calls agree: every rank cuts by rank 0's
+    let per_rank = families::parts_per_rank(&calls[0], n);
+    if per_rank == 1 {
+        return families::run(phase, Part::share(me, n), calls);
+    }
+    let of = n * per_rank;
+    for share in (0..n).map(|k| (me + k) % n) {
+        while let Some(k) = world.claim(share, per_rank) {
+            families::run(
+                phase,
+                Part {
+                    index: share * per_rank + k,
+                    of,
+                },
+                calls,
+            );
+        }
+    }
 }
 
 /// Copies every rank's posted launch `seq` into `scratch.all`.

@@ -112,9 +112,16 @@ const PRESENT: u64 = 0xFFFF_FFFF;
 impl Barrier {
     /// Arrives; returns the generation and whether this arrival completed it.
     pub fn arrive(&self, n: usize) -> (u64, bool) {
+        self.arrive_then(n, || {})
+    }
+    /// [`Barrier::arrive`], and the arrival that completes the generation
+    /// runs `last` before anyone can pass it: while every rank is present
+    /// and none has left.
+    pub fn arrive_then(&self, n: usize, last: impl FnOnce()) -> (u64, bool) {
         let w = self.word.fetch_add(1, SeqCst);
         let generation = w >> 32;
         if (w & PRESENT) + 1 == n as u64 {
+            last();
             // all present: nobody can withdraw or arrive until this store
             self.word.store((generation + 1) << 32, SeqCst);
             (generation, true)
@@ -159,5 +166,23 @@ mod tests {
         assert_eq!(b.arrive(3), (0, true));
         assert!(b.passed(0));
         assert!(!b.withdraw(0, 3), "a completed generation cannot be left");
+    }
+
+    #[test]
+    fn only_the_completing_arrival_runs_its_closure_before_the_generation_passes() {
+        let b = Barrier::default();
+        let runs = std::cell::Cell::new(0);
+        assert_eq!(b.arrive_then(2, || runs.set(runs.get() + 1)), (0, false));
+        assert_eq!(
+            runs.get(),
+            0,
+            "an arrival that completes nothing runs nothing"
+        );
+        let seen = b.arrive_then(2, || {
+            assert!(!b.passed(0), "the closure runs before anyone can pass");
+            runs.set(runs.get() + 1);
+        });
+        assert_eq!((seen, runs.get()), ((0, true), 1));
+        assert!(b.passed(0));
     }
 }

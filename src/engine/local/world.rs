@@ -221,26 +221,17 @@ impl World {
         self.wake();
     }
 
-    /// Starts the count of claimed parts for a launch; by the coordinator,
-    /// before it releases the ranks (nobody claims then: every rank passed
-    /// the previous launch's completion rendezvous, after its last claim).
-    pub fn reset_claims(&self) {
-        for c in &self.claimed {
-            c.store(0, Relaxed);
-        }
-    }
-
-    /// Claims the next part of rank `share`'s share of a launch, its parts
-    /// numbered from 0 over the launch's calls in order, if that number is
-    /// below `end` (the end of the current call's parts); None when every
-    /// part below `end` is taken. Relaxed: the data the parts move is
-    /// ordered by the rendezvous around them.
-    pub fn claim(&self, share: usize, end: u64) -> Option<u64> {
+    /// Claims the next of the `parts` parts of rank `share`'s share of the
+    /// call being moved; None when all are taken. Every count is 0 when a
+    /// call's data phase starts: the rendezvous that completes a call
+    /// clears them before anyone passes it ([`World::complete`]). Relaxed:
+    /// the data the parts move is ordered by the rendezvous around them.
+    pub fn claim(&self, share: usize, parts: usize) -> Option<usize> {
         let claimed = &self.claimed[share];
         let mut next = claimed.load(Relaxed);
-        while next < end {
+        while next < parts as u64 {
             match claimed.compare_exchange_weak(next, next + 1, Relaxed, Relaxed) {
-                Ok(_) => return Some(next),
+                Ok(_) => return Some(next as usize),
                 Err(now) => next = now,
             }
         }
@@ -401,9 +392,18 @@ impl World {
         }
     }
 
-    /// Passes the completion rendezvous of the current launch.
+    /// Passes the completion rendezvous of the current call, whose last
+    /// arrival clears the counts of claimed parts for the next (every rank
+    /// is past its claims then, and none can start the next call's yet);
+    /// a count still 0 is only read, so a call that was not cut leaves the
+    /// counters' lines where they are.
     pub fn complete(&self) {
-        let (generation, last) = self.done.arrive(self.n);
+        let clear = || {
+            for c in self.claimed.iter().filter(|c| c.load(Relaxed) != 0) {
+                c.store(0, Relaxed);
+            }
+        };
+        let (generation, last) = self.done.arrive_then(self.n, clear);
         if last {
             self.wake();
         } else {
