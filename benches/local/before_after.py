@@ -29,18 +29,24 @@ def latency():
         a = [load(f"lat-{n}-after-{r}.json")["rows"][0]["oop"]["time_us"] for r in range(1, reps + 1)]
         print(f"| {n} | {spread(b)} | {spread(a)} | {spread([x / y for x, y in zip(a, b)], '{:.2f}')} |")
 
+def rows(prefix, n):
+    """Each (row, placement, {"before": [...], "after": [...]}) of the
+    `prefix` runs at N = n, the lists holding that row's measures (dicts
+    with time_us and bound_us), one per repetition."""
+    runs = {w: [load(f"{prefix}-{n}-{w}-{r}.json") for r in range(1, reps + 1)] for w in ("before", "after")}
+    for i, row in enumerate(runs["before"][0]["rows"]):
+        for place in ("oop", "ip"):
+            if row[place]:
+                yield row, place, {w: [rr["rows"][i][place] for rr in runs[w]] for w in runs}
+
 def large():
     print(f"\n64 MiB float32 per rank, fraction of the copy bound in %, median [min–max] of {reps} runs")
     print("| op | N | placement | before | after |")
     print("|---|---:|---|---|---|")
     for n in (2, 4):
-        runs = {w: [load(f"bw-{n}-{w}-{r}.json") for r in range(1, reps + 1)] for w in ("before", "after")}
-        for i, row in enumerate(runs["before"][0]["rows"]):
-            for place in ("oop", "ip"):
-                if not row[place]:
-                    continue
-                frac = {w: [100 * rr["rows"][i][place]["bound_us"] / rr["rows"][i][place]["time_us"] for rr in runs[w]] for w in runs}
-                print(f"| {row['func']} | {n} | {place_name(place)} | {spread(frac['before'], '{:.0f}')} | {spread(frac['after'], '{:.0f}')} |")
+        for row, place, m in rows("bw", n):
+            frac = {w: [100 * x["bound_us"] / x["time_us"] for x in m[w]] for w in m}
+            print(f"| {row['func']} | {n} | {place_name(place)} | {spread(frac['before'], '{:.0f}')} | {spread(frac['after'], '{:.0f}')} |")
 
 def small():
     print(f"\nSmall sizes, float32 sum, median time per call in us (both placements), median [min–max] of {reps} runs; after / before paired")
@@ -48,15 +54,11 @@ def small():
     print("|---|---:|---:|---|---|---|---|")
     medians = {}
     for n in (2, 4):
-        runs = {w: [load(f"small-{n}-{w}-{r}.json") for r in range(1, reps + 1)] for w in ("before", "after")}
-        for i, row in enumerate(runs["before"][0]["rows"]):
-            for place in ("oop", "ip"):
-                if not row[place]:
-                    continue
-                t = {w: [rr["rows"][i][place]["time_us"] for rr in runs[w]] for w in runs}
-                ratio = [a / b for a, b in zip(t["after"], t["before"])]
-                medians.setdefault(n, []).append(med(ratio))
-                print(f"| {row['func']} | {n} | {row['size']} | {place_name(place)} | {spread(t['before'])} | {spread(t['after'])} | {spread(ratio, '{:.2f}')} |")
+        for row, place, m in rows("small", n):
+            t = {w: [x["time_us"] for x in m[w]] for w in m}
+            ratio = [a / b for a, b in zip(t["after"], t["before"])]
+            medians.setdefault(n, []).append(med(ratio))
+            print(f"| {row['func']} | {n} | {row['size']} | {place_name(place)} | {spread(t['before'])} | {spread(t['after'])} | {spread(ratio, '{:.2f}')} |")
     for n, ms in medians.items():
         print(f"N = {n}: the {len(ms)} rows' median paired after/before ratios: median {med(ms):.3f}, range {min(ms):.2f}–{max(ms):.2f}")
 

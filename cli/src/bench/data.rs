@@ -390,26 +390,19 @@ mod tests {
 
     #[test]
     fn reductions_are_exact_in_every_datatype() {
+        // PreMulSum with scalars of significand bits, below one and
+        // negative: each input times the scalar, rounded once (float
+        // types; the benchmark refuses it on integers)
+        let premul = [0.3, -2.5, 1e-3].map(RedOp::PreMulSum);
         for n in [1, 2, 3, 4, 8, 17] {
-            for op in RedOp::BUILTIN {
+            for op in RedOp::BUILTIN.into_iter().chain(premul) {
                 for func in [Func::AllReduce, Func::ReduceScatter] {
-                    exact_in::<i8>(func, op, n);
-                    exact_in::<u8>(func, op, n);
-                    exact_in::<i32>(func, op, n);
-                    exact_in::<u64>(func, op, n);
-                    exact_in::<f16>(func, op, n);
-                    exact_in::<bf16>(func, op, n);
-                    exact_in::<f32>(func, op, n);
-                    exact_in::<f64>(func, op, n);
-                    exact_in::<F8E4M3>(func, op, n);
-                    exact_in::<F8E5M2>(func, op, n);
-                }
-            }
-            // PreMulSum with scalars of significand bits, below one and
-            // negative: each input times the scalar, rounded once
-            for k in [0.3, -2.5, 1e-3] {
-                let op = RedOp::PreMulSum(k);
-                for func in [Func::AllReduce, Func::ReduceScatter] {
+                    if !matches!(op, RedOp::PreMulSum(_)) {
+                        exact_in::<i8>(func, op, n);
+                        exact_in::<u8>(func, op, n);
+                        exact_in::<i32>(func, op, n);
+                        exact_in::<u64>(func, op, n);
+                    }
                     exact_in::<f16>(func, op, n);
                     exact_in::<bf16>(func, op, n);
                     exact_in::<f32>(func, op, n);
