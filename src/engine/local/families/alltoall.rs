@@ -15,7 +15,7 @@ pub fn all_to_all(p: &Phase, part: Part, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
     let stream = super::streaming(calls);
-    let piece = part.bytes_of_block(n, bytes);
+    let piece = part.of_block(n, bytes, 1);
     // start at the next rank so ranks read different sources at a time
     for k in 0..n {
         let s = (me + k) % n;

@@ -21,7 +21,7 @@ pub fn broadcast(p: &Phase, part: Part, calls: &[Call]) {
     let src = calls[c.root].sendbuff;
     let stream = super::streaming(calls);
     let me = part.block(n);
-    let piece = part.bytes_of_all(bytes);
+    let piece = part.of_all(bytes, 1);
     let mut at = piece.start;
     while at < piece.end {
         let len = COPY_CHUNK.min(piece.end - at);
@@ -39,7 +39,7 @@ pub fn scatter(p: &Phase, part: Part, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
     let stream = super::streaming(calls);
-    let piece = part.bytes_of_block(n, bytes);
+    let piece = part.of_block(n, bytes, 1);
     super::copy(
         p,
         stream,

@@ -22,7 +22,7 @@ pub fn all_gather(p: &Phase, part: Part, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
     let stream = super::streaming(calls);
-    let piece = part.bytes_of_block(n, bytes);
+    let piece = part.of_block(n, bytes, 1);
     let mut at = piece.start;
     while at < piece.end {
         let len = COPY_CHUNK.min(piece.end - at);
@@ -46,7 +46,7 @@ pub fn gather(p: &Phase, part: Part, calls: &[Call]) {
     let c = &calls[me];
     let bytes = c.count * c.datatype.size();
     let stream = super::streaming(calls);
-    let piece = part.bytes_of_block(n, bytes);
+    let piece = part.of_block(n, bytes, 1);
     super::copy(
         p,
         stream,

@@ -113,22 +113,26 @@ impl Part {
         self.index / (self.of / n)
     }
 
-    /// This part's bytes of its rank block of `bytes`, in whole lines.
-    fn bytes_of_block(self, n: usize, bytes: usize) -> Range<usize> {
+    /// This part's elements of its rank block of `len` elements of `size`
+    /// bytes, cut at cache-line boundaries.
+    fn of_block(self, n: usize, len: usize, size: usize) -> Range<usize> {
         let per_block = self.of / n;
-        lines_of(bytes, per_block, self.index % per_block)
+        lines_of(len, size, per_block, self.index % per_block)
     }
 
-    /// This part's bytes of `bytes` split over all the parts, in whole lines.
-    fn bytes_of_all(self, bytes: usize) -> Range<usize> {
-        lines_of(bytes, self.of, self.index)
+    /// This part's elements of `len` elements of `size` bytes split over
+    /// all the parts, cut at cache-line boundaries.
+    fn of_all(self, len: usize, size: usize) -> Range<usize> {
+        lines_of(len, size, self.of, self.index)
     }
 }
 
-/// Piece `i` of `parts` of `bytes` bytes, cut at cache-line boundaries.
-fn lines_of(bytes: usize, parts: usize, i: usize) -> Range<usize> {
-    let lines = share(bytes.div_ceil(LINE), parts, i);
-    (lines.start * LINE).min(bytes)..(lines.end * LINE).min(bytes)
+/// Piece `i` of `parts` of `len` elements of `size` bytes (at most a
+/// line), cut at cache-line boundaries.
+fn lines_of(len: usize, size: usize, parts: usize, i: usize) -> Range<usize> {
+    let per_line = LINE / size;
+    let lines = share(len.div_ceil(per_line), parts, i);
+    (lines.start * per_line).min(len)..(lines.end * per_line).min(len)
 }
 
 /// Bytes of a call's footprint per part when the ranks claim parts as

@@ -21,7 +21,7 @@
 
 use super::super::memory::{LINE, Phase};
 use super::Part;
-use crate::core::{Call, RedOp, share};
+use crate::core::{Call, RedOp};
 use crate::kernels::{Arith, reduce_blocks, reduce_into};
 use crate::with_element_type;
 use std::ops::Range;
@@ -186,13 +186,6 @@ struct Out {
     stream: bool,
 }
 
-/// Part `i` of `parts` of `count` elements, in whole cache lines.
-fn lines_share(count: usize, size: usize, parts: usize, i: usize) -> Range<usize> {
-    let per_line = (LINE / size).max(1);
-    let lines = share(count.div_ceil(per_line), parts, i);
-    (lines.start * per_line).min(count)..(lines.end * per_line).min(count)
-}
-
 /// Output addresses without allocating: N is at most this for the stack
 /// list (small, since every call initialises the whole list).
 const MAX_STACK_OUTPUTS: usize = 16;
@@ -200,7 +193,7 @@ const MAX_STACK_OUTPUTS: usize = 16;
 pub fn all_reduce(p: &Phase, part: Part, calls: &[Call]) {
     let c = &calls[0];
     let n = calls.len();
-    let range = lines_share(c.count, c.datatype.size(), part.of, part.index);
+    let range = part.of_all(c.count, c.datatype.size());
     if range.is_empty() {
         return;
     }
@@ -254,7 +247,7 @@ pub fn reduce(p: &Phase, part: Part, calls: &[Call]) {
         addr: root.recvbuff,
         stream,
     }];
-    let range = lines_share(c.count, c.datatype.size(), part.of, part.index);
+    let range = part.of_all(c.count, c.datatype.size());
     let input = |s: usize| calls[s].sendbuff;
     let job = Job {
         p,
@@ -288,11 +281,6 @@ pub fn reduce_scatter(p: &Phase, part: Part, calls: &[Call]) {
         outputs: &outputs,
         from_memory,
     };
-    let range = lines_share(
-        c.count,
-        c.datatype.size(),
-        part.of / n,
-        part.index % (part.of / n),
-    );
+    let range = part.of_block(n, c.count, c.datatype.size());
     with_element_type!(c.datatype, T => job.range::<T>(range));
 }
