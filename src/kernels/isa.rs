@@ -105,6 +105,22 @@ fn fold_blocks_v3<'a, T: Arith>(
     super::fold::fold_blocks::<T, true>(block, starts, op, nranks, input, emit)
 }
 
+/// How the 16-bit types' fused step `rnd(acc + x·s)` is computed for a
+/// given scalar (each type's `step_for` says which scalars take which).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+type Step = u8;
+/// The f32 FMA alone: rounding it to 16 bits rounds the exact value once.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+const FMA: Step = 0;
+/// The f32 sum, and a correction for the lanes that may land on a 16-bit
+/// midpoint without being exact; every product `x·s` is exact in f32.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+const SUM: Step = 1;
+/// As [`SUM`], for scalars small enough that products may fall below the
+/// 16-bit type's normals (half) or be inexact in f32 (bfloat16).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+const SUM_TINY: Step = 2;
+
 // ------------------------------------------------------------ half with F16C
 //
 // Half's steps widen to f32 (exact), compute there, and round back to
@@ -169,6 +185,7 @@ pub(super) fn half_premul_two(
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod half_v3 {
     use super::super::Arith;
+    use super::{FMA, SUM, SUM_TINY, Step};
     use crate::core::datatype::f16_to_f32;
     use half::f16;
     use std::arch::x86_64::*;
@@ -225,28 +242,35 @@ mod half_v3 {
 
     /// `acc + p` rounded to f32 such that rounding the result to half
     /// rounds the exact sum once. The sum rounded to nearest does, unless a
-    /// lane lands exactly on a midpoint between two halves (or below half's
-    /// normals, where the midpoints are not checked): rounding to nearest
-    /// at 24 bits never crosses a midpoint, which f32 holds, so a result
-    /// off every midpoint lies on the exact sum's side of each. Only
-    /// vectors with such a lane pay TwoSum, and only those where the sum
-    /// was inexact the rounding to odd.
+    /// lane lands exactly on a midpoint between two halves without being
+    /// exact: rounding to nearest at 24 bits never crosses a midpoint,
+    /// which f32 holds, so a result off every midpoint lies on the exact
+    /// sum's side of each. A lane whose `acc` is zero is exact (the sum is
+    /// `p`), and so is one below half's normals unless `TINY` (see
+    /// [`Step`]); the midpoints checked are those of half's normals. Only
+    /// vectors with a lane left pay TwoSum, and only those where that
+    /// lane's sum was inexact the rounding to odd.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn settled(acc: __m256, p: __m256) -> __m256 {
+    fn settled<const TINY: bool>(acc: __m256, p: __m256) -> __m256 {
         let r = _mm256_add_ps(acc, p);
         let bits = _mm256_castps_si256(r);
         // half's last bit is f32's bit 13; a midpoint has bit 12 set and
         // the bits below it clear
         let low = _mm256_and_si256(bits, _mm256_set1_epi32(0x1FFF));
-        let mid = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x1000)));
-        let a = _mm256_and_ps(r, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
-        let low_range = _mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_set1_ps(f32::from_bits(0x3880_0000)));
-        let tiny = _mm256_and_ps(
-            low_range,
-            _mm256_cmp_ps::<_CMP_GT_OQ>(a, _mm256_setzero_ps()),
-        );
-        let suspect = _mm256_or_ps(mid, tiny);
+        let mut suspect = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x1000)));
+        if TINY {
+            let a = _mm256_and_ps(r, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
+            let low_range =
+                _mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_set1_ps(f32::from_bits(0x3880_0000)));
+            let tiny = _mm256_and_ps(
+                low_range,
+                _mm256_cmp_ps::<_CMP_GT_OQ>(a, _mm256_setzero_ps()),
+            );
+            suspect = _mm256_or_ps(suspect, tiny);
+        }
+        let nonzero = _mm256_cmp_ps::<_CMP_NEQ_OQ>(acc, _mm256_setzero_ps());
+        let suspect = _mm256_and_ps(suspect, nonzero);
         if _mm256_testz_ps(suspect, suspect) != 0 {
             return r;
         }
@@ -320,32 +344,42 @@ mod half_v3 {
         }
     }
 
-    /// Whether the fused step with `s` needs no rounding to odd: `s` a
-    /// power of two, zero, infinite or NaN (no stored significand bits).
-    /// `x·s` then has at most 11 significant bits, like `acc`, and the f32
-    /// FMA rounds the exact sum once at 24 bits: for that to be inexact the
-    /// two terms must be 13 binades apart, and then the sum is the larger
-    /// term, a half value, moved by less than a 2^-12 fraction (never onto
-    /// a midpoint), or the larger term exactly (a midpoint only when `x·s`
-    /// is below half's normals, where any nonzero `acc`, at least 2^-24, is
-    /// within f32's 24 bits of it and the sum is exact): rounding it to
-    /// half rounds the exact value once.
+    /// With `s` a power of two, zero, infinite or NaN (no stored
+    /// significand bits), [`FMA`]: `x·s` then has at most 11 significant
+    /// bits, like `acc`, and the f32 FMA rounds the exact sum once at 24
+    /// bits: for that to be inexact the two terms must be 13 binades apart,
+    /// and then the sum is the larger term, a half value, moved by less
+    /// than a 2^-12 fraction (never onto a midpoint), or the larger term
+    /// exactly (a midpoint only when `x·s` is below half's normals, where
+    /// any nonzero `acc`, at least 2^-24, is within f32's 24 bits of it and
+    /// the sum is exact): rounding it to half rounds the exact value once.
+    /// With any other `s` of at least 2^-4 in magnitude, [`SUM`]: `x` is a
+    /// multiple of 2^-24 and `s` of 2^-14, so the exact sum is a multiple
+    /// of 2^-38 and, below half's normals (2^-14), has at most 24
+    /// significant bits: the f32 sum is exact there and needs no check.
+    /// Smaller scalars: [`SUM_TINY`].
     #[inline(always)]
-    fn short_scalar(s: f16) -> bool {
-        s.to_bits() & 0x3FF == 0
+    fn step_for(s: f16) -> Step {
+        let bits = s.to_bits();
+        if bits & 0x3FF == 0 {
+            FMA
+        } else if (bits >> 10) & 0x1F >= 15 - 4 {
+            SUM
+        } else {
+            SUM_TINY
+        }
     }
 
     /// The fused step on 8 lanes, rounded to f32 such that rounding the
-    /// result to half rounds the exact `acc + x·s` once: the FMA for a
-    /// scalar of no significand bits, else [`settled`].
+    /// result to half rounds the exact `acc + x·s` once.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn step<const SHORT: bool>(acc: __m256, x: __m256, sv: __m256) -> __m256 {
-        if SHORT {
-            _mm256_fmadd_ps(x, sv, acc)
-        } else {
+    fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> __m256 {
+        match STEP {
+            FMA => _mm256_fmadd_ps(x, sv, acc),
             // the product of two halves is exact in f32
-            settled(acc, _mm256_mul_ps(x, sv))
+            SUM => settled::<false>(acc, _mm256_mul_ps(x, sv)),
+            _ => settled::<true>(acc, _mm256_mul_ps(x, sv)),
         }
     }
 
@@ -370,9 +404,9 @@ mod half_v3 {
     /// which the conversions' throughput on Zen 1 makes the larger part of
     /// the pair's time.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn premul_two_with<const SHORT: bool>(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
+    fn premul_two_with<const STEP: Step>(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
         let sv = _mm256_set1_ps(f16_to_f32(s));
-        let shrinks = SHORT && f16_to_f32(s).abs() <= 1.0;
+        let shrinks = STEP == FMA && f16_to_f32(s).abs() <= 1.0;
         let len = acc.len();
         let (x0, x1) = (&x0[..len], &x1[..len]);
         let mut out = acc.chunks_exact_mut(8);
@@ -384,7 +418,7 @@ mod half_v3 {
                 // rnd(x0·s), as half and back (exact)
                 _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(p))
             };
-            store(o, step::<SHORT>(first, load(b), sv));
+            store(o, step::<STEP>(first, load(b), sv));
         }
         let rest = out.into_remainder();
         let at = len - rest.len();
@@ -395,21 +429,21 @@ mod half_v3 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn premul_two(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
-        if short_scalar(s) {
-            premul_two_with::<true>(acc, x0, x1, s)
-        } else {
-            premul_two_with::<false>(acc, x0, x1, s)
+        match step_for(s) {
+            FMA => premul_two_with::<FMA>(acc, x0, x1, s),
+            SUM => premul_two_with::<SUM>(acc, x0, x1, s),
+            _ => premul_two_with::<SUM_TINY>(acc, x0, x1, s),
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn premul_add_with<const SHORT: bool>(acc: &mut [f16], x: &[f16], s: f16) {
+    fn premul_add_with<const STEP: Step>(acc: &mut [f16], x: &[f16], s: f16) {
         let sv = _mm256_set1_ps(f16_to_f32(s));
         let len = acc.len();
         let x = &x[..len];
         let mut out = acc.chunks_exact_mut(8);
         for (o, b) in (&mut out).zip(x.chunks_exact(8)) {
-            let r = step::<SHORT>(load(o), load(b), sv);
+            let r = step::<STEP>(load(o), load(b), sv);
             store(o, r);
         }
         let rest = out.into_remainder();
@@ -421,10 +455,10 @@ mod half_v3 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn premul_add(acc: &mut [f16], x: &[f16], s: f16) {
-        if short_scalar(s) {
-            premul_add_with::<true>(acc, x, s)
-        } else {
-            premul_add_with::<false>(acc, x, s)
+        match step_for(s) {
+            FMA => premul_add_with::<FMA>(acc, x, s),
+            SUM => premul_add_with::<SUM>(acc, x, s),
+            _ => premul_add_with::<SUM_TINY>(acc, x, s),
         }
     }
 }
@@ -469,8 +503,11 @@ mod half_v3 {
 //   direction of the exact value from TwoSum's error term (exact when
 //   `x·s` is exact in f32, i.e. not below 2^-134 nor past the largest
 //   float; lanes where that fails go through the portable element step).
-//   On most data few lanes land on a midpoint, so 16 lanes at a time skip
-//   the error term when none does.
+//   With `s` of at least 2^-9 every finite product is exact, and a lane on
+//   a midpoint can be inexact only when `x·s` is 17 or more binades above
+//   `acc` (`far_apart`), so the error term is computed for the vectors
+//   with such a lane alone: real data and the benchmark's small integers
+//   land on midpoints often, but with their terms that far apart rarely.
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 macro_rules! bf16_entry {
@@ -508,6 +545,7 @@ bf16_entry! {
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod bf16_v3 {
     use super::super::Arith;
+    use super::{FMA, SUM, SUM_TINY, Step};
     use crate::core::datatype::bf16_to_f32;
     use half::bf16;
     use std::arch::x86_64::*;
@@ -631,50 +669,104 @@ mod bf16_v3 {
         }
     }
 
-    /// Whether the fused step with `s` never needs the error term: `s` a
-    /// power of two, zero, infinite or NaN (no stored significand bits).
+    /// [`FMA`] for `s` a power of two, zero, infinite or NaN (no stored
+    /// significand bits), the section's first case. Any other `s` of at
+    /// least 2^-9 in magnitude: [`SUM`]. `x` is a multiple of 2^-133 and
+    /// `s` of 2^-16, so `x·s` is a multiple of 2^-149, f32's smallest
+    /// subnormal, with at most 16 significant bits: exact in f32 unless it
+    /// overflows, and then the sum is infinite in f32 and in bfloat16
+    /// alike. Smaller scalars: [`SUM_TINY`].
     #[inline(always)]
-    fn short_scalar(s: bf16) -> bool {
-        s.to_bits() & 0x7F == 0
+    fn step_for(s: bf16) -> Step {
+        let bits = s.to_bits();
+        if bits & 0x7F == 0 {
+            FMA
+        } else if (bits >> 7) & 0xFF >= 127 - 9 {
+            SUM
+        } else {
+            SUM_TINY
+        }
     }
 
-    /// The fused step on 8 lanes with the scalar `sv` of no significand
-    /// bits: the f32 FMA, rounded (the section's comment says why that is
-    /// rounding once).
+    /// Whether each lane's f32 sum `acc + p` may land on a bfloat16
+    /// midpoint without being exact (all ones) or cannot (zero), `acc` a
+    /// bfloat16 value and `p` a product exact in f32 (at most 16
+    /// significant bits). Inexact needs a set bit below the sum's f32 unit,
+    /// and that unit is at most 2^-23 of the sum's top bit, one above the
+    /// larger term's at most.
+    ///
+    /// - `acc` the larger term: a midpoint `r` is `acc` plus an odd
+    ///   multiple of half `acc`'s bfloat16 unit (a quarter of it after a
+    ///   borrow into the binade below, a whole one after a carry into the
+    ///   one above), and `p` is within half an f32 unit of `r − acc`. So
+    ///   `p` reaches that high, and its 16 bits then end no lower than the
+    ///   sum's f32 unit: the sum is exact. The one `p` that falls short,
+    ///   sixteen ones ending half an f32 unit below, is not a product of
+    ///   two bfloat16 significands (2^16 − 1 = 255·257; the largest such
+    ///   product is 255² = 65025).
+    /// - `p` the larger term: `acc`'s bits, at most 8, end within the
+    ///   sum's 24 unless `acc`'s top bit lies 17 or more binades below
+    ///   `p`'s, which `|p| > 2^16·|acc|` flags (a zero `acc` leaves `p`
+    ///   itself).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn step_short(acc: __m256, x: __m256, sv: __m256) -> __m256i {
-        round(_mm256_fmadd_ps(x, sv, acc))
+    fn far_apart(acc: __m256, p: __m256) -> __m256i {
+        let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
+        let a = _mm256_and_ps(acc, magnitude);
+        let b = _mm256_and_ps(p, magnitude);
+        // exact: a power of two times a bfloat16 value below 2^128
+        let scaled = _mm256_mul_ps(a, _mm256_set1_ps(65536.0));
+        let far = _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_GT_OQ>(b, scaled),
+            _mm256_cmp_ps::<_CMP_NEQ_OQ>(a, _mm256_setzero_ps()),
+        );
+        _mm256_castps_si256(far)
     }
 
-    /// The fused step on 8 lanes with any scalar: the rounded bits, and the
-    /// lanes whose midpoint direction this could not settle (movemask
-    /// bits), which the caller computes again with the element step.
+    /// The fused step on 8 lanes: the rounded bits, and the lanes whose
+    /// midpoint direction this could not settle (movemask bits; only
+    /// [`SUM_TINY`] has any), which the caller computes again with the
+    /// element step. [`SUM`] looks at a lane on a midpoint only when its
+    /// terms are [`far_apart`], so most midpoints, which are exact, cost
+    /// no error term.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn step_any(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) {
+    fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) {
         let s = _mm256_fmadd_ps(x, sv, acc);
+        if STEP == FMA {
+            return (round(s), 0);
+        }
         let bits = _mm256_castps_si256(s);
         let low = _mm256_and_si256(bits, _mm256_set1_epi32(0xFFFF));
-        let mid = _mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000));
+        let mut mid = _mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000));
         if _mm256_testz_si256(mid, mid) == 1 {
             return (round(s), 0);
         }
-        // TwoSum: e = acc + p − s exactly, when p = x·s is exact
         let p = _mm256_mul_ps(x, sv);
+        if STEP == SUM {
+            mid = _mm256_and_si256(mid, far_apart(acc, p));
+            if _mm256_testz_si256(mid, mid) == 1 {
+                return (round(s), 0);
+            }
+        }
+        // TwoSum: e = acc + p − s exactly, when p = x·s is exact
         let bb = _mm256_sub_ps(s, acc);
         let e = _mm256_add_ps(
             _mm256_sub_ps(acc, _mm256_sub_ps(s, bb)),
             _mm256_sub_ps(p, bb),
         );
-        // p is exact in f32 when it is at least 2^-134 (its 16 bits then
-        // reach no lower than 2^-149) and finite
-        let pm = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
-        let p_ok = _mm256_and_ps(
-            _mm256_cmp_ps::<_CMP_GE_OQ>(pm, _mm256_set1_ps(f32::from_bits(1 << 15))),
-            _mm256_cmp_ps::<_CMP_LT_OQ>(pm, _mm256_set1_ps(f32::INFINITY)),
-        );
-        let unsettled = _mm256_andnot_ps(p_ok, _mm256_castsi256_ps(mid));
+        let unsettled = if STEP == SUM {
+            0
+        } else {
+            // p is exact in f32 when it is at least 2^-134 (its 16 bits
+            // then reach no lower than 2^-149) and finite
+            let pm = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
+            let p_ok = _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_GE_OQ>(pm, _mm256_set1_ps(f32::from_bits(1 << 15))),
+                _mm256_cmp_ps::<_CMP_LT_OQ>(pm, _mm256_set1_ps(f32::INFINITY)),
+            );
+            _mm256_movemask_ps(_mm256_andnot_ps(p_ok, _mm256_castsi256_ps(mid)))
+        };
         // at a midpoint that is not the exact value, one f32 unit towards
         // it: +1 on the bits when e has s's sign (away from zero), else −1
         let inexact = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_OQ>(e, _mm256_setzero_ps()));
@@ -682,7 +774,7 @@ mod bf16_v3 {
         let step = _mm256_or_si256(_mm256_srai_epi32::<31>(signs), _mm256_set1_epi32(1));
         let delta = _mm256_and_si256(_mm256_and_si256(mid, inexact), step);
         let stepped = _mm256_castsi256_ps(_mm256_add_epi32(bits, delta));
-        (round(stepped), _mm256_movemask_ps(unsettled))
+        (round(stepped), unsettled)
     }
 
     /// `premul_two` for the 16 elements of the chunks. `rnd(x0·s)` is the
@@ -692,7 +784,7 @@ mod bf16_v3 {
     /// power-of-two `s`; the check is cheaper than the rounding.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn premul_two_16<const SHORT: bool>(
+    fn premul_two_16<const STEP: Step>(
         out: &mut [bf16],
         x0: &[bf16],
         x1: &[bf16],
@@ -702,18 +794,14 @@ mod bf16_v3 {
         let (ae, ao) = load(x0);
         let (pe, po) = (_mm256_mul_ps(ae, sv), _mm256_mul_ps(ao, sv));
         let low = _mm256_or_si256(_mm256_castps_si256(pe), _mm256_castps_si256(po));
-        let (ae, ao) = if SHORT && _mm256_testz_si256(low, _mm256_set1_epi32(0xFFFF)) == 1 {
+        let (ae, ao) = if STEP == FMA && _mm256_testz_si256(low, _mm256_set1_epi32(0xFFFF)) == 1 {
             (pe, po)
         } else {
             (rounded(pe), rounded(po))
         };
         let (xe, xo) = load(x1);
-        if SHORT {
-            store(out, step_short(ae, xe, sv), step_short(ao, xo, sv));
-            return;
-        }
-        let (re, ue) = step_any(ae, xe, sv);
-        let (ro, uo) = step_any(ao, xo, sv);
+        let (re, ue) = step::<STEP>(ae, xe, sv);
+        let (ro, uo) = step::<STEP>(ao, xo, sv);
         store(out, re, ro);
         if ue | uo != 0 {
             for ((o, a), b) in out.iter_mut().zip(x0).zip(x1) {
@@ -723,13 +811,13 @@ mod bf16_v3 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn premul_two_with<const SHORT: bool>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
+    fn premul_two_with<const STEP: Step>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
         let sv = _mm256_set1_ps(bf16_to_f32(s));
         let len = acc.len();
         let (x0, x1) = (&x0[..len], &x1[..len]);
         let mut out = acc.chunks_exact_mut(16);
         for ((o, a), b) in (&mut out).zip(x0.chunks_exact(16)).zip(x1.chunks_exact(16)) {
-            premul_two_16::<SHORT>(o, a, b, s, sv);
+            premul_two_16::<STEP>(o, a, b, s, sv);
         }
         let rest = out.into_remainder();
         let at = len - rest.len();
@@ -740,25 +828,21 @@ mod bf16_v3 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn premul_two(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
-        if short_scalar(s) {
-            premul_two_with::<true>(acc, x0, x1, s)
-        } else {
-            premul_two_with::<false>(acc, x0, x1, s)
+        match step_for(s) {
+            FMA => premul_two_with::<FMA>(acc, x0, x1, s),
+            SUM => premul_two_with::<SUM>(acc, x0, x1, s),
+            _ => premul_two_with::<SUM_TINY>(acc, x0, x1, s),
         }
     }
 
     /// `premul_add` for the 16 elements of the chunks.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn premul_add_16<const SHORT: bool>(out: &mut [bf16], x: &[bf16], s: bf16, sv: __m256) {
+    fn premul_add_16<const STEP: Step>(out: &mut [bf16], x: &[bf16], s: bf16, sv: __m256) {
         let (ae, ao) = load(out);
         let (xe, xo) = load(x);
-        if SHORT {
-            store(out, step_short(ae, xe, sv), step_short(ao, xo, sv));
-            return;
-        }
-        let (re, ue) = step_any(ae, xe, sv);
-        let (ro, uo) = step_any(ao, xo, sv);
+        let (re, ue) = step::<STEP>(ae, xe, sv);
+        let (ro, uo) = step::<STEP>(ao, xo, sv);
         if ue | uo == 0 {
             store(out, re, ro);
         } else {
@@ -769,13 +853,13 @@ mod bf16_v3 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn premul_add_with<const SHORT: bool>(acc: &mut [bf16], x: &[bf16], s: bf16) {
+    fn premul_add_with<const STEP: Step>(acc: &mut [bf16], x: &[bf16], s: bf16) {
         let sv = _mm256_set1_ps(bf16_to_f32(s));
         let len = acc.len();
         let x = &x[..len];
         let mut out = acc.chunks_exact_mut(16);
         for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-            premul_add_16::<SHORT>(o, b, s, sv);
+            premul_add_16::<STEP>(o, b, s, sv);
         }
         let rest = out.into_remainder();
         let at = len - rest.len();
@@ -786,10 +870,10 @@ mod bf16_v3 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn premul_add(acc: &mut [bf16], x: &[bf16], s: bf16) {
-        if short_scalar(s) {
-            premul_add_with::<true>(acc, x, s)
-        } else {
-            premul_add_with::<false>(acc, x, s)
+        match step_for(s) {
+            FMA => premul_add_with::<FMA>(acc, x, s),
+            SUM => premul_add_with::<SUM>(acc, x, s),
+            _ => premul_add_with::<SUM_TINY>(acc, x, s),
         }
     }
 }

@@ -1,0 +1,73 @@
+//! The reduction kernels' time per element on data of different shapes,
+//! Sum next to PreMulSum(0.3), in cache (two or four inputs of 1 MiB or
+//! less in all): the 16-bit fused step costs more where lanes land on a
+//! 16-bit midpoint, so its speed depends on the data, which
+//! `benches/kernels.rs` (one shape) does not show. Best of 30 rounds of 10
+//! reductions each.
+//!
+//!     cargo run --release --example kernel_data
+//!
+//! Shapes: `onehot` one nonzero input per element, a small integer (what
+//! `rankwise bench` checks Avg and PreMulSum with); `same` every rank the
+//! same value (a benchmark's in-place calls after the first); `rand`
+//! random 11-bit significands over 10 binades, signs mixed.
+
+use half::{bf16, f16};
+use rankwise::RedOp;
+use rankwise::kernels::{Arith, Isa, reduce_into_on};
+use std::time::Instant;
+
+/// A well-spread 64-bit hash of `i`.
+fn hash(i: u64) -> u64 {
+    let mut z = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Element `i` of rank `r`'s input among `n`.
+fn value(shape: &str, n: usize, r: usize, i: usize) -> f64 {
+    let h = hash((i * 16 + r) as u64);
+    match shape {
+        "onehot" if i % n == r => (1 + h % 200) as f64,
+        "onehot" => 0.0,
+        "same" => 0.45 * (1 + hash(i as u64) % 200) as f64,
+        _ => f16::from_bits(((h & 0x83FF) | ((10 + (h >> 16) % 10) << 10)) as u16).to_f64(),
+    }
+}
+
+fn run<T: Arith>(name: &str, n: usize, shape: &str) {
+    let len = (1 << 20) / std::mem::size_of::<T>() / n;
+    let x: Vec<Vec<T>> = (0..n)
+        .map(|r| {
+            (0..len)
+                .map(|i| T::from_f64(value(shape, n, r, i)))
+                .collect()
+        })
+        .collect();
+    let mut acc = vec![T::default(); len];
+    let mut line = format!("{name:9} N={n} {shape:7}");
+    for op in [RedOp::Sum, RedOp::PreMulSum(0.3)] {
+        let mut best = f64::MAX;
+        for _ in 0..30 {
+            let t = Instant::now();
+            for _ in 0..10 {
+                reduce_into_on(Isa::detected(), &mut acc, op, n, |s| &x[s]);
+            }
+            best = best.min(t.elapsed().as_secs_f64() / 10.0);
+        }
+        line += &format!("  {op}: {:.3} ns", best * 1e9 / len as f64);
+    }
+    println!("{line}");
+}
+
+fn main() {
+    println!("ns per element, best of 30, on {:?}", Isa::detected());
+    for n in [2, 4] {
+        for shape in ["onehot", "same", "rand"] {
+            run::<f32>("float", n, shape);
+            run::<f16>("half", n, shape);
+            run::<bf16>("bfloat16", n, shape);
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The 16-bit block kernels (half with F16C, bfloat16 with AVX2) against
+//! the portable element steps on every value of the type, and on the lanes
+//! their fast paths must not get wrong: the f32 sum landing on a 16-bit
+//! midpoint without being exact, at the edges of the ranges.
+
+use super::*;
+
+/// bfloat16's block path at the edges of f32's range: blocks whose every
+/// product is exact in f32, down to 2^-126 and up to the largest float
+/// (the f32 path), and the same blocks with one product below or above
+/// (the f64 path), all against the reference.
+#[test]
+fn bfloat16_blocks_at_the_edges_of_f32s_range() {
+    let mut next = splitmix(11);
+    for edge in [-126i32, 127] {
+        for outlier in [None, Some(-140), Some(-127), Some(128), Some(200)] {
+            let mut x0 = Vec::new();
+            let mut x1 = Vec::new();
+            let s = 2f64.powi(if edge < 0 { -70 } else { 70 });
+            for lane in 0..67 {
+                let b = next();
+                let m = 1.0 + (b % 128) as f64 / 128.0;
+                // products m·2^e with e from the edge inwards
+                let e = if edge < 0 {
+                    edge + (b >> 8) as i32 % 4
+                } else {
+                    edge - (b >> 8) as i32 % 4
+                };
+                let e = match outlier {
+                    Some(o) if lane == 31 => o,
+                    _ => e,
+                };
+                let sign = if b & 1 << 20 == 0 { 1.0 } else { -1.0 };
+                x1.push(bf16::from_f64(sign * m * 2f64.powi(e) / s));
+                x0.push(bf16::from_f64(input::<f64>(next()) * 2f64.powi(e) / s));
+            }
+            check_folds(&x0, &x1, s).unwrap();
+        }
+    }
+}
+
+/// Scalars for the 16-bit block tests: powers of two across the range
+/// (every Avg at a power-of-two N, and PreMulSum's short scalars), zero,
+/// infinity, NaN, and scalars with significand bits (rounded to the type).
+fn scalars16() -> Vec<f64> {
+    let mut s: Vec<f64> = [-24, -14, -8, -2, -1, 0, 1, 3, 9, 15, 40, 120, -126, -133]
+        .into_iter()
+        .map(|e| 2f64.powi(e))
+        .collect();
+    s.extend([-0.5, 0.0, -0.0, f64::INFINITY, f64::NAN]);
+    s.extend([0.3, 1.0 / 3.0, 0.75, -1.7, 1.5, 1e-3, 3e4, 7e-40]);
+    s
+}
+
+/// Accumulators for the 16-bit block tests: every class of value (zeros,
+/// subnormals, the extremes, infinities, NaN) and a spread of bit patterns.
+fn accumulators16() -> Vec<u16> {
+    let mut a = vec![
+        0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x007F, 0x0080, 0x7BFF, 0xFBFF, 0x7C00,
+        0xFC00, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7E00, 0x7FC0, 0x3C00, 0xBC00, 0x3F80, 0xBF80,
+    ];
+    let mut next = splitmix(17);
+    a.extend((0..26).map(|_| next() as u16));
+    a
+}
+
+/// Every 16-bit pattern, in an order that depends on `k` (so two inputs
+/// pair each value with many others across calls).
+fn every16(k: u64) -> impl Iterator<Item = u16> {
+    // an odd multiplier permutes the 2^16 patterns
+    let m = (2 * (k.wrapping_mul(0x9E37_79B9) % 30_000) + 1) as u32;
+    (0..1u32 << 16).map(move |i| (i.wrapping_mul(m).wrapping_add(k as u32 * 7919)) as u16)
+}
+
+/// The 16-bit block kernels of x86-64-v3 (Sum, the first fused pair, the
+/// fused step) against the portable element functions (held to the exact
+/// reference by the tests above), on every value of the type as `x` and
+/// a spread of accumulators and scalars: bit for bit, NaN aside.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn blocks16_match_the_element_steps<T: Exact>() {
+    if !Isa::X86V3.available() {
+        return;
+    }
+    let eq = |got: T, want: T| same(got.to_f64(), want.to_f64());
+    let all: Vec<T> = every16(0).map(|b| T::from_bits64(b.into())).collect();
+    let mut out = vec![T::default(); all.len()];
+    for (k, &a) in accumulators16().iter().enumerate() {
+        let a = T::from_bits64(a.into());
+        let acc: Vec<T> = vec![a; all.len()];
+        let other: Vec<T> = every16(k as u64 + 1)
+            .map(|b| T::from_bits64(b.into()))
+            .collect();
+        // Sum: acc + x, and x + a permutation of x
+        out.copy_from_slice(&acc);
+        T::sum_all::<true>(&mut out, 2, |s| if s == 0 { &acc } else { &all });
+        for (i, y) in out.iter().enumerate() {
+            assert!(
+                eq(*y, T::add(a, all[i])),
+                "{} {a:?} + {:?}",
+                T::DTYPE,
+                all[i]
+            );
+        }
+        T::sum_all::<true>(&mut out, 2, |s| if s == 0 { &all } else { &other });
+        for (i, y) in out.iter().enumerate() {
+            let want = T::add(all[i], other[i]);
+            assert!(eq(*y, want), "{} {:?} + {:?}", T::DTYPE, all[i], other[i]);
+        }
+        for s in scalars16() {
+            let s = T::from_f64(s);
+            out.copy_from_slice(&acc);
+            T::premul_add_all::<true>(&mut out, &all, s);
+            for (i, y) in out.iter().enumerate() {
+                let want = T::premul_add(a, all[i], s);
+                assert!(
+                    eq(*y, want),
+                    "{} {a:?} + {:?}·{s:?}: {y:?}, want {want:?}",
+                    T::DTYPE,
+                    all[i]
+                );
+            }
+            T::premul_two_all::<true>(&mut out, &other, &all, s);
+            for (i, y) in out.iter().enumerate() {
+                let want = T::premul_add(T::mul(other[i], s), all[i], s);
+                assert!(
+                    eq(*y, want),
+                    "{} {:?}·{s:?} + {:?}·{s:?}: {y:?}, want {want:?}",
+                    T::DTYPE,
+                    other[i],
+                    all[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn half_blocks_match_the_element_steps_on_every_value() {
+    blocks16_match_the_element_steps::<f16>();
+}
+
+#[test]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn bfloat16_blocks_match_the_element_steps_on_every_value() {
+    blocks16_match_the_element_steps::<bf16>();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Avg and PreMulSum with a power-of-two scalar (the FMA path of half
+    /// and bfloat16, no error term) on 2 and 3 ranks, any bit patterns,
+    /// lane by lane against the exact reference.
+    #[test]
+    fn short_scalar_folds_round_once_on_every_instruction_set(
+        x in prop::collection::vec(any::<u64>(), 3 * 67),
+        j in -140i32..130,
+        negative: bool,
+    ) {
+        fn check<T: Exact>(x: &[u64], s: f64) -> Result<(), TestCaseError> {
+            let op = RedOp::PreMulSum(s);
+            let lanes: Vec<T> = x.iter().map(|&b| T::from_bits64(b)).collect();
+            for n in [2, 3] {
+                let inputs: Vec<Vec<T>> = lanes.chunks(67).take(n).map(|c| c.to_vec()).collect();
+                if let Some(wrong) = first_wrong(op, &inputs) {
+                    return Err(TestCaseError::fail(wrong));
+                }
+            }
+            Ok(())
+        }
+        let s = if negative { -1.0 } else { 1.0 } * 2f64.powi(j);
+        check::<f16>(&x, s)?;
+        check::<bf16>(&x, s)?;
+    }
+}
+
+/// How many lanes of `check_folds`'s pair a plain f32 sum rounded to the
+/// type gets wrong: the lanes that exercise a fast path's midpoint check.
+fn plain_f32_misses<T: Exact>(x0: &[T], x1: &[T], s: f64) -> usize {
+    let f = T::FORMAT;
+    let s = T::from_f64(s).to_f64();
+    let rnd = |v: f32| T::from_f64(f64::from(v)).to_f64();
+    x0.iter()
+        .zip(x1)
+        .filter(|(a, x)| {
+            let (a, x) = (a.to_f64(), x.to_f64());
+            // both products are exact in f32 here; the sum is rounded twice
+            let first = rnd((a * s) as f32);
+            let plain = rnd(first as f32 + (x * s) as f32);
+            !same(plain, exact::fma(f, exact::mul(f, a, s), x, s))
+        })
+        .count()
+}
+
+/// Half with a scalar below 2^-4: `acc + x·s` below half's normals, on a
+/// subnormal midpoint in f32 without being exact. `x·s` is
+/// 1141·1838 = 2^21 + 6 units: 2^-25 + 3·2^-44, and each `acc` (`x0·s`
+/// rounded) lies in [2^-17, 2^-15), where f32's unit is 2^-40 or more, so
+/// the f32 sum is `acc + 2^-25`, a midpoint, while the exact sum is above
+/// it; on half the lanes ties to even would round down.
+#[test]
+fn half_sums_below_the_normals_round_once_with_small_scalars() {
+    let s = 1838.0 / 1024.0 * 2f64.powi(-12);
+    let x1 = f16::from_f64(1141.0 / 1024.0 * 2f64.powi(-14));
+    let start = f16::from_f64(2f64.powi(-16) / s).to_bits();
+    let x0: Vec<f16> = (start - 40..start + 40).map(f16::from_bits).collect();
+    let x1 = vec![x1; x0.len()];
+    assert!(
+        plain_f32_misses(&x0, &x1, s) >= 20,
+        "the lanes lost their ties"
+    );
+    check_folds(&x0, &x1, s).unwrap();
+}
+
+/// bfloat16 with a scalar of significand bits, on products that are
+/// themselves midpoints (3·m of 9 significant bits, m odd) and `acc`s of
+/// either sign from 12 to 40 binades below them: from 24 binades down the
+/// f32 sum is the product alone, a midpoint, while the exact sum is not.
+/// The same pairs with the terms swapped (`acc` the larger term) never
+/// land on a midpoint inexactly, which the kernel relies on.
+#[test]
+fn bfloat16_sums_far_from_a_midpoint_product_round_once() {
+    let s = 0.75;
+    let mut next = splitmix(23);
+    let (mut x0, mut x1) = (Vec::new(), Vec::new());
+    for m in (129..171).step_by(2) {
+        for gap in 12..41 {
+            let b = next();
+            let sign = if b & 1 == 0 { 1.0 } else { -1.0 };
+            let tiny = sign * (1.0 + (b >> 8) as f64 % 128.0 / 128.0) * 2f64.powi(-gap);
+            x0.push(bf16::from_f64(tiny));
+            x1.push(bf16::from_f64(m as f64 / 128.0));
+        }
+    }
+    assert!(
+        plain_f32_misses(&x0, &x1, s) >= 100,
+        "the lanes lost their ties"
+    );
+    check_folds(&x0, &x1, s).unwrap();
+    // acc = rnd(x1·s) the larger term, x0·s the smaller
+    assert_eq!(plain_f32_misses(&x1, &x0, s), 0);
+    check_folds(&x1, &x0, s).unwrap();
+}
