@@ -163,8 +163,8 @@ fn step_for(s: bf16) -> Step {
 ///   product is 255² = 65025).
 /// - `p` the larger term: `acc`'s bits, at most 8, end within the
 ///   sum's 24 unless `acc`'s top bit lies 17 or more binades below
-///   `p`'s, which `|p| > 2^16·|acc|` flags (a zero `acc` leaves `p`
-///   itself).
+///   `p`'s, which `|p| > 2^16·|acc|` flags (the caller has set aside a
+///   zero `acc`, which leaves `p` itself).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn far_apart(acc: __m256, p: __m256) -> __m256i {
@@ -173,11 +173,7 @@ fn far_apart(acc: __m256, p: __m256) -> __m256i {
     let b = _mm256_and_ps(p, magnitude);
     // exact: a power of two times a bfloat16 value below 2^128
     let scaled = _mm256_mul_ps(a, _mm256_set1_ps(65536.0));
-    let far = _mm256_and_ps(
-        _mm256_cmp_ps::<_CMP_GT_OQ>(b, scaled),
-        _mm256_cmp_ps::<_CMP_NEQ_OQ>(a, _mm256_setzero_ps()),
-    );
-    _mm256_castps_si256(far)
+    _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(b, scaled))
 }
 
 /// The fused step on 8 lanes: the rounded bits, and the lanes whose
@@ -196,6 +192,13 @@ fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) 
     let bits = _mm256_castps_si256(s);
     let low = _mm256_and_si256(bits, _mm256_set1_epi32(0xFFFF));
     let mut mid = _mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000));
+    if STEP == SUM {
+        // a zero `acc` leaves the product, exact: sparse data (one rank
+        // holding each element, as `rankwise bench` checks with) lands
+        // there often, and a branch taken at random costs more than this
+        let nonzero = _mm256_cmp_ps::<_CMP_NEQ_OQ>(acc, _mm256_setzero_ps());
+        mid = _mm256_and_si256(mid, _mm256_castps_si256(nonzero));
+    }
     if _mm256_testz_si256(mid, mid) == 1 {
         return (round(s), 0);
     }
