@@ -47,7 +47,7 @@ fn run<T: Arith>(name: &str, n: usize, shape: &str) {
         .collect();
     let mut acc = vec![T::default(); len];
     let mut line = format!("{name:9} N={n} {shape:7}");
-    for op in [RedOp::Sum, RedOp::PreMulSum(0.3)] {
+    for op in [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(0.3)] {
         let mut best = f64::MAX;
         for _ in 0..30 {
             let t = Instant::now();
