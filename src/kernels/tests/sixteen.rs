@@ -242,3 +242,38 @@ fn bfloat16_sums_far_from_a_midpoint_product_round_once() {
     assert_eq!(plain_f32_misses(&x1, &x0, s), 0);
     check_folds(&x1, &x0, s).unwrap();
 }
+
+/// bfloat16 products past f32's range whose sum with `acc` is back in it:
+/// `x1·s` rounds to infinity in f32 while the fused step's exact value is
+/// finite. The kernels find inexact midpoint lanes from `s − x·s` (see
+/// `isa/bf16_v3.rs`), which is infinite here; such lanes are never
+/// inexact on a midpoint and must be left as the FMA rounded them. Many
+/// of them land on a midpoint in f32.
+#[test]
+fn bfloat16_products_past_f32s_range_with_a_finite_sum_round_once() {
+    let s = 1.5;
+    let (mut x0, mut x1) = (Vec::new(), Vec::new());
+    for big in (0x7F34..0x7F7F_u16).step_by(5) {
+        let x = bf16::from_bits(big);
+        for small in 0x7E80..0x7F80_u16 {
+            let a = -bf16::from_bits(small).to_f64();
+            let acc = bf16::from_f64(a * s).to_f64();
+            let exact = acc + x.to_f64() * s;
+            if exact.abs() < f64::from(f32::MAX) && acc.is_finite() {
+                x0.push(bf16::from_f64(a));
+                x1.push(x);
+            }
+        }
+    }
+    let on_midpoint = x0
+        .iter()
+        .zip(&x1)
+        .filter(|(a, x)| {
+            let acc = bf16::from_f64(a.to_f64() * s).to_f64() as f32;
+            assert!(x.to_f32() * s as f32 == f32::INFINITY);
+            x.to_f32().mul_add(s as f32, acc).to_bits() & 0xFFFF == 0x8000
+        })
+        .count();
+    assert!(on_midpoint >= 50, "{on_midpoint} lanes on a midpoint");
+    check_folds(&x0, &x1, s).unwrap();
+}
