@@ -122,6 +122,19 @@ const SUM: Step = 1;
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 const SUM_TINY: Step = 2;
 
+/// `$f::<STEP>(args…)` for the [`Step`] value `$step`: each step is a
+/// const parameter, so its loop is compiled without the others' checks.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+macro_rules! by_step {
+    ($step:expr, $f:ident($($arg:expr),*)) => {
+        match $step {
+            FMA => $f::<FMA>($($arg),*),
+            SUM => $f::<SUM>($($arg),*),
+            _ => $f::<SUM_TINY>($($arg),*),
+        }
+    };
+}
+
 // ------------------------------------------------------------ half with F16C
 //
 // Half's steps widen to f32 (exact), compute there, and round back to
@@ -226,11 +239,10 @@ mod half_v3;
 //   direction of the exact value from TwoSum's error term (exact when
 //   `x·s` is exact in f32, i.e. not below 2^-134 nor past the largest
 //   float; lanes where that fails go through the portable element step).
-//   With `s` of at least 2^-9 every finite product is exact, and a lane on
-//   a midpoint can be inexact only when `x·s` is 17 or more binades above
-//   `acc` (`far_apart`), so the error term is computed for the vectors
-//   with such a lane alone: real data and the benchmark's small integers
-//   land on midpoints often, but with their terms that far apart rarely.
+//   With `s` of at least 2^-9 every finite product is exact, a zero `acc`
+//   leaves it alone, and a lane on a midpoint is inexact exactly when
+//   `s − x·s`, computed in f32, is not `acc` (`inexact` in `bf16_v3`, with
+//   the argument), which also gives the error term in one subtraction.
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 macro_rules! bf16_entry {
