@@ -315,11 +315,7 @@ fn premul_two_with<const STEP: Step>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16],
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_two(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
-    match step_for(s) {
-        FMA => premul_two_with::<FMA>(acc, x0, x1, s),
-        SUM => premul_two_with::<SUM>(acc, x0, x1, s),
-        _ => premul_two_with::<SUM_TINY>(acc, x0, x1, s),
-    }
+    by_step!(step_for(s), premul_two_with(acc, x0, x1, s))
 }
 
 /// `premul_add` for the 16 elements of the chunks.
@@ -357,9 +353,5 @@ fn premul_add_with<const STEP: Step>(acc: &mut [bf16], x: &[bf16], s: bf16) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add(acc: &mut [bf16], x: &[bf16], s: bf16) {
-    match step_for(s) {
-        FMA => premul_add_with::<FMA>(acc, x, s),
-        SUM => premul_add_with::<SUM>(acc, x, s),
-        _ => premul_add_with::<SUM_TINY>(acc, x, s),
-    }
+    by_step!(step_for(s), premul_add_with(acc, x, s))
 }

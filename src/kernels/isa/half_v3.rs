@@ -246,11 +246,7 @@ fn premul_two_with<const STEP: Step>(acc: &mut [f16], x0: &[f16], x1: &[f16], s:
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_two(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
-    match step_for(s) {
-        FMA => premul_two_with::<FMA>(acc, x0, x1, s),
-        SUM => premul_two_with::<SUM>(acc, x0, x1, s),
-        _ => premul_two_with::<SUM_TINY>(acc, x0, x1, s),
-    }
+    by_step!(step_for(s), premul_two_with(acc, x0, x1, s))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -272,9 +268,5 @@ fn premul_add_with<const STEP: Step>(acc: &mut [f16], x: &[f16], s: f16) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add(acc: &mut [f16], x: &[f16], s: f16) {
-    match step_for(s) {
-        FMA => premul_add_with::<FMA>(acc, x, s),
-        SUM => premul_add_with::<SUM>(acc, x, s),
-        _ => premul_add_with::<SUM_TINY>(acc, x, s),
-    }
+    by_step!(step_for(s), premul_add_with(acc, x, s))
 }
