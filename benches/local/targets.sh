@@ -2,7 +2,7 @@
 # The local engine's speed targets (BENCHMARKS.md, "Local engine"), measured
 # REPS times each so the spread shows how noisy the machine was:
 #  1. 64 MiB float32 AllReduce, ReduceScatter, AllGather, AlltoAll,
-#     Broadcast at N = 2 and 4: time against the copy bound measured by the
+#     Broadcast, Reduce at N = 2 and 4, both placements: time against the copy bound measured by the
 #     same process (%bound);
 #  2. 8-byte AllReduce median latency at N = 2, 4, 8, next to OpenMPI's
 #     MPI_Allreduce at the same N (when mpirun is installed), run back to back;
@@ -21,7 +21,7 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
 fi
 for rep in $(seq "$reps"); do
   for n in 2 4; do
-    $rw bench all_reduce,reduce_scatter,all_gather,all_to_all,broadcast --ranks $n -b 64M -e 64M -n 10 -w 2 --json > "$out/bw-$n-$rep.json"
+    $rw bench all_reduce,reduce_scatter,all_gather,all_to_all,broadcast,reduce --ranks $n -b 64M -e 64M -n 10 -w 2 --json > "$out/bw-$n-$rep.json"
   done
   for n in 2 4 8; do
     $rw bench all_reduce --ranks $n -b 8 -e 8 -n 2000 -w 200 --json > "$out/lat-$n-$rep.json"
