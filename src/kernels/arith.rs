@@ -6,6 +6,26 @@ use crate::core::datatype::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::core::{Element, F8E4M3, F8E5M2};
 use half::{bf16, f16};
 
+/// The element-wise ops without a scalar (Sum, Prod, Max, Min), as the
+/// const parameter of the loops that run them: each op's loop is compiled
+/// on its own, with the op's instruction in it.
+pub type Combine = u8;
+pub const ADD: Combine = 0;
+pub const MUL: Combine = 1;
+pub const MAX: Combine = 2;
+pub const MIN: Combine = 3;
+
+/// The element function of the op `OP`.
+#[inline(always)]
+pub fn combine<T: Arith, const OP: Combine>(a: T, b: T) -> T {
+    match OP {
+        ADD => T::add(a, b),
+        MUL => T::mul(a, b),
+        MAX => T::max(a, b),
+        _ => T::min(a, b),
+    }
+}
+
 /// Element arithmetic with NCCL's semantics: integers wrap on Sum/Prod and
 /// divide toward zero for Avg; floats round to the type after every step.
 pub trait Arith: Element {
@@ -31,16 +51,17 @@ pub trait Arith: Element {
     fn premul_add_fma(acc: Self, x: Self, s: Self) -> Self {
         Self::premul_add(acc, x, s)
     }
-    /// `acc = x_0 + x_1 + …` over a block, in rank order, each step as
-    /// [`Arith::add`]; `input(s)` yields x_s. `V3`: the caller is compiled
-    /// for x86-64-v3 (so are the overrides that use its instructions).
+    /// `acc = x_0 ⊕ x_1 ⊕ …` over a block, in rank order, ⊕ the op `OP`'s
+    /// element function ([`combine`]); `input(s)` yields x_s. `V3`: the
+    /// caller is compiled for x86-64-v3 (so are the overrides that use its
+    /// instructions).
     #[inline(always)]
-    fn sum_all<'a, const V3: bool>(
+    fn combine_all<'a, const V3: bool, const OP: Combine>(
         acc: &mut [Self],
         n: usize,
         input: impl FnMut(usize) -> &'a [Self],
     ) {
-        super::fold::fold_all(acc, n, input, Self::add)
+        super::fold::fold_all(acc, n, input, combine::<Self, OP>)
     }
     /// `acc[i] = x[i]·s` over a block, as [`Arith::mul`].
     #[inline(always)]
@@ -71,27 +92,59 @@ pub trait Arith: Element {
     }
 }
 
-// Integer Avg divides the wrapped sum by N in a type that holds N (`$wide`),
-// as NCCL's SumPostDiv does with its 31-bit divisor: N itself is never
+// Integer Avg divides the wrapped sum by N as an ordinary integer, as
+// NCCL's SumPostDiv does with its 31-bit divisor: N itself is never
 // converted to the element type, where 200 would be -56 as int8 and 256
 // would be 0 as uint8. The quotient is truncated toward zero, so its
 // magnitude never exceeds the sum's and it fits the element type.
+//
+// 8- and 32-bit sums divide in floating point, which the compiler
+// vectorises (there is no vector integer division): the sum `a` and N are
+// exact there, and the rounded quotient truncates to the integer one. If
+// a/N is an integer it is exact. If not, its distance to the next integer
+// k away from zero is at least 1/N, while rounding moves it by at most
+// half an ulp of k, k·2^-p (p = 24 in f32, 53 in f64): while |k|·N < 2^p
+// the rounded quotient stays strictly between the integers around a/N.
+// 32-bit sums take f64 (|k|·N ≤ |a| + N < 2^33); 8-bit ones f32 with N
+// capped at 256, which changes no quotient (|a| ≤ 255 < N gives 0 either
+// way) and keeps |k|·N ≤ 511. The integer goes back through the bits of
+// `q + 1.5·2^(p-1)`, whose low bits hold q in two's complement for
+// |q| < 2^(p-2): a float-to-integer `as` saturates, and its checks keep
+// the loop from vectorising. 64-bit sums divide as integers (they no
+// longer fit f64's 53 bits).
 macro_rules! arith_int {
-    ($($t:ty => $wide:ty),*) => {$(
+    ($($t:ty => $div:ident),*) => {$(
         impl Arith for $t {
             #[inline(always)] fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
             #[inline(always)] fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
             #[inline(always)] fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
             #[inline(always)] fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
-            #[inline(always)] fn div_n(a: Self, n: usize) -> Self {
-                // a communicator never has more ranks than `$wide` holds
-                let n = <$wide>::try_from(n).unwrap_or(<$wide>::MAX);
-                (<$wide>::from(a) / n) as $t
-            }
+            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { $div!(a, n, $t) }
         }
     )*};
 }
-arith_int!(i8 => i32, u8 => u32, i32 => i64, u32 => u64, i64 => i64, u64 => u64);
+macro_rules! div_in_f32 {
+    ($a:expr, $n:expr, $t:ty) => {{
+        let q = (f32::from($a) / $n.min(256) as f32).trunc();
+        (q + 12_582_912.0).to_bits() as $t
+    }};
+}
+macro_rules! div_in_f64 {
+    ($a:expr, $n:expr, $t:ty) => {{
+        let q = (f64::from($a) / $n as f64).trunc();
+        (q + 6_755_399_441_055_744.0).to_bits() as $t
+    }};
+}
+macro_rules! div_as_integer {
+    // a communicator never has more ranks than the type holds
+    ($a:expr, $n:expr, $t:ty) => {
+        $a / <$t>::try_from($n).unwrap_or(<$t>::MAX)
+    };
+}
+arith_int!(
+    i8 => div_in_f32, u8 => div_in_f32, i32 => div_in_f64, u32 => div_in_f64,
+    i64 => div_as_integer, u64 => div_as_integer
+);
 
 macro_rules! arith_float {
     ($($t:ty => $fused:path),*) => {$(
@@ -160,7 +213,7 @@ impl Arith for f16 {
         fused_f16(acc, x, s)
     }
     #[inline(always)]
-    fn sum_all<'a, const V3: bool>(
+    fn combine_all<'a, const V3: bool, const OP: Combine>(
         acc: &mut [Self],
         n: usize,
         mut input: impl FnMut(usize) -> &'a [Self],
@@ -173,14 +226,14 @@ impl Arith for f16 {
                 return;
             }
             let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
-            super::isa::half_add(acc, x0, x1);
+            super::isa::half_combine::<OP>(acc, x0, x1);
             for s in 2..n {
                 let x = &input(s)[..len];
-                super::isa::half_add_into(acc, x);
+                super::isa::half_combine_into::<OP>(acc, x);
             }
             return;
         }
-        super::fold::fold_all(acc, n, input, Self::add)
+        super::fold::fold_all(acc, n, input, combine::<Self, OP>)
     }
     #[inline(always)]
     fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
@@ -239,7 +292,7 @@ impl Arith for bf16 {
         fused_bf16(acc, x, s)
     }
     #[inline(always)]
-    fn sum_all<'a, const V3: bool>(
+    fn combine_all<'a, const V3: bool, const OP: Combine>(
         acc: &mut [Self],
         n: usize,
         mut input: impl FnMut(usize) -> &'a [Self],
@@ -252,14 +305,14 @@ impl Arith for bf16 {
                 return;
             }
             let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
-            super::isa::bf16_add(acc, x0, x1);
+            super::isa::bf16_combine::<OP>(acc, x0, x1);
             for s in 2..n {
                 let x = &input(s)[..len];
-                super::isa::bf16_add_into(acc, x);
+                super::isa::bf16_combine_into::<OP>(acc, x);
             }
             return;
         }
-        baseline_sum(acc, n, input)
+        baseline_combine::<OP>(acc, n, input)
     }
     #[inline(always)]
     fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
@@ -290,9 +343,14 @@ impl Arith for bf16 {
     }
 }
 
-/// bfloat16 Sum compiled for the target's baseline wherever it is called
-/// from (a function of its own is not compiled with its caller's features).
+/// bfloat16's Sum, Prod, Max and Min compiled for the target's baseline
+/// wherever they are called from (a function of its own is not compiled
+/// with its caller's features).
 #[inline(never)]
-fn baseline_sum<'a>(acc: &mut [bf16], n: usize, input: impl FnMut(usize) -> &'a [bf16]) {
-    super::fold::fold_all(acc, n, input, bf16::add)
+fn baseline_combine<'a, const OP: Combine>(
+    acc: &mut [bf16],
+    n: usize,
+    input: impl FnMut(usize) -> &'a [bf16],
+) {
+    super::fold::fold_all(acc, n, input, combine::<bf16, OP>)
 }

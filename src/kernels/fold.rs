@@ -1,5 +1,6 @@
 //! The folds: N inputs combined in rank order into one block, op by op.
 
+use super::arith::{ADD, MAX, MIN, MUL};
 use super::{Arith, Isa};
 use crate::core::RedOp;
 
@@ -105,10 +106,10 @@ pub(super) fn fold_blocks<'a, T: Arith, const V3: bool>(
         };
     }
     match op {
-        RedOp::Sum => blocks!(|acc, at| T::sum_all::<V3>(acc, n, |s| input(s, at))),
-        RedOp::Prod => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::mul)),
-        RedOp::Max => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::max)),
-        RedOp::Min => blocks!(|acc, at| fold_all(acc, n, |s| input(s, at), T::min)),
+        RedOp::Sum => blocks!(|acc, at| T::combine_all::<V3, ADD>(acc, n, |s| input(s, at))),
+        RedOp::Prod => blocks!(|acc, at| T::combine_all::<V3, MUL>(acc, n, |s| input(s, at))),
+        RedOp::Max => blocks!(|acc, at| T::combine_all::<V3, MAX>(acc, n, |s| input(s, at))),
+        RedOp::Min => blocks!(|acc, at| T::combine_all::<V3, MIN>(acc, n, |s| input(s, at))),
         // floats: a pre-multiplied sum with 1/N rounded to the type
         RedOp::Avg if float => {
             let scalar = T::from_f64(1.0 / n as f64);
@@ -116,7 +117,7 @@ pub(super) fn fold_blocks<'a, T: Arith, const V3: bool>(
         }
         // integers: sum, then divide by N
         RedOp::Avg => blocks!(|acc, at| {
-            fold_all(acc, n, |s| input(s, at), T::add);
+            T::combine_all::<V3, ADD>(acc, n, |s| input(s, at));
             for a in acc.iter_mut() {
                 *a = T::div_n(*a, n);
             }

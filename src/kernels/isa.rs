@@ -24,6 +24,8 @@
 //! runs never shows.
 
 use super::Arith;
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+use super::arith::Combine;
 use crate::core::RedOp;
 
 /// An instruction set the kernels are compiled for.
@@ -135,6 +137,29 @@ macro_rules! by_step {
     };
 }
 
+/// The op `OP` on 8 f32 lanes, as [`super::arith::combine`] computes it
+/// on one: Max and Min as `f32::max` and `f32::min` compile, a NaN
+/// operand giving the other and equal operands (±0 included) the first.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn apply<const OP: Combine>(
+    a: std::arch::x86_64::__m256,
+    b: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    use super::arith::{ADD, MAX, MUL};
+    use std::arch::x86_64::*;
+    // `maxps b, a` is b where b > a and a otherwise (a NaN in either
+    // lane included); a NaN `a` then takes b
+    let a_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a);
+    match OP {
+        ADD => _mm256_add_ps(a, b),
+        MUL => _mm256_mul_ps(a, b),
+        MAX => _mm256_blendv_ps(_mm256_max_ps(b, a), b, a_nan),
+        _ => _mm256_blendv_ps(_mm256_min_ps(b, a), b, a_nan),
+    }
+}
+
 // ------------------------------------------------------------ half with F16C
 //
 // Half's steps widen to f32 (exact), compute there, and round back to
@@ -146,22 +171,27 @@ macro_rules! by_step {
 // values are the same; the lanes past the last multiple of 8 take the
 // portable element functions.
 
-/// `acc[i] = rnd(x0[i] + x1[i])`; the slices are at least `acc`'s length.
+/// `acc[i] = x0[i] ⊕ x1[i]`, ⊕ the op `OP`; the slices are at least
+/// `acc`'s length.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
-pub(super) fn half_add(acc: &mut [half::f16], x0: &[half::f16], x1: &[half::f16]) {
+pub(super) fn half_combine<const OP: Combine>(
+    acc: &mut [half::f16],
+    x0: &[half::f16],
+    x1: &[half::f16],
+) {
     assert!(Isa::X86V3.available(), "F16C needed");
     // SAFETY: the CPU has every feature the function is compiled with.
-    unsafe { half_v3::add(acc, x0, x1) }
+    unsafe { half_v3::combine::<OP>(acc, x0, x1) }
 }
 
-/// `acc[i] = rnd(acc[i] + x[i])`.
+/// `acc[i] = acc[i] ⊕ x[i]`.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
-pub(super) fn half_add_into(acc: &mut [half::f16], x: &[half::f16]) {
+pub(super) fn half_combine_into<const OP: Combine>(acc: &mut [half::f16], x: &[half::f16]) {
     assert!(Isa::X86V3.available(), "F16C needed");
-    // SAFETY: as in `half_add`.
-    unsafe { half_v3::add_into(acc, x) }
+    // SAFETY: as in `half_combine`.
+    unsafe { half_v3::combine_into::<OP>(acc, x) }
 }
 
 /// `acc[i] = rnd(x[i]·s)`.
@@ -169,7 +199,7 @@ pub(super) fn half_add_into(acc: &mut [half::f16], x: &[half::f16]) {
 #[inline]
 pub(super) fn half_scale(acc: &mut [half::f16], x: &[half::f16], s: half::f16) {
     assert!(Isa::X86V3.available(), "F16C needed");
-    // SAFETY: as in `half_add`.
+    // SAFETY: as in `half_combine`.
     unsafe { half_v3::scale(acc, x, s) }
 }
 
@@ -178,7 +208,7 @@ pub(super) fn half_scale(acc: &mut [half::f16], x: &[half::f16], s: half::f16) {
 #[inline]
 pub(super) fn half_premul_add(acc: &mut [half::f16], x: &[half::f16], s: half::f16) {
     assert!(Isa::X86V3.available(), "F16C needed");
-    // SAFETY: as in `half_add`.
+    // SAFETY: as in `half_combine`.
     unsafe { half_v3::premul_add(acc, x, s) }
 }
 
@@ -192,7 +222,7 @@ pub(super) fn half_premul_two(
     s: half::f16,
 ) {
     assert!(Isa::X86V3.available(), "F16C needed");
-    // SAFETY: as in `half_add`.
+    // SAFETY: as in `half_combine`.
     unsafe { half_v3::premul_two(acc, x0, x1, s) }
 }
 
@@ -263,12 +293,27 @@ macro_rules! bf16_entry {
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 use half::bf16;
 
+/// `acc[i] = x0[i] ⊕ x1[i]`, ⊕ the op `OP`; the slices are at least
+/// `acc`'s length.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(super) fn bf16_combine<const OP: Combine>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
+    assert!(Isa::X86V3.available(), "AVX2 and FMA needed");
+    // SAFETY: the CPU has every feature the function is compiled with.
+    unsafe { bf16_v3::combine::<OP>(acc, x0, x1) }
+}
+
+/// `acc[i] = acc[i] ⊕ x[i]`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(super) fn bf16_combine_into<const OP: Combine>(acc: &mut [bf16], x: &[bf16]) {
+    assert!(Isa::X86V3.available(), "AVX2 and FMA needed");
+    // SAFETY: as in `bf16_combine`.
+    unsafe { bf16_v3::combine_into::<OP>(acc, x) }
+}
+
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 bf16_entry! {
-    /// `acc[i] = rnd(x0[i] + x1[i])`; the slices are at least `acc`'s length.
-    bf16_add => add(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]);
-    /// `acc[i] = rnd(acc[i] + x[i])`.
-    bf16_add_into => add_into(acc: &mut [bf16], x: &[bf16]);
     /// `acc[i] = rnd(x[i]·s)`.
     bf16_scale => scale(acc: &mut [bf16], x: &[bf16], s: bf16);
     /// `acc[i] = rnd(rnd(x0[i]·s) + x1[i]·s)`, the sum rounded once.

@@ -109,6 +109,57 @@ fn integer_avg_divides_the_wrapped_sum_by_n_as_an_integer() {
     );
 }
 
+/// 32-bit Avg against integer division, on vectors long enough for the
+/// vector loop: sums at and near the type's ends, quotients just below
+/// and on an integer, and communicator sizes up to 1000.
+#[test]
+fn integer_avg_of_32_bit_sums_truncates_like_integer_division() {
+    let specials_i = [i32::MIN, i32::MIN + 1, -1, 0, 1, i32::MAX - 1, i32::MAX];
+    let specials_u = [0u32, 1, 2, u32::MAX / 2, u32::MAX - 1, u32::MAX];
+    for n in [2usize, 3, 7, 13, 64, 1000] {
+        let len = 70;
+        // rank 0 holds the values of interest, the others small ones whose
+        // sum the element's index and N pick: sums land on multiples of N
+        // and one off them
+        let i: Vec<Vec<i32>> = (0..n)
+            .map(|s| {
+                (0..len)
+                    .map(|e| match s {
+                        0 => specials_i[e % specials_i.len()].wrapping_sub((e / 7) as i32),
+                        _ => (e as i32 % 5) - 2,
+                    })
+                    .collect()
+            })
+            .collect();
+        let u: Vec<Vec<u32>> = (0..n)
+            .map(|s| {
+                (0..len)
+                    .map(|e| match s {
+                        0 => specials_u[e % specials_u.len()].wrapping_sub((e / 6) as u32),
+                        _ => e as u32 % 3,
+                    })
+                    .collect()
+            })
+            .collect();
+        let got_i = run(RedOp::Avg, &i);
+        let got_u = run(RedOp::Avg, &u);
+        for e in 0..len {
+            let sum_i = (0..n).fold(0i32, |a, s| a.wrapping_add(i[s][e]));
+            let sum_u = (0..n).fold(0u32, |a, s| a.wrapping_add(u[s][e]));
+            assert_eq!(
+                got_i[e],
+                sum_i / n as i32,
+                "int32, N = {n}, element {e}, sum {sum_i}"
+            );
+            assert_eq!(
+                got_u[e],
+                sum_u / n as u32,
+                "uint32, N = {n}, element {e}, sum {sum_u}"
+            );
+        }
+    }
+}
+
 #[test]
 fn float_avg_premultiplies() {
     let x = vec![vec![1.1f32], vec![2.3], vec![4.7]];

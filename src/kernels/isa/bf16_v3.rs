@@ -2,7 +2,8 @@
 //! fused step's cases are described in `isa.rs`).
 
 use super::super::Arith;
-use super::{FMA, SUM, SUM_TINY, Step};
+use super::super::arith::{Combine, combine as element};
+use super::{FMA, SUM, SUM_TINY, Step, apply};
 use crate::core::datatype::bf16_to_f32;
 use half::bf16;
 use std::arch::x86_64::*;
@@ -55,55 +56,58 @@ fn store(out: &mut [bf16], even: __m256i, odd: __m256i) {
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) }
 }
 
-// Sum's loops as half's (see there): no bounds checks in the loop, the
-// lanes past the last whole vector out of it.
+// The element-wise ops' loops as half's (see there): no bounds checks in
+// the loop, the lanes past the last whole vector out of it. A product of
+// two bfloat16 values has at most 16 significant bits, and Max and Min
+// return an operand, a bfloat16 value whose low half is zero (so rounding
+// it changes nothing).
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn sum16((ae, ao): (__m256, __m256), b: &[bf16]) -> (__m256i, __m256i) {
+fn apply16<const OP: Combine>((ae, ao): (__m256, __m256), b: &[bf16]) -> (__m256i, __m256i) {
     let (be, bo) = load(b);
-    (round(_mm256_add_ps(ae, be)), round(_mm256_add_ps(ao, bo)))
+    (round(apply::<OP>(ae, be)), round(apply::<OP>(ao, bo)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub fn add(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
+pub fn combine<const OP: Combine>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
     let len = acc.len();
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let mut out = acc.chunks_exact_mut(16);
     for ((o, a), b) in (&mut out).zip(x0.chunks_exact(16)).zip(x1.chunks_exact(16)) {
-        let (e, od) = sum16(load(a), b);
+        let (e, od) = apply16::<OP>(load(a), b);
         store(o, e, od);
     }
     let rest = out.into_remainder();
     if !rest.is_empty() {
         let at = len - rest.len();
-        add_rest(rest, &x0[at..], &x1[at..]);
+        combine_rest::<OP>(rest, &x0[at..], &x1[at..]);
     }
 }
 
 #[inline(never)]
-fn add_rest(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
+fn combine_rest<const OP: Combine>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
     for ((o, a), b) in acc.iter_mut().zip(x0).zip(x1) {
-        *o = bf16::add(*a, *b);
+        *o = element::<bf16, OP>(*a, *b);
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub fn add_into(acc: &mut [bf16], x: &[bf16]) {
+pub fn combine_into<const OP: Combine>(acc: &mut [bf16], x: &[bf16]) {
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(16);
     for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-        let (e, od) = sum16(load(o), b);
+        let (e, od) = apply16::<OP>(load(o), b);
         store(o, e, od);
     }
     let rest = out.into_remainder();
     if !rest.is_empty() {
         let at = len - rest.len();
         for (o, b) in rest.iter_mut().zip(&x[at..]) {
-            *o = bf16::add(*o, *b);
+            *o = element::<bf16, OP>(*o, *b);
         }
     }
 }

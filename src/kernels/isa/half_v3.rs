@@ -3,7 +3,8 @@
 //! the conversions match the portable ones).
 
 use super::super::Arith;
-use super::{FMA, SUM, SUM_TINY, Step};
+use super::super::arith::{Combine, combine as element};
+use super::{FMA, SUM, SUM_TINY, Step, apply};
 use crate::core::datatype::f16_to_f32;
 use half::f16;
 use std::arch::x86_64::*;
@@ -100,50 +101,52 @@ fn settled<const TINY: bool>(acc: __m256, p: __m256) -> __m256 {
     add_odd(acc, p, r)
 }
 
-// Sum's loops run once per block of a few cache lines (the engines'
-// blocks): the chunks carry their length, so the loop has no bounds
-// checks, and the few lanes past the last whole vector (none in the
-// engines' blocks) go through a function of their own, which keeps the
-// loop small enough to inline into the fold.
+// The element-wise ops' loops run once per block of a few cache lines
+// (the engines' blocks): the chunks carry their length, so the loop has
+// no bounds checks, and the few lanes past the last whole vector (none in
+// the engines' blocks) go through a function of their own, which keeps the
+// loop small enough to inline into the fold. Sum, Prod, Max and Min of two
+// halves are exact in f32 (a product has at most 22 significant bits), so
+// the one rounding is the store's.
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub fn add(acc: &mut [f16], x0: &[f16], x1: &[f16]) {
+pub fn combine<const OP: Combine>(acc: &mut [f16], x0: &[f16], x1: &[f16]) {
     let len = acc.len();
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let mut out = acc.chunks_exact_mut(8);
     for ((o, a), b) in (&mut out).zip(x0.chunks_exact(8)).zip(x1.chunks_exact(8)) {
-        store(o, _mm256_add_ps(load(a), load(b)));
+        store(o, apply::<OP>(load(a), load(b)));
     }
     let rest = out.into_remainder();
     if !rest.is_empty() {
         let at = len - rest.len();
-        add_rest(rest, &x0[at..], &x1[at..]);
+        combine_rest::<OP>(rest, &x0[at..], &x1[at..]);
     }
 }
 
 #[inline(never)]
-fn add_rest(acc: &mut [f16], x0: &[f16], x1: &[f16]) {
+fn combine_rest<const OP: Combine>(acc: &mut [f16], x0: &[f16], x1: &[f16]) {
     for ((o, a), b) in acc.iter_mut().zip(x0).zip(x1) {
-        *o = f16::add(*a, *b);
+        *o = element::<f16, OP>(*a, *b);
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub fn add_into(acc: &mut [f16], x: &[f16]) {
+pub fn combine_into<const OP: Combine>(acc: &mut [f16], x: &[f16]) {
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(8);
     for (o, b) in (&mut out).zip(x.chunks_exact(8)) {
-        let sum = _mm256_add_ps(load(o), load(b));
-        store(o, sum);
+        let v = apply::<OP>(load(o), load(b));
+        store(o, v);
     }
     let rest = out.into_remainder();
     if !rest.is_empty() {
         let at = len - rest.len();
         for (o, b) in rest.iter_mut().zip(&x[at..]) {
-            *o = f16::add(*o, *b);
+            *o = element::<f16, OP>(*o, *b);
         }
     }
 }

@@ -4,6 +4,7 @@
 //! midpoint without being exact, at the edges of the ranges.
 
 use super::*;
+use crate::kernels::arith::{ADD, Combine, MAX, MIN, MUL, combine};
 
 /// bfloat16's block path at the edges of f32's range: blocks whose every
 /// product is exact in f32, down to 2^-126 and up to the largest float
@@ -77,6 +78,31 @@ fn every16(k: u64) -> impl Iterator<Item = u16> {
 /// reference by the tests above), on every value of the type as `x` and
 /// a spread of accumulators and scalars: bit for bit, NaN aside.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
+/// The vector loops of the op `OP` against its element function: `a ⊕ x`
+/// and `x ⊕ y` for every x of `all`, y of `other`.
+fn combine_all_match<T: Exact, const OP: Combine>(
+    acc: &[T],
+    all: &[T],
+    other: &[T],
+    out: &mut [T],
+) {
+    let eq = |got: T, want: T| same(got.to_f64(), want.to_f64());
+    for (first, second) in [(acc, all), (all, other)] {
+        T::combine_all::<true, OP>(out, 2, |s| if s == 0 { first } else { second });
+        for (i, y) in out.iter().enumerate() {
+            let want = combine::<T, OP>(first[i], second[i]);
+            assert!(
+                eq(*y, want),
+                "{} {}: {:?} ⊕ {:?} gives {y:?}, want {want:?}",
+                T::DTYPE,
+                ["Sum", "Prod", "Max", "Min"][OP as usize],
+                first[i],
+                second[i]
+            );
+        }
+    }
+}
+
 fn blocks16_match_the_element_steps<T: Exact>() {
     if !Isa::X86V3.available() {
         return;
@@ -90,22 +116,11 @@ fn blocks16_match_the_element_steps<T: Exact>() {
         let other: Vec<T> = every16(k as u64 + 1)
             .map(|b| T::from_bits64(b.into()))
             .collect();
-        // Sum: acc + x, and x + a permutation of x
-        out.copy_from_slice(&acc);
-        T::sum_all::<true>(&mut out, 2, |s| if s == 0 { &acc } else { &all });
-        for (i, y) in out.iter().enumerate() {
-            assert!(
-                eq(*y, T::add(a, all[i])),
-                "{} {a:?} + {:?}",
-                T::DTYPE,
-                all[i]
-            );
-        }
-        T::sum_all::<true>(&mut out, 2, |s| if s == 0 { &all } else { &other });
-        for (i, y) in out.iter().enumerate() {
-            let want = T::add(all[i], other[i]);
-            assert!(eq(*y, want), "{} {:?} + {:?}", T::DTYPE, all[i], other[i]);
-        }
+        // Sum, Prod, Max, Min: acc ⊕ x, and x ⊕ a permutation of x
+        combine_all_match::<T, ADD>(&acc, &all, &other, &mut out);
+        combine_all_match::<T, MUL>(&acc, &all, &other, &mut out);
+        combine_all_match::<T, MAX>(&acc, &all, &other, &mut out);
+        combine_all_match::<T, MIN>(&acc, &all, &other, &mut out);
         for s in scalars16() {
             let s = T::from_f64(s);
             out.copy_from_slice(&acc);
