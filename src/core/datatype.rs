@@ -145,13 +145,18 @@ impl fmt::Display for DataType {
 }
 
 /// Parameters of a small IEEE-like binary format.
-struct MiniFloat {
-    mant_bits: u32,
-    bias: i32,
+pub(crate) struct MiniFloat {
+    pub(crate) mant_bits: u32,
+    pub(crate) bias: i32,
     /// e5m2 has infinities; e4m3fn has none and only one NaN pattern per sign.
-    has_inf: bool,
-    max_code: u8,
-    nan_code: u8,
+    pub(crate) has_inf: bool,
+    pub(crate) max_code: u8,
+    pub(crate) nan_code: u8,
+}
+
+/// An fp8 type and its format (the kernels' vector code reads it).
+pub(crate) trait Fp8: Copy {
+    const FORMAT: MiniFloat;
 }
 
 const E4M3: MiniFloat = MiniFloat {
@@ -305,6 +310,9 @@ macro_rules! fp8_type {
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
         #[repr(transparent)]
         pub struct $name(pub u8);
+        impl Fp8 for $name {
+            const FORMAT: MiniFloat = $fmt;
+        }
         impl $name {
             pub fn from_f32(x: f32) -> Self {
                 $name($fmt.encode(x))

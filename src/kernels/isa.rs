@@ -1,17 +1,18 @@
 //! Which instructions the kernels run with, chosen once per process from
 //! what the CPU reports, and the entry points compiled for each. All of
-//! the kernels' `unsafe` is here and in the two submodules of explicit
-//! vector code, `half_v3` and `bf16_v3`.
+//! the kernels' `unsafe` is here and in the three submodules of explicit
+//! vector code, `half_v3`, `bf16_v3` and `fp8_v3`.
 //!
 //! The loops are the portable ones of `fold`, inlined into a function
 //! compiled with more instructions enabled: on x86-64 with AVX2, FMA and
 //! F16C (the x86-64-v3 level) the compiler vectorises them 8 floats wide
 //! and the float and double Avg/PreMulSum step becomes one fused
 //! multiply-add instruction instead of a libm call or an exact emulation.
-//! Half's and bfloat16's Sum, Avg and PreMulSum take explicit vector code
+//! Half's, bfloat16's and the fp8 types' ops take explicit vector code
 //! here instead (the compiler cannot turn the portable bit-level half
-//! conversions into F16C's, and its bfloat16 loops ran at a fifth of
-//! float's speed per byte, benches/kernels.rs). Their fused step is the
+//! conversions into F16C's, its bfloat16 loops ran at a fifth of float's
+//! speed per byte, and fp8 decodes through a table and encodes with
+//! branches, benches/kernels.rs). Their fused step is the
 //! f32 FMA alone where the scalar has no significand bits (a power of two:
 //! every Avg with N a power of two), where rounding that to 16 bits
 //! rounds the exact value once (the sections below say why); otherwise
@@ -324,3 +325,53 @@ bf16_entry! {
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod bf16_v3;
+
+// ------------------------------------------------------ fp8 with AVX2 and F16C
+//
+// The fp8 types decode through half (F16C) and encode with the integer
+// rounding of `core::datatype`, 16 elements at a time (`fp8_v3`); every
+// step computes in f32 what the element functions compute, so the values
+// are theirs.
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+use crate::core::datatype::Fp8;
+
+/// `acc[i] = x0[i] ⊕ x1[i]`, ⊕ the op `OP`; the slices are at least
+/// `acc`'s length.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(super) fn fp8_combine<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x0: &[T], x1: &[T]) {
+    assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
+    // SAFETY: the CPU has every feature the function is compiled with.
+    unsafe { fp8_v3::combine::<T, OP>(acc, x0, x1) }
+}
+
+/// `acc[i] = acc[i] ⊕ x[i]`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(super) fn fp8_combine_into<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x: &[T]) {
+    assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
+    // SAFETY: as in `fp8_combine`.
+    unsafe { fp8_v3::combine_into::<T, OP>(acc, x) }
+}
+
+/// `acc[i] = rnd(x[i]·s)`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(super) fn fp8_scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
+    assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
+    // SAFETY: as in `fp8_combine`.
+    unsafe { fp8_v3::scale(acc, x, s) }
+}
+
+/// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(super) fn fp8_premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
+    assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
+    // SAFETY: as in `fp8_combine`.
+    unsafe { fp8_v3::premul_add(acc, x, s) }
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod fp8_v3;

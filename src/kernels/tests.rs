@@ -675,4 +675,5 @@ fn whole_fp8_reductions_round_every_step() {
     fp8::<F8E5M2>(&mut next, F8E5M2);
 }
 
+mod eight;
 mod sixteen;

@@ -1,0 +1,73 @@
+//! The fp8 block kernels (16 lanes with AVX2 and F16C) against the
+//! element functions on every pair of values of each format, and the
+//! scaled steps with scalars that round and that do not.
+
+use super::*;
+use crate::kernels::arith::{ADD, Combine, MAX, MIN, MUL, combine};
+
+/// Every pair (a, b) of codes, `a` running over `xs` and `b` over `ys`,
+/// both 65,536 long (so the vector loops run, with no lanes left over).
+fn pairs<T: Arith>(from_bits: fn(u8) -> T) -> (Vec<T>, Vec<T>) {
+    (0..=u16::MAX)
+        .map(|i| (from_bits((i >> 8) as u8), from_bits(i as u8)))
+        .unzip()
+}
+
+fn combine_matches<T: Arith, const OP: Combine>(xs: &[T], ys: &[T]) {
+    let mut out = vec![T::default(); xs.len()];
+    T::combine_all::<true, OP>(&mut out, 2, |s| if s == 0 { xs } else { ys });
+    for (i, y) in out.iter().enumerate() {
+        let want = combine::<T, OP>(xs[i], ys[i]);
+        assert!(
+            same(y.to_f64(), want.to_f64()),
+            "{} {}: {:?} ⊕ {:?} gives {y:?}, want {want:?}",
+            T::DTYPE,
+            ["Sum", "Prod", "Max", "Min"][OP as usize],
+            xs[i],
+            ys[i]
+        );
+    }
+}
+
+fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
+    if !Isa::X86V3.available() {
+        return;
+    }
+    let (xs, ys) = pairs(from_bits);
+    combine_matches::<T, ADD>(&xs, &ys);
+    combine_matches::<T, MUL>(&xs, &ys);
+    combine_matches::<T, MAX>(&xs, &ys);
+    combine_matches::<T, MIN>(&xs, &ys);
+    // Avg's scalars at N = 2, 3, 5 (1/3 and 1/5 round), and scalars past
+    // the largest value and below the smallest
+    for s in [0.5, 1.0 / 3.0, 0.2, 3.0, 1e-3, 1e4, -0.75] {
+        let s = T::from_f64(s);
+        let mut out = xs.clone();
+        T::premul_add_all::<true>(&mut out, &ys, s);
+        T::scale_all::<true>(&mut out[..256], &ys[..256], s);
+        for (i, y) in out.iter().enumerate() {
+            let want = if i < 256 {
+                T::mul(ys[i], s)
+            } else {
+                T::premul_add(xs[i], ys[i], s)
+            };
+            assert!(
+                same(y.to_f64(), want.to_f64()),
+                "{} step with scalar {s:?} at {i}: {:?}, {:?} gives {y:?}, want {want:?}",
+                T::DTYPE,
+                xs[i],
+                ys[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn e4m3_blocks_match_the_element_steps_on_every_pair() {
+    blocks8_match_the_element_steps(F8E4M3);
+}
+
+#[test]
+fn e5m2_blocks_match_the_element_steps_on_every_pair() {
+    blocks8_match_the_element_steps(F8E5M2);
+}
