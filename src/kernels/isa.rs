@@ -11,9 +11,9 @@
 //! Half's, bfloat16's and the fp8 types' ops take explicit vector code
 //! here instead (the compiler cannot turn the portable bit-level half
 //! conversions into F16C's, its bfloat16 loops ran at a fifth of float's
-//! speed per byte, and fp8 decodes through a table and encodes with
-//! branches, benches/kernels.rs). Their fused step is the
-//! f32 FMA alone where the scalar has no significand bits (a power of two:
+//! speed per byte, and fp8 went through a table and scalar integer code
+//! for every element, benches/kernels.rs). The 16-bit types' fused step
+//! is the f32 FMA alone where the scalar has no significand bits (a power of two:
 //! every Avg with N a power of two), where rounding that to 16 bits
 //! rounds the exact value once (the sections below say why); otherwise
 //! the f32 sum, unless a lane lands exactly on a 16-bit midpoint without
