@@ -146,12 +146,13 @@ const MAX_PARTS_PER_RANK: usize = 64;
 
 /// How many parts each rank block of a call is cut into; above 1 the
 /// ranks claim parts as they go (`exec.rs`: each its own share's first,
-/// then the others' that are left) instead of each moving its own share. Only calls that stream ([`streaming`]) are cut: there no data
+/// then the others' that are left) instead of each moving its own share.
+/// Only calls that stream ([`streaming`]) are cut: there no data
 /// waits in a core's cache for the next call, which a fixed split would
 /// find again, and the time a call takes is the time of its slowest share.
 /// When the ranks outnumber the cores, or another process takes a core, a
 /// fixed split leaves a rank's whole share waiting for a time slice while
-/// a core whose rank finished sits idle (BENCHMARKS.md).
+/// a core whose rank finished sits idle.
 pub fn parts_per_rank(c: &Call, n: usize) -> usize {
     if !streams(c, n) {
         return 1;

@@ -68,7 +68,8 @@ struct Job<'a, I> {
 /// blocks. The hardware prefetchers follow a few streams; a reduction
 /// reads N at once, and with them ahead of the loads 64 MiB Reduce,
 /// ReduceScatter and AllReduce at N = 2 went from 72–85% to 89–98% of the
-/// traffic bound (BENCHMARKS.md).
+/// traffic bound. 1, 4 and 8 KiB were slower (BENCHMARKS.md, "Tried and
+/// not kept").
 const PREFETCH_AHEAD: usize = 2048;
 
 /// Lines reduced together: a few, so the per-block work (slices of N
