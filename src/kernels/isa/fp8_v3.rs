@@ -172,16 +172,44 @@ pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     }
 }
 
-/// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`.
+/// Whether some lane of `p` is below the type's normals without being
+/// zero, or infinite (which the rounding makes the largest finite value).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn off_grid(f: &MiniFloat, p: __m256) -> bool {
+    let a = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
+    let min_normal = _mm256_set1_ps(f32::from_bits(((1 - f.bias + 127) as u32) << 23));
+    let tiny = _mm256_and_ps(
+        _mm256_cmp_ps::<_CMP_LT_OQ>(a, min_normal),
+        _mm256_cmp_ps::<_CMP_GT_OQ>(a, _mm256_setzero_ps()),
+    );
+    let inf = _mm256_cmp_ps::<_CMP_EQ_OQ>(a, _mm256_set1_ps(f32::INFINITY));
+    let off = _mm256_or_ps(tiny, inf);
+    _mm256_testz_ps(off, off) == 0
+}
+
+/// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`. With `s` a power of two no
+/// larger than 1 in magnitude (every Avg at a power-of-two N), `x·s` is
+/// `x`'s significand at a lower exponent, an fp8 value itself unless it
+/// falls below the normals, or `x` is infinite: vectors with no such lane
+/// skip the rounding.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
-    let sv = _mm256_set1_ps(s.to_f64() as f32);
+    let sf = s.to_f64() as f32;
+    let shrinks = sf != 0.0 && sf.abs() <= 1.0 && sf.to_bits() & 0x7F_FFFF == 0;
+    let sv = _mm256_set1_ps(sf);
+    let f = &T::FORMAT;
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(16);
     for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-        let (e, f) = load(b);
-        let (pe, pf) = rounded::<T>((_mm256_mul_ps(e, sv), _mm256_mul_ps(f, sv)));
+        let (e, g) = load(b);
+        let p = (_mm256_mul_ps(e, sv), _mm256_mul_ps(g, sv));
+        let (pe, pf) = if shrinks && !off_grid(f, p.0) && !off_grid(f, p.1) {
+            p
+        } else {
+            rounded::<T>(p)
+        };
         let (ae, af) = load(o);
         store(o, (_mm256_add_ps(ae, pe), _mm256_add_ps(af, pf)));
     }

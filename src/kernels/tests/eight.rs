@@ -38,9 +38,24 @@ fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
     combine_matches::<T, MUL>(&xs, &ys);
     combine_matches::<T, MAX>(&xs, &ys);
     combine_matches::<T, MIN>(&xs, &ys);
-    // Avg's scalars at N = 2, 3, 5 (1/3 and 1/5 round), and scalars past
-    // the largest value and below the smallest
-    for s in [0.5, 1.0 / 3.0, 0.2, 3.0, 1e-3, 1e4, -0.75] {
+    // Avg's scalars at N = 2, 3, 4, 5, 8 (1/3 and 1/5 round; the powers of
+    // two skip the product's rounding where it is exact), other powers of
+    // two, and scalars past the largest value and below the smallest
+    for s in [
+        0.5,
+        1.0 / 3.0,
+        0.25,
+        0.2,
+        0.125,
+        1.0,
+        -0.5,
+        2.0,
+        2f64.powi(-7),
+        3.0,
+        1e-3,
+        1e4,
+        -0.75,
+    ] {
         let s = T::from_f64(s);
         let mut out = xs.clone();
         T::premul_add_all::<true>(&mut out, &ys, s);
