@@ -176,22 +176,13 @@ macro_rules! arith_fp8 {
             fn combine_all<'a, const V3: bool, const OP: Combine>(
                 acc: &mut [Self],
                 n: usize,
-                mut input: impl FnMut(usize) -> &'a [Self],
+                input: impl FnMut(usize) -> &'a [Self],
             ) {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 if V3 {
-                    let len = acc.len();
-                    if n == 1 {
-                        acc.copy_from_slice(&input(0)[..len]);
-                        return;
-                    }
-                    let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
-                    super::isa::fp8_combine::<Self, OP>(acc, x0, x1);
-                    for s in 2..n {
-                        let x = &input(s)[..len];
-                        super::isa::fp8_combine_into::<Self, OP>(acc, x);
-                    }
-                    return;
+                    let two = super::isa::fp8_combine::<Self, OP>;
+                    let into = super::isa::fp8_combine_into::<Self, OP>;
+                    return super::fold::fold_blocks_with(acc, n, input, two, into);
                 }
                 super::fold::fold_all(acc, n, input, combine::<Self, OP>)
             }
@@ -255,22 +246,15 @@ impl Arith for f16 {
     fn combine_all<'a, const V3: bool, const OP: Combine>(
         acc: &mut [Self],
         n: usize,
-        mut input: impl FnMut(usize) -> &'a [Self],
+        input: impl FnMut(usize) -> &'a [Self],
     ) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if V3 {
-            let len = acc.len();
-            if n == 1 {
-                acc.copy_from_slice(&input(0)[..len]);
-                return;
-            }
-            let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
-            super::isa::half_combine::<OP>(acc, x0, x1);
-            for s in 2..n {
-                let x = &input(s)[..len];
-                super::isa::half_combine_into::<OP>(acc, x);
-            }
-            return;
+            let (two, into) = (
+                super::isa::half_combine::<OP>,
+                super::isa::half_combine_into::<OP>,
+            );
+            return super::fold::fold_blocks_with(acc, n, input, two, into);
         }
         super::fold::fold_all(acc, n, input, combine::<Self, OP>)
     }
@@ -334,22 +318,15 @@ impl Arith for bf16 {
     fn combine_all<'a, const V3: bool, const OP: Combine>(
         acc: &mut [Self],
         n: usize,
-        mut input: impl FnMut(usize) -> &'a [Self],
+        input: impl FnMut(usize) -> &'a [Self],
     ) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if V3 {
-            let len = acc.len();
-            if n == 1 {
-                acc.copy_from_slice(&input(0)[..len]);
-                return;
-            }
-            let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
-            super::isa::bf16_combine::<OP>(acc, x0, x1);
-            for s in 2..n {
-                let x = &input(s)[..len];
-                super::isa::bf16_combine_into::<OP>(acc, x);
-            }
-            return;
+            let (two, into) = (
+                super::isa::bf16_combine::<OP>,
+                super::isa::bf16_combine_into::<OP>,
+            );
+            return super::fold::fold_blocks_with(acc, n, input, two, into);
         }
         baseline_combine::<OP>(acc, n, input)
     }

@@ -155,6 +155,27 @@ pub(super) fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
     }
 }
 
+/// [`fold_all`] from block functions: `two` makes the first pair, `into`
+/// folds in each next input (the vector loops' entry points).
+#[inline(always)]
+pub(super) fn fold_blocks_with<'a, T: Copy + 'a>(
+    acc: &mut [T],
+    n: usize,
+    mut input: impl FnMut(usize) -> &'a [T],
+    two: impl Fn(&mut [T], &[T], &[T]),
+    into: impl Fn(&mut [T], &[T]),
+) {
+    let len = acc.len();
+    if n == 1 {
+        acc.copy_from_slice(&input(0)[..len]);
+        return;
+    }
+    two(acc, &input(0)[..len], &input(1)[..len]);
+    for s in 2..n {
+        into(acc, &input(s)[..len]);
+    }
+}
+
 #[inline(always)]
 fn pre_mul_sum<'a, T: Arith, const V3: bool>(
     acc: &mut [T],
