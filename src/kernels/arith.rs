@@ -107,7 +107,8 @@ pub trait Arith: Element {
 // the rounded quotient stays strictly between the integers around a/N.
 // 32-bit sums take f64 (|k|·N ≤ |a| + N < 2^33); 8-bit ones f32 with N
 // capped at 256, which changes no quotient (|a| ≤ 255 < N gives 0 either
-// way) and keeps |k|·N ≤ 511. The integer goes back through the bits of
+// way) and keeps |k|·N ≤ 511 (a test checks every 8-bit sum with every
+// N up to 300). The integer goes back through the bits of
 // `q + 1.5·2^(p-1)`, whose low bits hold q in two's complement for
 // |q| < 2^(p-2): a float-to-integer `as` saturates, and its checks keep
 // the loop from vectorising. 64-bit sums divide as integers (they no

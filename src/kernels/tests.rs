@@ -109,6 +109,28 @@ fn integer_avg_divides_the_wrapped_sum_by_n_as_an_integer() {
     );
 }
 
+/// 8-bit Avg against integer division for every wrapped sum and every N
+/// up to 300 (past the 256 at which the kernel caps N): one vector per N
+/// whose elements are every value of the type, rank 0 holding them and
+/// the other ranks zero.
+#[test]
+fn integer_avg_of_8_bit_sums_is_exact_for_every_sum_and_n() {
+    for n in 1..=300usize {
+        let mut i: Vec<Vec<i8>> = vec![vec![0; 256]; n];
+        let mut u: Vec<Vec<u8>> = vec![vec![0; 256]; n];
+        for v in 0..256 {
+            i[0][v] = v as u8 as i8;
+            u[0][v] = v as u8;
+        }
+        let (got_i, got_u) = (run(RedOp::Avg, &i), run(RedOp::Avg, &u));
+        for v in 0..256 {
+            let (a, b) = (v as u8 as i8, v as u8);
+            assert_eq!(got_i[v] as i32, a as i32 / n as i32, "int8 {a} / {n}");
+            assert_eq!(got_u[v] as u32, b as u32 / n as u32, "uint8 {b} / {n}");
+        }
+    }
+}
+
 /// 32-bit Avg against integer division, on vectors long enough for the
 /// vector loop: sums at and near the type's ends, quotients just below
 /// and on an integer, and communicator sizes up to 1000.
