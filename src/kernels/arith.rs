@@ -26,6 +26,15 @@ pub fn combine<T: Arith, const OP: Combine>(a: T, b: T) -> T {
     }
 }
 
+/// `acc[i] = x[i]·s` element by element, as [`Arith::mul`]: the portable
+/// form of [`Arith::scale_all`].
+#[inline(always)]
+fn scale_each<T: Arith>(acc: &mut [T], x: &[T], s: T) {
+    for (a, x) in acc.iter_mut().zip(x) {
+        *a = T::mul(*x, s);
+    }
+}
+
 /// Element arithmetic with NCCL's semantics: integers wrap on Sum/Prod and
 /// divide toward zero for Avg; floats round to the type after every step.
 pub trait Arith: Element {
@@ -66,9 +75,7 @@ pub trait Arith: Element {
     /// `acc[i] = x[i]·s` over a block, as [`Arith::mul`].
     #[inline(always)]
     fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
-        for (a, x) in acc.iter_mut().zip(x) {
-            *a = Self::mul(*x, s);
-        }
+        scale_each(acc, x, s)
     }
     /// `acc[i] = rnd(rnd(x0[i]·s) + x1[i]·s)` over a block, the sum rounded
     /// once: [`Arith::scale_all`] then [`Arith::premul_add_all`], which a
@@ -193,9 +200,7 @@ macro_rules! arith_fp8 {
                 if V3 {
                     return super::isa::fp8_scale(acc, x, s);
                 }
-                for (a, x) in acc.iter_mut().zip(x) {
-                    *a = Self::mul(*x, s);
-                }
+                scale_each(acc, x, s)
             }
             #[inline(always)]
             fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
@@ -265,9 +270,7 @@ impl Arith for f16 {
         if V3 {
             return super::isa::half_scale(acc, x, s);
         }
-        for (a, x) in acc.iter_mut().zip(x) {
-            *a = Self::mul(*x, s);
-        }
+        scale_each(acc, x, s)
     }
     #[inline(always)]
     fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
@@ -337,9 +340,7 @@ impl Arith for bf16 {
         if V3 {
             return super::isa::bf16_scale(acc, x, s);
         }
-        for (a, x) in acc.iter_mut().zip(x) {
-            *a = Self::mul(*x, s);
-        }
+        scale_each(acc, x, s)
     }
     #[inline(always)]
     fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
