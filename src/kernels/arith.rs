@@ -175,11 +175,16 @@ arith_float!(f32 => fused_f32, f64 => fused_f64);
 macro_rules! arith_fp8 {
     ($($t:ty),*) => {$(
         impl Arith for $t {
-            #[inline(always)] fn add(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32() + b.to_f32()) }
-            #[inline(always)] fn mul(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32() * b.to_f32()) }
-            #[inline(always)] fn max(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32().max(b.to_f32())) }
-            #[inline(always)] fn min(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32().min(b.to_f32())) }
-            #[inline(always)] fn div_n(a: Self, n: usize) -> Self { Self::from_f32(a.to_f32() / n as f32) }
+            #[inline(always)]
+            fn add(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32() + b.to_f32()) }
+            #[inline(always)]
+            fn mul(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32() * b.to_f32()) }
+            #[inline(always)]
+            fn max(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32().max(b.to_f32())) }
+            #[inline(always)]
+            fn min(a: Self, b: Self) -> Self { Self::from_f32(a.to_f32().min(b.to_f32())) }
+            #[inline(always)]
+            fn div_n(a: Self, n: usize) -> Self { Self::from_f32(a.to_f32() / n as f32) }
             #[inline(always)]
             fn combine_all<'a, const V3: bool, const OP: Combine>(
                 acc: &mut [Self],

@@ -13,8 +13,8 @@
 //! conversions into F16C's, its bfloat16 loops ran at a fifth of float's
 //! speed per byte, and fp8 went through a table and scalar integer code
 //! for every element, benches/kernels.rs). The 16-bit types' fused step
-//! is the f32 FMA alone where the scalar has no significand bits (a power of two:
-//! every Avg with N a power of two), where rounding that to 16 bits
+//! is the f32 FMA alone where the scalar has no significand bits (a power
+//! of two: every Avg with N a power of two), where rounding that to 16 bits
 //! rounds the exact value once (the sections below say why); otherwise
 //! the f32 sum, unless a lane lands exactly on a 16-bit midpoint without
 //! being exact, which bfloat16 settles with an error term and half by
@@ -152,12 +152,11 @@ fn apply<const OP: Combine>(
     use std::arch::x86_64::*;
     // `maxps b, a` is b where b > a and a otherwise (a NaN in either
     // lane included); a NaN `a` then takes b
-    let a_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a);
     match OP {
         ADD => _mm256_add_ps(a, b),
         MUL => _mm256_mul_ps(a, b),
-        MAX => _mm256_blendv_ps(_mm256_max_ps(b, a), b, a_nan),
-        _ => _mm256_blendv_ps(_mm256_min_ps(b, a), b, a_nan),
+        MAX => _mm256_blendv_ps(_mm256_max_ps(b, a), b, _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a)),
+        _ => _mm256_blendv_ps(_mm256_min_ps(b, a), b, _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a)),
     }
 }
 
@@ -328,10 +327,10 @@ mod bf16_v3;
 
 // ------------------------------------------------------ fp8 with AVX2 and F16C
 //
-// The fp8 types decode through half (F16C) and encode with the integer
-// rounding of `core::datatype`, 16 elements at a time (`fp8_v3`); every
-// step computes in f32 what the element functions compute, so the values
-// are theirs.
+// The fp8 types decode through half and encode through it (F16C), 16
+// elements at a time (`fp8_v3`); every step computes in f32 what the
+// element functions compute, and the encoding gives their bits (checked on
+// every pair of values), so the values are theirs.
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 use crate::core::datatype::Fp8;

@@ -100,10 +100,10 @@ fn small(c: &Call, n: usize, oversubscribed: bool) -> bool {
 /// (small launches, [`alone`]) moves all the data itself and releases the
 /// others with the launch done, or releases them to move their shares in
 /// parallel ([`move_parts`]), after which a completion rendezvous keeps
-/// every buffer alive until all ranks are done. While the coordinator works alone, every other
-/// rank is blocked in this call, so their posts and buffers stay as posted;
-/// they do not read each other's posts in that mode, which is why the one
-/// rendezvous suffices.
+/// every buffer alive until all ranks are done. While the coordinator
+/// works alone, every other rank is blocked in this call, so their posts
+/// and buffers stay as posted; they do not read each other's posts in that
+/// mode, which is why the one rendezvous suffices.
 fn collectives(
     world: &Arc<World>,
     me: usize,

@@ -1,10 +1,11 @@
 //! The fp8 types' block kernels with AVX2 and F16C: 16 elements at a time
 //! decoded to two vectors of 8 floats through half (exact), computed in
-//! f32 as the element functions do, and encoded with the integer rounding
-//! of `core::datatype`'s encoder written 8 lanes wide (the same bits for
-//! every f32, NaN payloads aside). Avg and PreMulSum are not fused for
-//! fp8: `x·s` is rounded to the type before the sum, here by encoding it
-//! and decoding it again in registers.
+//! f32 as the element functions do, and encoded through half: F16C's
+//! rounding, then the half's top bits rounded to the type ([`encode`]
+//! says why the two roundings give the element encoder's bits for every
+//! value the kernels encode). Avg and PreMulSum are not fused for fp8:
+//! `x·s` is rounded to the type before the sum, here by encoding it and
+//! decoding it again in registers.
 
 use super::super::Arith;
 use super::super::arith::{Combine, combine as element};
