@@ -160,6 +160,21 @@ fn apply<const OP: Combine>(
     }
 }
 
+/// TwoSum, 8 lanes: `a + b − s` exactly, for `s` the f32 sum rounded to
+/// nearest (both 16-bit types' fused steps take their error term here).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn two_sum_error(
+    a: std::arch::x86_64::__m256,
+    b: std::arch::x86_64::__m256,
+    s: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let bb = _mm256_sub_ps(s, a);
+    _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(b, bb))
+}
+
 // ------------------------------------------------------------ half with F16C
 //
 // Half's steps widen to f32 (exact), compute there, and round back to

@@ -3,7 +3,7 @@
 
 use super::super::Arith;
 use super::super::arith::{Combine, combine as element};
-use super::{FMA, SUM, SUM_TINY, Step, apply};
+use super::{FMA, SUM, SUM_TINY, Step, apply, two_sum_error};
 use crate::core::datatype::bf16_to_f32;
 use half::bf16;
 use std::arch::x86_64::*;
@@ -247,12 +247,8 @@ fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) 
         return (round(s), 0);
     }
     let p = _mm256_mul_ps(x, sv);
-    // TwoSum: e = acc + p − s exactly, when p = x·s is exact
-    let bb = _mm256_sub_ps(s, acc);
-    let e = _mm256_add_ps(
-        _mm256_sub_ps(acc, _mm256_sub_ps(s, bb)),
-        _mm256_sub_ps(p, bb),
-    );
+    // e = acc + p − s exactly, when p = x·s is exact
+    let e = two_sum_error(acc, p, s);
     // p is exact in f32 when it is at least 2^-134 (its 16 bits then
     // reach no lower than 2^-149) and finite
     let pm = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));

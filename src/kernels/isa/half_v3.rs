@@ -4,7 +4,7 @@
 
 use super::super::Arith;
 use super::super::arith::{Combine, combine as element};
-use super::{FMA, SUM, SUM_TINY, Step, apply};
+use super::{FMA, SUM, SUM_TINY, Step, apply, two_sum_error};
 use crate::core::datatype::f16_to_f32;
 use half::f16;
 use std::arch::x86_64::*;
@@ -49,14 +49,6 @@ fn add_odd(a: __m256, b: __m256, s: __m256) -> __m256 {
     let even = _mm256_sub_epi32(_mm256_and_si256(bits, one), one);
     let delta = _mm256_and_si256(_mm256_and_si256(step, even), mask);
     _mm256_castsi256_ps(_mm256_add_epi32(bits, delta))
-}
-
-/// TwoSum: `a + b - s` exactly, for `s` the sum rounded to nearest.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn two_sum_error(a: __m256, b: __m256, s: __m256) -> __m256 {
-    let bb = _mm256_sub_ps(s, a);
-    _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(b, bb))
 }
 
 /// `acc + p` rounded to f32 such that rounding the result to half
