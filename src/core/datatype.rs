@@ -155,6 +155,7 @@ pub(crate) struct MiniFloat {
 }
 
 /// An fp8 type and its format (the kernels' vector code reads it).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 pub(crate) trait Fp8: Copy {
     const FORMAT: MiniFloat;
 }
@@ -310,6 +311,7 @@ macro_rules! fp8_type {
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
         #[repr(transparent)]
         pub struct $name(pub u8);
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
         impl Fp8 for $name {
             const FORMAT: MiniFloat = $fmt;
         }

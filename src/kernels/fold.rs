@@ -157,6 +157,7 @@ pub(super) fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
 
 /// [`fold_all`] from block functions: `two` makes the first pair, `into`
 /// folds in each next input (the vector loops' entry points).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline(always)]
 pub(super) fn fold_blocks_with<'a, T: Copy + 'a>(
     acc: &mut [T],

@@ -24,10 +24,8 @@
 //! other, the 16-bit blocks on every value of the type), so which one
 //! runs never shows.
 
-use super::Arith;
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-use super::arith::Combine;
-use crate::core::RedOp;
+use {super::Arith, super::arith::Combine, crate::core::RedOp};
 
 /// An instruction set the kernels are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -697,5 +697,9 @@ fn whole_fp8_reductions_round_every_step() {
     fp8::<F8E5M2>(&mut next, F8E5M2);
 }
 
-mod eight;
 mod sixteen;
+// the vector code's own tests
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod blocks16;
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod eight;

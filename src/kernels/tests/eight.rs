@@ -31,6 +31,10 @@ fn combine_matches<T: Arith, const OP: Combine>(xs: &[T], ys: &[T]) {
 
 fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
     if !Isa::X86V3.available() {
+        eprintln!(
+            "SKIPPED: {} blocks: this CPU lacks AVX2, FMA or F16C",
+            T::DTYPE
+        );
         return;
     }
     let (xs, ys) = pairs(from_bits);
