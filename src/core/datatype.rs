@@ -155,7 +155,7 @@ pub(crate) struct MiniFloat {
 }
 
 /// An fp8 type and its format (the kernels' vector code reads it).
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 pub(crate) trait Fp8: Copy {
     const FORMAT: MiniFloat;
 }
@@ -311,7 +311,7 @@ macro_rules! fp8_type {
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
         #[repr(transparent)]
         pub struct $name(pub u8);
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         impl Fp8 for $name {
             const FORMAT: MiniFloat = $fmt;
         }

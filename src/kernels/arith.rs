@@ -191,7 +191,7 @@ macro_rules! arith_fp8 {
                 n: usize,
                 input: impl FnMut(usize) -> &'a [Self],
             ) {
-                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                #[cfg(x86_simd)]
                 if V3 {
                     let two = super::isa::fp8_combine::<Self, OP>;
                     let into = super::isa::fp8_combine_into::<Self, OP>;
@@ -201,7 +201,7 @@ macro_rules! arith_fp8 {
             }
             #[inline(always)]
             fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
-                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                #[cfg(x86_simd)]
                 if V3 {
                     return super::isa::fp8_scale(acc, x, s);
                 }
@@ -209,7 +209,7 @@ macro_rules! arith_fp8 {
             }
             #[inline(always)]
             fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
-                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                #[cfg(x86_simd)]
                 if V3 {
                     return super::isa::fp8_premul_add(acc, x, s);
                 }
@@ -259,7 +259,7 @@ impl Arith for f16 {
         n: usize,
         input: impl FnMut(usize) -> &'a [Self],
     ) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             let (two, into) = (
                 super::isa::half_combine::<OP>,
@@ -271,7 +271,7 @@ impl Arith for f16 {
     }
     #[inline(always)]
     fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             return super::isa::half_scale(acc, x, s);
         }
@@ -279,7 +279,7 @@ impl Arith for f16 {
     }
     #[inline(always)]
     fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             return super::isa::half_premul_two(acc, x0, x1, s);
         }
@@ -288,7 +288,7 @@ impl Arith for f16 {
     }
     #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             return super::isa::half_premul_add(acc, x, s);
         }
@@ -329,7 +329,7 @@ impl Arith for bf16 {
         n: usize,
         input: impl FnMut(usize) -> &'a [Self],
     ) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             let (two, into) = (
                 super::isa::bf16_combine::<OP>,
@@ -341,7 +341,7 @@ impl Arith for bf16 {
     }
     #[inline(always)]
     fn scale_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             return super::isa::bf16_scale(acc, x, s);
         }
@@ -349,7 +349,7 @@ impl Arith for bf16 {
     }
     #[inline(always)]
     fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             return super::isa::bf16_premul_two(acc, x0, x1, s);
         }
@@ -358,7 +358,7 @@ impl Arith for bf16 {
     }
     #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if V3 {
             return super::isa::bf16_premul_add(acc, x, s);
         }

@@ -60,7 +60,7 @@ pub fn reduce_blocks_on<'a, T: Arith>(
 ) {
     match isa {
         Isa::Portable => fold_blocks::<T, false>(block, starts, op, nranks, input, emit),
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         Isa::X86V3 => super::isa::fold_blocks_x86_v3(block, starts, op, nranks, input, emit),
     }
 }
@@ -157,7 +157,7 @@ pub(super) fn fold_all<'a, T: Copy + 'a, F: Fn(T, T) -> T + Copy>(
 
 /// [`fold_all`] from block functions: `two` makes the first pair, `into`
 /// folds in each next input (the vector loops' entry points).
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline(always)]
 pub(super) fn fold_blocks_with<'a, T: Copy + 'a>(
     acc: &mut [T],

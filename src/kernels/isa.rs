@@ -24,7 +24,7 @@
 //! other, the 16-bit blocks on every value of the type), so which one
 //! runs never shows.
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 use {super::Arith, super::arith::Combine, crate::core::RedOp};
 
 /// An instruction set the kernels are compiled for.
@@ -33,7 +33,7 @@ pub enum Isa {
     /// The target's baseline (SSE2 on x86-64); runs everywhere.
     Portable,
     /// AVX2, FMA and F16C.
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[cfg(x86_simd)]
     X86V3,
 }
 
@@ -41,7 +41,7 @@ impl Isa {
     /// The best instruction set this CPU has.
     #[inline]
     pub fn detected() -> Isa {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if Isa::X86V3.available() {
             return Isa::X86V3;
         }
@@ -52,7 +52,7 @@ impl Isa {
     pub fn all_available() -> Vec<Isa> {
         let all = [
             Isa::Portable,
-            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            #[cfg(x86_simd)]
             Isa::X86V3,
         ];
         all.into_iter().filter(|i| i.available()).collect()
@@ -64,7 +64,7 @@ impl Isa {
     pub fn available(self) -> bool {
         match self {
             Isa::Portable => true,
-            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            #[cfg(x86_simd)]
             Isa::X86V3 => {
                 std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
@@ -75,7 +75,7 @@ impl Isa {
 }
 
 /// `fold::fold_blocks` compiled for x86-64-v3, after checking the CPU.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn fold_blocks_x86_v3<'a, T: Arith>(
     block: &mut [T],
@@ -94,7 +94,7 @@ pub(super) fn fold_blocks_x86_v3<'a, T: Arith>(
     unsafe { fold_blocks_v3(block, starts, op, nranks, input, emit) }
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn fold_blocks_v3<'a, T: Arith>(
     block: &mut [T],
@@ -109,23 +109,23 @@ fn fold_blocks_v3<'a, T: Arith>(
 
 /// How the 16-bit types' fused step `rnd(acc + x·s)` is computed for a
 /// given scalar (each type's `step_for` says which scalars take which).
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 type Step = u8;
 /// The f32 FMA alone: rounding it to 16 bits rounds the exact value once.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 const FMA: Step = 0;
 /// The f32 sum, and a correction for the lanes that may land on a 16-bit
 /// midpoint without being exact; every product `x·s` is exact in f32.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 const SUM: Step = 1;
 /// As [`SUM`], for scalars small enough that products may fall below the
 /// 16-bit type's normals (half) or be inexact in f32 (bfloat16).
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 const SUM_TINY: Step = 2;
 
 /// `$f::<STEP>(args…)` for the [`Step`] value `$step`: each step is a
 /// const parameter, so its loop is compiled without the others' checks.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 macro_rules! by_step {
     ($step:expr, $f:ident($($arg:expr),*)) => {
         match $step {
@@ -139,7 +139,7 @@ macro_rules! by_step {
 /// The op `OP` on 8 f32 lanes, as [`super::arith::combine`] computes it
 /// on one: Max and Min as `f32::max` and `f32::min` compile, a NaN
 /// operand giving the other and equal operands (±0 included) the first.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn apply<const OP: Combine>(
@@ -160,7 +160,7 @@ fn apply<const OP: Combine>(
 
 /// TwoSum, 8 lanes: `a + b − s` exactly, for `s` the f32 sum rounded to
 /// nearest (both 16-bit types' fused steps take their error term here).
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn two_sum_error(
@@ -186,7 +186,7 @@ fn two_sum_error(
 
 /// `acc[i] = x0[i] ⊕ x1[i]`, ⊕ the op `OP`; the slices are at least
 /// `acc`'s length.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn half_combine<const OP: Combine>(
     acc: &mut [half::f16],
@@ -199,7 +199,7 @@ pub(super) fn half_combine<const OP: Combine>(
 }
 
 /// `acc[i] = acc[i] ⊕ x[i]`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn half_combine_into<const OP: Combine>(acc: &mut [half::f16], x: &[half::f16]) {
     assert!(Isa::X86V3.available(), "F16C needed");
@@ -208,7 +208,7 @@ pub(super) fn half_combine_into<const OP: Combine>(acc: &mut [half::f16], x: &[h
 }
 
 /// `acc[i] = rnd(x[i]·s)`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn half_scale(acc: &mut [half::f16], x: &[half::f16], s: half::f16) {
     assert!(Isa::X86V3.available(), "F16C needed");
@@ -217,7 +217,7 @@ pub(super) fn half_scale(acc: &mut [half::f16], x: &[half::f16], s: half::f16) {
 }
 
 /// `acc[i] = rnd(acc[i] + x[i]·s)`, rounded once.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn half_premul_add(acc: &mut [half::f16], x: &[half::f16], s: half::f16) {
     assert!(Isa::X86V3.available(), "F16C needed");
@@ -226,7 +226,7 @@ pub(super) fn half_premul_add(acc: &mut [half::f16], x: &[half::f16], s: half::f
 }
 
 /// `acc[i] = rnd(rnd(x0[i]·s) + x1[i]·s)`, the sum rounded once.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn half_premul_two(
     acc: &mut [half::f16],
@@ -239,7 +239,7 @@ pub(super) fn half_premul_two(
     unsafe { half_v3::premul_two(acc, x0, x1, s) }
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 mod half_v3;
 
 // -------------------------------------------------------- bfloat16 with AVX2
@@ -287,11 +287,11 @@ mod half_v3;
 //   `s − x·s`, computed in f32, is not `acc` (`inexact` in `bf16_v3`, with
 //   the argument), which also gives the error term in one subtraction.
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 macro_rules! bf16_entry {
     ($($(#[$doc:meta])* $name:ident => $inner:ident($($arg:ident: $t:ty),*);)*) => {$(
         $(#[$doc])*
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         #[inline]
         pub(super) fn $name($($arg: $t),*) {
             assert!(Isa::X86V3.available(), "AVX2 and FMA needed");
@@ -303,12 +303,12 @@ macro_rules! bf16_entry {
     )*};
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 use half::bf16;
 
 /// `acc[i] = x0[i] ⊕ x1[i]`, ⊕ the op `OP`; the slices are at least
 /// `acc`'s length.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn bf16_combine<const OP: Combine>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
     assert!(Isa::X86V3.available(), "AVX2 and FMA needed");
@@ -317,7 +317,7 @@ pub(super) fn bf16_combine<const OP: Combine>(acc: &mut [bf16], x0: &[bf16], x1:
 }
 
 /// `acc[i] = acc[i] ⊕ x[i]`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn bf16_combine_into<const OP: Combine>(acc: &mut [bf16], x: &[bf16]) {
     assert!(Isa::X86V3.available(), "AVX2 and FMA needed");
@@ -325,7 +325,7 @@ pub(super) fn bf16_combine_into<const OP: Combine>(acc: &mut [bf16], x: &[bf16])
     unsafe { bf16_v3::combine_into::<OP>(acc, x) }
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 bf16_entry! {
     /// `acc[i] = rnd(x[i]·s)`.
     bf16_scale => scale(acc: &mut [bf16], x: &[bf16], s: bf16);
@@ -335,7 +335,7 @@ bf16_entry! {
     bf16_premul_add => premul_add(acc: &mut [bf16], x: &[bf16], s: bf16);
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 mod bf16_v3;
 
 // ------------------------------------------------------ fp8 with AVX2 and F16C
@@ -345,12 +345,12 @@ mod bf16_v3;
 // element functions compute, and the encoding gives their bits (checked on
 // every pair of values), so the values are theirs.
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 use crate::core::datatype::Fp8;
 
 /// `acc[i] = x0[i] ⊕ x1[i]`, ⊕ the op `OP`; the slices are at least
 /// `acc`'s length.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn fp8_combine<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x0: &[T], x1: &[T]) {
     assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
@@ -359,7 +359,7 @@ pub(super) fn fp8_combine<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x0: 
 }
 
 /// `acc[i] = acc[i] ⊕ x[i]`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn fp8_combine_into<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x: &[T]) {
     assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
@@ -368,7 +368,7 @@ pub(super) fn fp8_combine_into<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T],
 }
 
 /// `acc[i] = rnd(x[i]·s)`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn fp8_scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
@@ -377,7 +377,7 @@ pub(super) fn fp8_scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
 }
 
 /// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 #[inline]
 pub(super) fn fp8_premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
@@ -385,5 +385,5 @@ pub(super) fn fp8_premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     unsafe { fp8_v3::premul_add(acc, x, s) }
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 mod fp8_v3;

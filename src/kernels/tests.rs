@@ -699,7 +699,7 @@ fn whole_fp8_reductions_round_every_step() {
 
 mod sixteen;
 // the vector code's own tests
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 mod blocks16;
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 mod eight;

@@ -76,7 +76,7 @@ impl Phase {
         );
         // (Miri cannot run the streaming stores' inline assembly; plain
         // stores have the same effect on memory.)
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         if stream && dst.is_multiple_of(LINE) {
             use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
             let src = line.as_ptr() as *const __m128i;
@@ -92,7 +92,7 @@ impl Phase {
             }
             return;
         }
-        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        #[cfg(not(x86_simd))]
         let _ = stream;
         self.write(dst, line);
     }
@@ -102,14 +102,14 @@ impl Phase {
     /// so any address will do, inside a buffer or past its end.
     #[inline(always)]
     pub fn prefetch(&self, addr: usize) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(x86_simd)]
         // SAFETY: a prefetch reads nothing into the program and cannot
         // fault, whatever the address (SSE is part of x86-64).
         unsafe {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
             _mm_prefetch::<_MM_HINT_T0>(addr as *const i8)
         }
-        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        #[cfg(not(x86_simd))]
         let _ = addr;
     }
 
@@ -173,7 +173,7 @@ pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
 /// `sfence` on x86-64 (non-temporal stores are not ordered by the usual
 /// x86 rules); nothing elsewhere, where no streaming stores are made.
 fn store_fence() {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[cfg(x86_simd)]
     // SAFETY: SSE is part of x86-64.
     unsafe {
         std::arch::x86_64::_mm_sfence()
@@ -184,7 +184,7 @@ fn store_fence() {
 pub const LINE: usize = 64;
 
 /// Below this many bytes a plain copy is as fast and keeps the data cached.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 const STREAM_MIN: usize = 4096;
 
 /// Copies `bytes` bytes from `src` to `dst` with 64-byte non-temporal
@@ -199,7 +199,7 @@ const STREAM_MIN: usize = 4096;
 /// two regions do not overlap.
 unsafe fn stream_copy(src: *const u8, dst: *mut u8, bytes: usize, fence: bool) {
     // under Miri, which cannot run the streaming stores, a plain copy
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[cfg(x86_simd)]
     if bytes >= STREAM_MIN {
         let head = dst.align_offset(64).min(bytes);
         let body = (bytes - head) & !63;
@@ -222,13 +222,13 @@ unsafe fn stream_copy(src: *const u8, dst: *mut u8, bytes: usize, fence: bool) {
         return;
     }
     // (a plain copy is ordered: nothing to fence)
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    #[cfg(not(x86_simd))]
     let _ = fence;
     // SAFETY: the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) }
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(x86_simd)]
 mod x86 {
     use std::arch::x86_64::*;
 
