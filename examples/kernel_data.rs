@@ -5,7 +5,9 @@
 //! `benches/kernels.rs` (one shape) does not show. Best of 30 rounds of 10
 //! reductions each.
 //!
-//!     cargo run --release --example kernel_data
+//!     cargo run --release --example kernel_data [TYPE…]
+//!
+//! TYPE: float, half, bfloat16, f8e4m3, f8e5m2 (default: all of them).
 //!
 //! Shapes: `onehot` one nonzero input per element, a small integer (what
 //! `rankwise bench` checks Avg and PreMulSum with); `same` every rank the
@@ -14,6 +16,7 @@
 
 use half::{bf16, f16};
 use rankwise::RedOp;
+use rankwise::core::{F8E4M3, F8E5M2};
 use rankwise::kernels::{Arith, Isa, reduce_into_on};
 use std::time::Instant;
 
@@ -62,12 +65,30 @@ fn run<T: Arith>(name: &str, n: usize, shape: &str) {
 }
 
 fn main() {
+    let types: [(&str, fn(&str, usize, &str)); 5] = [
+        ("float", run::<f32>),
+        ("half", run::<f16>),
+        ("bfloat16", run::<bf16>),
+        ("f8e4m3", run::<F8E4M3>),
+        ("f8e5m2", run::<F8E5M2>),
+    ];
+    let wanted: Vec<String> = std::env::args().skip(1).collect();
+    for w in &wanted {
+        if !types.iter().any(|(name, _)| name == w) {
+            eprintln!(
+                "kernel_data: no type {w:?}; the types are float, half, bfloat16, f8e4m3, f8e5m2"
+            );
+            std::process::exit(2);
+        }
+    }
     println!("ns per element, best of 30, on {:?}", Isa::detected());
     for n in [2, 4] {
         for shape in ["onehot", "same", "rand"] {
-            run::<f32>("float", n, shape);
-            run::<f16>("half", n, shape);
-            run::<bf16>("bfloat16", n, shape);
+            for (name, run) in types {
+                if wanted.is_empty() || wanted.iter().any(|w| w == name) {
+                    run(name, n, shape);
+                }
+            }
         }
     }
 }
