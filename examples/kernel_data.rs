@@ -64,8 +64,11 @@ fn run<T: Arith>(name: &str, n: usize, shape: &str) {
     println!("{line}");
 }
 
+/// One type's rows: its name, N and the data's shape.
+type Runner = fn(&str, usize, &str);
+
 fn main() {
-    let types: [(&str, fn(&str, usize, &str)); 5] = [
+    let types: [(&str, Runner); 5] = [
         ("float", run::<f32>),
         ("half", run::<f16>),
         ("bfloat16", run::<bf16>),
