@@ -8,15 +8,12 @@
 # Not part of CI.
 #   benches/local/op_focus.sh REPS DTYPE "N…" "OP…" BINARY [BINARY…]
 # e.g. benches/local/op_focus.sh 5 bfloat16 "2 4" "sum premulsum:0.3" BEFORE AFTER
-set -euo pipefail
-cd "$(dirname "$0")/../.."
+source "$(dirname "$0")/interleaved.sh"
 reps=$1 dt=$2 ns=$3 ops=$4; shift 4
 out=target/op-focus
-rm -rf "$out"; mkdir -p "$out"
+fresh "$out"
 for rep in $(seq "$reps"); do
-  bins=("$@")
-  if [ $((rep % 2)) = 0 ]; then bins=($(printf '%s\n' "$@" | tac)); fi
-  for bin in "${bins[@]}"; do
+  for bin in $(in_turn "$rep" "$@"); do
     for n in $ns; do
       for op in $ops; do
         "$bin" bench all_reduce --ranks "$n" -b 64M -e 64M -d "$dt" -o "$op" -n 5 -w 1 -c 0 --json \
@@ -24,7 +21,7 @@ for rep in $(seq "$reps"); do
       done
     done
   done
-  echo "repetition $rep of $reps done ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  done_with "$rep" "$reps"
 done
 python3 - "$out" "$reps" "$ns" "$ops" "$@" <<'PY'
 import json, statistics, sys, os

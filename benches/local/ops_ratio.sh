@@ -8,15 +8,12 @@
 # [min–max] over repetitions. Unchecked (-c 0): checking is the tests' job
 # and `rankwise bench`'s default.  Not part of CI.
 #   benches/local/ops_ratio.sh REPS BINARY [BINARY…]
-set -euo pipefail
-cd "$(dirname "$0")/../.."
+source "$(dirname "$0")/interleaved.sh"
 reps=$1; shift
 out=target/ops-ratio
-rm -rf "$out"; mkdir -p "$out"
+fresh "$out"
 for rep in $(seq "$reps"); do
-  bins=("$@")
-  if [ $((rep % 2)) = 0 ]; then bins=($(printf '%s\n' "$@" | tac)); fi
-  for bin in "${bins[@]}"; do
+  for bin in $(in_turn "$rep" "$@"); do
     tag=$(basename "$bin")
     for n in 2 4; do
       for dt in float half bfloat16 double; do
@@ -27,6 +24,6 @@ for rep in $(seq "$reps"); do
       done
     done
   done
-  echo "repetition $rep of $reps done ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  done_with "$rep" "$reps"
 done
 python3 benches/local/ops_ratio.py "$out" "$reps" "$@"

@@ -7,19 +7,16 @@
 # the 32-bit types; twice the elements for the 16-bit ones, four times
 # for the 8-bit ones). Unchecked (-c 0), `-n 3 -w 1`. Not part of CI.
 #   benches/local/types_ops.sh REPS BINARY [BINARY…]
-set -euo pipefail
-cd "$(dirname "$0")/../.."
+source "$(dirname "$0")/interleaved.sh"
 reps=$1; shift
 out=target/types-ops
-rm -rf "$out"; mkdir -p "$out"
+fresh "$out"
 for rep in $(seq "$reps"); do
-  bins=("$@")
-  if [ $((rep % 2)) = 0 ]; then bins=($(printf '%s\n' "$@" | tac)); fi
-  for bin in "${bins[@]}"; do
+  for bin in $(in_turn "$rep" "$@"); do
     "$bin" bench all_reduce --ranks 2 -b 64M -e 64M -d all -o all -n 3 -w 1 -c 0 --json \
       > "$out/$(basename "$bin")-$rep.json"
   done
-  echo "repetition $rep of $reps done ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  done_with "$rep" "$reps"
 done
 python3 - "$out" "$reps" "$@" <<'PY'
 import json, statistics, sys, os
