@@ -127,8 +127,9 @@ pub(super) struct State {
     changed: bool,
     /// the event loop has parked requests to look at
     wake_loop: bool,
-    /// owners found waiting in a cycle, each with its cycle, until they post again
-    in_cycle: HashMap<usize, Vec<Wait>>,
+    /// owners found waiting in a cycle, each with its cycle by communicator
+    /// ([`waits::scope`]), until they post again on that communicator
+    in_cycle: HashMap<usize, HashMap<String, Vec<Wait>>>,
     /// the latest look for cycles
     looked: Option<Instant>,
 }
@@ -245,10 +246,16 @@ impl State {
         self.exchanges.get(it.key).filter(|e| e.owners == it.owners)
     }
 
+    /// The cycle `it`'s party was found waiting on, on `it`'s communicator.
+    fn cycle_of(&self, it: &Item<'_>) -> Option<&Vec<Wait>> {
+        let mine = self.in_cycle.get(&it.owners[it.me])?;
+        mine.get(waits::scope(it.key))
+    }
+
     /// Whether a read of `it` can be answered: every party posted, or one
     /// that did not has finished (it never will).
     pub(super) fn settled(&self, it: &Item<'_>) -> bool {
-        if self.in_cycle.contains_key(&it.owners[it.me]) {
+        if self.cycle_of(it).is_some() {
             return true;
         }
         let values = self.entry_of(it).map(|e| &e.values);
@@ -283,18 +290,13 @@ impl State {
                     Some(v) => Ok(v),
                     // a reader on a cycle hears the cycle, even from a
                     // peer that has since failed of it
-                    None => Err(
-                        match (
-                            self.in_cycle.get(&it.owners[it.me]),
-                            self.finished.get(owner),
-                        ) {
-                            (Some(cycle), _) => Missing::Cycle(cycle.clone()),
-                            (None, Some(reason)) => Missing::Finished {
-                                reason: reason.clone(),
-                            },
-                            (None, None) => Missing::Timeout,
+                    None => Err(match (self.cycle_of(it), self.finished.get(owner)) {
+                        (Some(cycle), _) => Missing::Cycle(cycle.clone()),
+                        (None, Some(reason)) => Missing::Finished {
+                            reason: reason.clone(),
                         },
-                    ),
+                        (None, None) => Missing::Timeout,
+                    }),
                 },
             )
             .collect();
@@ -417,8 +419,16 @@ impl State {
         }
         for it in items {
             let Some(v) = it.value else { continue };
-            // a party that posts again has left the wait it was in
-            self.in_cycle.remove(&it.owners[it.me]);
+            // a party that posts again on the communicator of its cycle
+            // has left the wait it was in; a post on another (watch mode's
+            // thread posts under the rank's owner) says nothing of it
+            let owner = it.owners[it.me];
+            if let Some(mine) = self.in_cycle.get_mut(&owner) {
+                mine.remove(waits::scope(it.key));
+                if mine.is_empty() {
+                    self.in_cycle.remove(&owner);
+                }
+            }
             let e = match self.exchanges.entry(it.key.to_string()) {
                 Entry::Occupied(o) => o.into_mut(),
                 Entry::Vacant(slot) => {
@@ -507,10 +517,15 @@ impl State {
                 }
             }
         }
-        let found: Vec<(usize, Vec<Wait>)> = waits::cycles(&edges)
+        let known = |(owner, comm): &(usize, &str)| {
+            self.in_cycle
+                .get(owner)
+                .is_some_and(|m| m.contains_key(*comm))
+        };
+        let found: Vec<(usize, String, Vec<Wait>)> = waits::cycles(&edges)
             .into_iter()
-            .filter(|(owner, _)| !self.in_cycle.contains_key(owner))
-            .map(|(owner, ids)| {
+            .filter(|(at, _)| !known(at))
+            .map(|(at, ids)| {
                 let steps = ids
                     .iter()
                     .map(|&i| Wait {
@@ -520,11 +535,13 @@ impl State {
                         note: self.notes.get(&edges[i].from).cloned(),
                     })
                     .collect();
-                (owner, steps)
+                (at.0, at.1.to_string(), steps)
             })
             .collect();
         if !found.is_empty() {
-            self.in_cycle.extend(found);
+            for (owner, comm, steps) in found {
+                self.in_cycle.entry(owner).or_default().insert(comm, steps);
+            }
             self.announce_finish();
         }
     }

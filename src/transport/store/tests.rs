@@ -456,3 +456,52 @@ fn a_rank_in_the_hubs_process_misses_no_change_round_after_round() {
         t.elapsed()
     );
 }
+
+/// Two ranks each wait in a Send for the other's Recv; the store finds
+/// the cycle. Rank 0's watch-mode thread then posts on its own scope
+/// (`c.w`) under rank 0's owner, and rank 1, told of the cycle, fails:
+/// rank 0 still hears the cycle, not rank 1's failure. A post of rank 0
+/// on the cycle's own communicator means it left the wait: it then hears
+/// that rank 1 failed.
+#[test]
+fn a_post_on_another_scope_keeps_a_rank_on_its_cycle() {
+    use super::state::State;
+    let item = |key, owners, me, value, read| Item {
+        key,
+        owners,
+        me,
+        value,
+        read,
+    };
+    let mine = item("c/p0>1/0", &[0, 1], 0, None, Read::Now);
+    let answer_of_rank_0 = |s: &mut State| {
+        let mut shares = s.answers(&[mine]).remove(0);
+        shares.remove(1)
+    };
+    let mut s = State::default();
+    let sends = [
+        item("c/p0>1/0", &[0, 1], 0, Some(b"send"), Read::Now),
+        item("c/p1>0/0", &[1, 0], 0, Some(b"send"), Read::Now),
+    ];
+    for (o, send) in sends.iter().enumerate() {
+        s.post(&[*send], None, Some(o)).unwrap();
+    }
+    s.look_for_cycles(Instant::now());
+    assert!(s.settled(&mine));
+    let watch = item("c.w/w3", &[0, 1], 0, Some(b"watch"), Read::Now);
+    s.post(&[watch], None, Some(0)).unwrap();
+    s.finish(1, Some("deadlock: rank 1 waits in Send"));
+    let Err(Missing::Cycle(steps)) = answer_of_rank_0(&mut s) else {
+        panic!("rank 0 lost its cycle to a post of another scope");
+    };
+    let keys: Vec<&str> = steps.iter().map(|w| w.key.as_str()).collect();
+    assert_eq!(keys, ["c/p0>1/0", "c/p1>0/0"]);
+    let next = item("c/x1", &[0, 1], 0, Some(b"calls"), Read::Now);
+    s.post(&[next], None, Some(0)).unwrap();
+    assert_eq!(
+        answer_of_rank_0(&mut s),
+        Err(Missing::Finished {
+            reason: Some("deadlock: rank 1 waits in Send".into())
+        })
+    );
+}

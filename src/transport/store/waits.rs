@@ -25,25 +25,27 @@ pub(super) struct Edge<'a> {
 }
 
 /// The communicator an exchange belongs to.
-fn scope(key: &str) -> &str {
+pub(super) fn scope(key: &str) -> &str {
     key.split('/').next().unwrap_or(key)
 }
 
-/// For each owner found on a cycle of `edges`, the indices of its cycle's
-/// edges, its own first. Every communicator whose waits hold a cycle has
-/// one found (a depth-first search's back edge); an owner on a second
-/// cycle tangled with the first may not be named, and learns of it when
-/// a named one fails.
-pub(super) fn cycles(edges: &[Edge<'_>]) -> HashMap<usize, Vec<usize>> {
+/// For each owner found on a cycle of `edges`, with the communicator of
+/// the cycle, the indices of its cycle's edges, its own first. Every
+/// communicator whose waits hold a cycle has one found (a depth-first
+/// search's back edge); an owner on a second cycle tangled with the first
+/// may not be named, and learns of it when a named one fails.
+pub(super) fn cycles<'a>(edges: &[Edge<'a>]) -> HashMap<(usize, &'a str), Vec<usize>> {
     let mut by_scope: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, e) in edges.iter().enumerate() {
         by_scope.entry(scope(e.key)).or_default().push(i);
     }
-    let mut found = HashMap::new();
-    for ids in by_scope.values() {
-        search(edges, ids, &mut found);
+    let mut all = HashMap::new();
+    for (comm, ids) in by_scope {
+        let mut found = HashMap::new();
+        search(edges, &ids, &mut found);
+        all.extend(found.into_iter().map(|(owner, c)| ((owner, comm), c)));
     }
-    found
+    all
 }
 
 /// Depth-first search over the edges `ids` of one communicator.
@@ -112,8 +114,20 @@ mod tests {
     }
 
     /// The owners each cycle names, in the order its edges go.
-    fn owners(edges: &[Edge<'_>], found: &HashMap<usize, Vec<usize>>, who: usize) -> Vec<usize> {
-        found[&who].iter().map(|&i| edges[i].from).collect()
+    type Found<'a> = HashMap<(usize, &'a str), Vec<usize>>;
+
+    /// The owners of `who`'s cycle, `who` first (on the one communicator
+    /// of the test's edges).
+    fn owners(edges: &[Edge<'_>], found: &Found<'_>, who: usize) -> Vec<usize> {
+        let mine = found.iter().find(|((o, _), _)| *o == who).unwrap().1;
+        mine.iter().map(|&i| edges[i].from).collect()
+    }
+
+    /// The owners found on a cycle, in order.
+    fn on(found: &Found<'_>) -> Vec<usize> {
+        let mut on: Vec<usize> = found.keys().map(|(o, _)| *o).collect();
+        on.sort_unstable();
+        on
     }
 
     #[test]
@@ -126,14 +140,13 @@ mod tests {
             edge(3, 0, "c/x4"),
         ];
         let found = cycles(&edges);
-        let mut on: Vec<usize> = found.keys().copied().collect();
-        on.sort_unstable();
-        assert_eq!(on, vec![0, 1, 2]);
+        assert_eq!(on(&found), vec![0, 1, 2]);
         assert_eq!(owners(&edges, &found, 0), vec![0, 1, 2]);
         assert_eq!(owners(&edges, &found, 1), vec![1, 2, 0]);
         assert_eq!(owners(&edges, &found, 2), vec![2, 0, 1]);
         // each step's edge leaves its owner for the next
-        for (w, ids) in &found {
+        for ((w, comm), ids) in &found {
+            assert_eq!(*comm, "c");
             assert_eq!(edges[ids[0]].from, *w);
             for k in 0..ids.len() {
                 assert_eq!(edges[ids[k]].to, edges[ids[(k + 1) % ids.len()]].from);
@@ -177,9 +190,26 @@ mod tests {
             edge(3, 2, "c/d"),
         ];
         let found = cycles(&edges);
-        let mut on: Vec<usize> = found.keys().copied().collect();
-        on.sort_unstable();
-        assert_eq!(on, vec![2, 3]);
+        assert_eq!(on(&found), vec![2, 3]);
         assert_eq!(owners(&edges, &found, 3), vec![3, 2]);
+    }
+
+    #[test]
+    fn an_owner_on_cycles_of_two_communicators_is_found_on_each() {
+        // 0 and 1 wait for each other on communicator a, and their watch
+        // threads (same owners) on a.w
+        let edges = [
+            edge(0, 1, "a/p0>1/0"),
+            edge(1, 0, "a/p1>0/0"),
+            edge(0, 1, "a.w/w1"),
+            edge(1, 0, "a.w/w2"),
+        ];
+        let found = cycles(&edges);
+        let mut keys: Vec<(usize, &str)> = found.keys().copied().collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [(0, "a"), (0, "a.w"), (1, "a"), (1, "a.w")]);
+        let keys_of = |who| -> Vec<&str> { found[&who].iter().map(|&i| edges[i].key).collect() };
+        assert_eq!(keys_of((0, "a")), ["a/p0>1/0", "a/p1>0/0"]);
+        assert_eq!(keys_of((1, "a.w")), ["a.w/w2", "a.w/w1"]);
     }
 }
