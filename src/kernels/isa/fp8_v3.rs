@@ -1,76 +1,93 @@
-//! The fp8 types' block kernels with AVX2 and F16C: 16 elements at a time
-//! decoded to two vectors of 8 floats through half (exact), computed in
-//! f32 as the element functions do, and encoded through half: F16C's
-//! rounding, then the half's top bits rounded to the type ([`encode`]
-//! says why the two roundings give the element encoder's bits for every
-//! value the kernels encode). Avg and PreMulSum are not fused for fp8:
-//! `x·s` is rounded to the type before the sum, here by encoding it and
-//! decoding it again in registers.
+//! The fp8 types' block kernels with AVX2 and F16C, 16 elements at a
+//! time. They compute on each code's half: the code moved into the top of
+//! a half whose exponent field is one bit wider (e4m3) or as wide (e5m2),
+//! which is the code's value times 2^(bias − 15), exactly (e5m2 is half's
+//! top byte; every e4m3 value is a half value times 2^8). F16C widens the
+//! halves to f32 and rounds results back to half, and [`encode`] rounds a
+//! half's top bits to the code. Sums, maxima and minima of two values,
+//! and products with the scalar, scale with their operands, so the f32
+//! values encoded are the true results times 2^(bias − 15), exactly: the
+//! same roundings as on the true values. A product of two halves carries
+//! the factor twice and is scaled back once.
+//!
+//! e4m3 has no infinities, and its NaN codes would be finite halves:
+//! where the result cannot be NaN otherwise (every op with a finite
+//! scalar: sums and products saturate), the kernels leave NaN codes to
+//! decode as garbage and set the lanes that read one afterwards, on the
+//! bytes, which costs less than making NaN halves of them: NaN for Sum,
+//! Prod, Avg and PreMulSum, the other operand for Max and Min (f32's max
+//! and min return the operand that is not NaN).
+//!
+//! Avg and PreMulSum are not fused for fp8: `x·s` is rounded to the type
+//! before the sum, here by encoding it and decoding it again in registers.
 
 use super::super::Arith;
-use super::super::arith::{Combine, combine as element};
+use super::super::arith::{ADD, Combine, MUL, combine as element};
 use super::apply;
 use crate::core::datatype::{Fp8, MiniFloat};
 use std::arch::x86_64::*;
 
-/// The 16 codes of `v` as floats, elements 0–7 and 8–15: each code moved
-/// into the top of a half whose exponent field is one bit wider (e4m3)
-/// or as wide (e5m2), converted by F16C, and scaled by the difference of
-/// the biases (exact: every fp8 value is a half value times a power of
-/// two within both ranges). e5m2 is half's top byte, its infinities and
-/// NaNs included; e4m3 has no infinities, and its NaN codes are made
-/// half NaNs before the conversion.
+/// The halves of 8 codes, each in the top byte of a 16-bit lane: e5m2's
+/// code is its half; e4m3's moves one bit right with its sign kept (the
+/// arithmetic shift copies the sign into the exponent's top bit, which
+/// the mask clears). With `nans`, e4m3's NaN codes are made half NaNs.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn decode(f: &MiniFloat, v: __m128i) -> (__m256, __m256) {
-    let zero = _mm_setzero_si128();
-    (
-        widen(f, _mm_unpacklo_epi8(zero, v)),
-        widen(f, _mm_unpackhi_epi8(zero, v)),
-    )
-}
-
-/// [`decode`] for 8 codes, each in the top byte of a 16-bit lane.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn widen(f: &MiniFloat, w: __m128i) -> __m256 {
-    let sign = _mm_and_si128(w, _mm_set1_epi16(0x8000_u16 as i16));
-    let mag = _mm_and_si128(w, _mm_set1_epi16(0x7F00));
-    let shift = _mm_cvtsi32_si128(f.mant_bits as i32 - 2);
-    let mut h = _mm_or_si128(sign, _mm_srl_epi16(mag, shift));
-    if !f.has_inf {
-        let nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16((f.nan_code as i16) << 8));
-        h = _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)));
+fn halves(f: &MiniFloat, w: __m128i, nans: bool) -> __m128i {
+    if f.has_inf {
+        return w;
     }
-    let scale = _mm256_set1_ps(f32::from_bits(((15 - f.bias + 127) as u32) << 23));
-    _mm256_mul_ps(_mm256_cvtph_ps(h), scale)
+    let h = _mm_and_si128(_mm_srai_epi16::<1>(w), _mm_set1_epi16(0xBFFF_u16 as i16));
+    if !nans {
+        return h;
+    }
+    let code = _mm_set1_epi16((f.nan_code as i16) << 8);
+    let nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F00)), code);
+    _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)))
 }
 
-/// 16 floats, elements 0–7 in `a` and 8–15 in `b`, encoded as bytes:
-/// each rounded to half by F16C after a scaling by the difference of the
-/// biases (exact), which makes the fp8 code the top bits of the half's
-/// magnitude, its subnormals included; then those bits rounded to nearest,
-/// ties to even (a carry moving into the exponent), capped at the largest
-/// finite code (`__NV_SATFINITE`; half's infinity lands above it), and a
-/// NaN given the NaN code. The half rounding does not change the result
-/// for the values the kernels encode, which are sums and products of two
-/// fp8 values and the operands of Max and Min: those are exact in half
-/// unless their terms lie so far apart that the value is nowhere near a
-/// point halfway between two fp8 values, where the first rounding could
-/// move it onto one; `tests::eight` checks every pair of values of both
-/// formats against the element functions, which encode from f32 directly.
+/// The 16 codes of `v` as floats in half's scale, elements 0–7 and 8–15;
+/// `nans` as in [`halves`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn encode(f: &MiniFloat, a: __m256, b: __m256) -> __m128i {
-    let h = _mm256_set_m128i(to_half(f, b), to_half(f, a));
+fn decode(f: &MiniFloat, v: __m128i, nans: bool) -> (__m256, __m256) {
+    let zero = _mm_setzero_si128();
+    let lo = halves(f, _mm_unpacklo_epi8(zero, v), nans);
+    let hi = halves(f, _mm_unpackhi_epi8(zero, v), nans);
+    (_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi))
+}
+
+/// 16 floats in half's scale, elements 0–7 in `a` and 8–15 in `b`,
+/// encoded as bytes: each rounded to half by F16C, which makes the fp8
+/// code the top bits of the half's magnitude, its subnormals included;
+/// then those bits rounded to nearest, ties to even (a carry moving into
+/// the exponent), capped at the largest finite code (`__NV_SATFINITE`;
+/// half's infinity lands above it), and, with `nans`, a NaN given the NaN
+/// code (without, no lane may be NaN). The half rounding does not change
+/// the result for the values the kernels encode, which are sums and
+/// products of two fp8 values and the operands of Max and Min: those are
+/// exact in half unless their terms lie so far apart that the value is
+/// nowhere near a point halfway between two fp8 values, where the first
+/// rounding could move it onto one; `tests::eight` checks every pair of
+/// values of both formats against the element functions, which encode
+/// from f32 directly.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn encode(f: &MiniFloat, (a, b): (__m256, __m256), nans: bool) -> __m128i {
+    let h = _mm256_set_m128i(
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(b),
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(a),
+    );
     let shift = _mm_cvtsi32_si128(10 - f.mant_bits as i32);
     let abs = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
     let last = _mm256_and_si256(_mm256_srl_epi16(abs, shift), _mm256_set1_epi16(1));
     let bias = _mm256_set1_epi16((1 << (9 - f.mant_bits)) - 1);
     let code = _mm256_srl_epi16(_mm256_add_epi16(_mm256_add_epi16(abs, bias), last), shift);
-    let code = _mm256_min_epu16(code, _mm256_set1_epi16(f.max_code as i16));
-    let nan = _mm256_cmpgt_epi16(abs, _mm256_set1_epi16(0x7C00));
-    let code = _mm256_blendv_epi8(code, _mm256_set1_epi16(f.nan_code as i16), nan);
+    let mut code = _mm256_min_epu16(code, _mm256_set1_epi16(f.max_code as i16));
+    if nans {
+        let nan = _mm256_cmpgt_epi16(abs, _mm256_set1_epi16(0x7C00));
+        code = _mm256_blendv_epi8(code, _mm256_set1_epi16(f.nan_code as i16), nan);
+    }
     let sign = _mm256_srli_epi16::<8>(_mm256_and_si256(h, _mm256_set1_epi16(0x8000_u16 as i16)));
     let code = _mm256_or_si256(code, sign);
     _mm_packus_epi16(
@@ -79,47 +96,73 @@ fn encode(f: &MiniFloat, a: __m256, b: __m256) -> __m128i {
     )
 }
 
-/// 8 floats scaled into [`encode`]'s halves.
+/// The bytes of `v` that are e4m3 NaN codes, as a byte mask.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn to_half(f: &MiniFloat, v: __m256) -> __m128i {
-    let scale = _mm256_set1_ps(f32::from_bits(((f.bias - 15 + 127) as u32) << 23));
-    _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(v, scale))
+fn nan_codes(f: &MiniFloat, v: __m128i) -> __m128i {
+    let mag = _mm_and_si128(v, _mm_set1_epi8(0x7F));
+    _mm_cmpeq_epi8(mag, _mm_set1_epi8(f.nan_code as i8))
 }
 
-/// The 16 elements of `x`, decoded.
+/// The 16 codes of `x`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn load<T: Fp8 + Arith>(x: &[T]) -> (__m256, __m256) {
+fn load<T: Fp8>(x: &[T]) -> __m128i {
     let x = &x[..16];
     // SAFETY: `x` holds 16 one-byte elements (`Fp8` types are
     // `repr(transparent)` over u8); the load is unaligned.
-    let v = unsafe { _mm_loadu_si128(x.as_ptr().cast()) };
-    decode(&T::FORMAT, v)
+    unsafe { _mm_loadu_si128(x.as_ptr().cast()) }
 }
 
-/// `(a, b)` encoded into the 16 elements of `out`.
+/// 16 codes into `out`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn store<T: Fp8 + Arith>(out: &mut [T], (a, b): (__m256, __m256)) {
+fn store<T: Fp8>(out: &mut [T], v: __m128i) {
     let out = &mut out[..16];
-    let v = encode(&T::FORMAT, a, b);
     // SAFETY: `out` holds 16 one-byte elements; the store is unaligned.
     unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) }
 }
 
-/// `(a, b)` rounded to the type and widened again, in registers.
+/// `p` rounded to the type and widened again, in registers.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn rounded<T: Fp8 + Arith>((a, b): (__m256, __m256)) -> (__m256, __m256) {
-    let f = &T::FORMAT;
-    decode(f, encode(f, a, b))
+fn rounded(f: &MiniFloat, p: (__m256, __m256), nans: bool) -> (__m256, __m256) {
+    decode(f, encode(f, p, nans), nans)
 }
 
+/// The op on 16 lanes in half's scale; a product scaled back once.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn apply16<const OP: Combine>(a: (__m256, __m256), b: (__m256, __m256)) -> (__m256, __m256) {
-    (apply::<OP>(a.0, b.0), apply::<OP>(a.1, b.1))
+fn apply16<const OP: Combine>(
+    f: &MiniFloat,
+    a: (__m256, __m256),
+    b: (__m256, __m256),
+) -> (__m256, __m256) {
+    let (lo, hi) = (apply::<OP>(a.0, b.0), apply::<OP>(a.1, b.1));
+    if OP != MUL || f.bias == 15 {
+        return (lo, hi);
+    }
+    let back = _mm256_set1_ps(f32::from_bits(((15 - f.bias + 127) as u32) << 23));
+    (_mm256_mul_ps(lo, back), _mm256_mul_ps(hi, back))
+}
+
+/// `a ⊕ b` on 16 codes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block<T: Fp8, const OP: Combine>(a: __m128i, b: __m128i) -> __m128i {
+    let f = &T::FORMAT;
+    if f.has_inf {
+        let v = apply16::<OP>(f, decode(f, a, true), decode(f, b, true));
+        return encode(f, v, true);
+    }
+    let v = apply16::<OP>(f, decode(f, a, false), decode(f, b, false));
+    let out = encode(f, v, false);
+    let (na, nb) = (nan_codes(f, a), nan_codes(f, b));
+    match OP {
+        ADD | MUL => _mm_blendv_epi8(out, _mm_set1_epi8(f.nan_code as i8), _mm_or_si128(na, nb)),
+        // the operand that is not NaN; both NaN: b
+        _ => _mm_blendv_epi8(_mm_blendv_epi8(out, a, nb), b, na),
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -129,7 +172,7 @@ pub fn combine<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x0: &[T], x1: &
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let mut out = acc.chunks_exact_mut(16);
     for ((o, a), b) in (&mut out).zip(x0.chunks_exact(16)).zip(x1.chunks_exact(16)) {
-        store(o, apply16::<OP>(load(a), load(b)));
+        store(o, block::<T, OP>(load(a), load(b)));
     }
     let rest = out.into_remainder();
     let at = len - rest.len();
@@ -145,7 +188,7 @@ pub fn combine_into<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x: &[T]) {
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(16);
     for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-        let v = apply16::<OP>(load(o), load(b));
+        let v = block::<T, OP>(load(o), load(b));
         store(o, v);
     }
     let rest = out.into_remainder();
@@ -155,16 +198,40 @@ pub fn combine_into<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x: &[T]) {
     }
 }
 
+/// Whether the kernels must carry NaNs through the lanes for scalar `s`:
+/// always for e5m2 (its infinities make NaNs); for e4m3 only when `s` is
+/// NaN, since with a finite scalar a lane is NaN only where an operand is.
+fn carries_nans(f: &MiniFloat, s: f32) -> bool {
+    f.has_inf || s.is_nan()
+}
+
+/// NaN where an operand of `(a, b)` is a NaN code, when the lanes did
+/// not carry NaNs.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn with_nans(f: &MiniFloat, out: __m128i, a: __m128i, b: __m128i, carried: bool) -> __m128i {
+    if carried {
+        return out;
+    }
+    let nan = _mm_or_si128(nan_codes(f, a), nan_codes(f, b));
+    _mm_blendv_epi8(out, _mm_set1_epi8(f.nan_code as i8), nan)
+}
+
 /// `acc[i] = rnd(x[i]·s)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
-    let sv = _mm256_set1_ps(s.to_f64() as f32);
+    let f = &T::FORMAT;
+    let sf = s.to_f64() as f32;
+    let nans = carries_nans(f, sf);
+    let sv = _mm256_set1_ps(sf);
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(16);
     for (o, a) in (&mut out).zip(x.chunks_exact(16)) {
-        let (e, f) = load(a);
-        store(o, (_mm256_mul_ps(e, sv), _mm256_mul_ps(f, sv)));
+        let v = load(a);
+        let (e, g) = decode(f, v, nans);
+        let p = encode(f, (_mm256_mul_ps(e, sv), _mm256_mul_ps(g, sv)), nans);
+        store(o, with_nans(f, p, v, v, nans));
     }
     let rest = out.into_remainder();
     let at = len - rest.len();
@@ -173,13 +240,15 @@ pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     }
 }
 
-/// Whether some lane of `p` is below the type's normals without being
-/// zero, or infinite (which the rounding makes the largest finite value).
+/// Whether some lane of `p` (in half's scale) is below the type's
+/// normals without being zero, or infinite (which the rounding makes the
+/// largest finite value). Both types' smallest normal is half's, 2^-14,
+/// in half's scale.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn off_grid(f: &MiniFloat, p: __m256) -> bool {
+fn off_grid(p: __m256) -> bool {
     let a = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
-    let min_normal = _mm256_set1_ps(f32::from_bits(((1 - f.bias + 127) as u32) << 23));
+    let min_normal = _mm256_set1_ps(f32::from_bits((127 - 14) << 23));
     let tiny = _mm256_and_ps(
         _mm256_cmp_ps::<_CMP_LT_OQ>(a, min_normal),
         _mm256_cmp_ps::<_CMP_GT_OQ>(a, _mm256_setzero_ps()),
@@ -196,23 +265,26 @@ fn off_grid(f: &MiniFloat, p: __m256) -> bool {
 /// skip the rounding.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
+    let f = &T::FORMAT;
     let sf = s.to_f64() as f32;
+    let nans = carries_nans(f, sf);
     let shrinks = sf != 0.0 && sf.abs() <= 1.0 && sf.to_bits() & 0x7F_FFFF == 0;
     let sv = _mm256_set1_ps(sf);
-    let f = &T::FORMAT;
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(16);
     for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-        let (e, g) = load(b);
+        let (vx, va) = (load(b), load(o));
+        let (e, g) = decode(f, vx, nans);
         let p = (_mm256_mul_ps(e, sv), _mm256_mul_ps(g, sv));
-        let (pe, pf) = if shrinks && !off_grid(f, p.0) && !off_grid(f, p.1) {
+        let (pe, pg) = if shrinks && !off_grid(p.0) && !off_grid(p.1) {
             p
         } else {
-            rounded::<T>(p)
+            rounded(f, p, nans)
         };
-        let (ae, af) = load(o);
-        store(o, (_mm256_add_ps(ae, pe), _mm256_add_ps(af, pf)));
+        let (ae, ag) = decode(f, va, nans);
+        let sum = encode(f, (_mm256_add_ps(ae, pe), _mm256_add_ps(ag, pg)), nans);
+        store(o, with_nans(f, sum, va, vx, nans));
     }
     let rest = out.into_remainder();
     let at = len - rest.len();

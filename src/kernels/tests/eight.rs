@@ -44,7 +44,7 @@ fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
     combine_matches::<T, MIN>(&xs, &ys);
     // Avg's scalars at N = 2, 3, 4, 5, 8 (1/3 and 1/5 round; the powers of
     // two skip the product's rounding where it is exact), other powers of
-    // two, and scalars past the largest value and below the smallest
+    // two, scalars past the largest value and below the smallest, and NaN
     for s in [
         0.5,
         1.0 / 3.0,
@@ -59,6 +59,7 @@ fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
         1e-3,
         1e4,
         -0.75,
+        f64::NAN,
     ] {
         let s = T::from_f64(s);
         let mut out = xs.clone();
