@@ -240,22 +240,33 @@ pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     }
 }
 
-/// Whether some lane of `p` (in half's scale) is below the type's
-/// normals without being zero, or infinite (which the rounding makes the
-/// largest finite value). Both types' smallest normal is half's, 2^-14,
-/// in half's scale.
+/// For a scalar `±2^-k`, `k ≥ 0`, the least magnitude code (sign
+/// cleared) whose product with the scalar is a code itself: a normal
+/// whose exponent field exceeds `k` keeps its significand at an exponent
+/// field of at least 1. Capped at 0x7F (an e4m3 NaN; e5m2's codes from
+/// 0x7C up are infinities and NaNs, which [`off_grid`] sets aside).
+fn first_on_grid(f: &MiniFloat, k: u32) -> i8 {
+    (((k + 1) as u64) << f.mant_bits).min(0x7F) as i8
+}
+
+/// Whether some code of `v` times the scalar of [`first_on_grid`]'s
+/// `first` may not be a code: nonzero below `first` (the product falls
+/// below the normals), or infinite or NaN (an infinity, which the rounding
+/// makes the largest finite value). e4m3's NaN lanes are set afterwards
+/// (see the module's comment).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn off_grid(p: __m256) -> bool {
-    let a = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
-    let min_normal = _mm256_set1_ps(f32::from_bits((127 - 14) << 23));
-    let tiny = _mm256_and_ps(
-        _mm256_cmp_ps::<_CMP_LT_OQ>(a, min_normal),
-        _mm256_cmp_ps::<_CMP_GT_OQ>(a, _mm256_setzero_ps()),
-    );
-    let inf = _mm256_cmp_ps::<_CMP_EQ_OQ>(a, _mm256_set1_ps(f32::INFINITY));
-    let off = _mm256_or_ps(tiny, inf);
-    _mm256_testz_ps(off, off) == 0
+fn off_grid(f: &MiniFloat, v: __m128i, first: i8) -> bool {
+    let mag = _mm_and_si128(v, _mm_set1_epi8(0x7F));
+    let zero = _mm_cmpeq_epi8(mag, _mm_setzero_si128());
+    let below = _mm_andnot_si128(zero, _mm_cmpgt_epi8(_mm_set1_epi8(first), mag));
+    let off = if f.has_inf {
+        let top = ((1i32 << (7 - f.mant_bits)) - 1) << f.mant_bits;
+        _mm_or_si128(below, _mm_cmpgt_epi8(mag, _mm_set1_epi8(top as i8 - 1)))
+    } else {
+        below
+    };
+    _mm_testz_si128(off, off) == 0
 }
 
 /// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`. With `s` a power of two no
@@ -269,6 +280,8 @@ pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     let sf = s.to_f64() as f32;
     let nans = carries_nans(f, sf);
     let shrinks = sf != 0.0 && sf.abs() <= 1.0 && sf.to_bits() & 0x7F_FFFF == 0;
+    // s = ±2^-k
+    let first = first_on_grid(f, 127 - ((sf.to_bits() >> 23) & 0xFF).min(127));
     let sv = _mm256_set1_ps(sf);
     let len = acc.len();
     let x = &x[..len];
@@ -277,7 +290,7 @@ pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
         let (vx, va) = (load(b), load(o));
         let (e, g) = decode(f, vx, nans);
         let p = (_mm256_mul_ps(e, sv), _mm256_mul_ps(g, sv));
-        let (pe, pg) = if shrinks && !off_grid(p.0) && !off_grid(p.1) {
+        let (pe, pg) = if shrinks && !off_grid(f, vx, first) {
             p
         } else {
             rounded(f, p, nans)

@@ -62,22 +62,26 @@ fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
         f64::NAN,
     ] {
         let s = T::from_f64(s);
-        let mut out = xs.clone();
-        T::premul_add_all::<true>(&mut out, &ys, s);
-        T::scale_all::<true>(&mut out[..256], &ys[..256], s);
-        for (i, y) in out.iter().enumerate() {
-            let want = if i < 256 {
-                T::mul(ys[i], s)
-            } else {
-                T::premul_add(xs[i], ys[i], s)
-            };
-            assert!(
-                same(y.to_f64(), want.to_f64()),
-                "{} step with scalar {s:?} at {i}: {:?}, {:?} gives {y:?}, want {want:?}",
-                T::DTYPE,
-                xs[i],
-                ys[i]
-            );
+        // both ways round: 16 lanes of 16 x codes in turn, then of one x
+        // code (an infinity with no NaN beside it)
+        for (accs, xs) in [(&xs, &ys), (&ys, &xs)] {
+            let mut out = accs.clone();
+            T::premul_add_all::<true>(&mut out, xs, s);
+            T::scale_all::<true>(&mut out[..256], &xs[..256], s);
+            for (i, y) in out.iter().enumerate() {
+                let want = if i < 256 {
+                    T::mul(xs[i], s)
+                } else {
+                    T::premul_add(accs[i], xs[i], s)
+                };
+                assert!(
+                    same(y.to_f64(), want.to_f64()),
+                    "{} step with scalar {s:?} at {i}: {:?}, {:?} gives {y:?}, want {want:?}",
+                    T::DTYPE,
+                    accs[i],
+                    xs[i]
+                );
+            }
         }
     }
 }
