@@ -123,11 +123,36 @@ fn store<T: Fp8>(out: &mut [T], v: __m128i) {
     unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) }
 }
 
-/// `p` rounded to the type and widened again, in registers.
+/// `p` (in half's scale) rounded to the type, in registers: [`encode`]'s
+/// rounding of the half's top bits, kept in place instead of shifted
+/// down to a code (the half that [`decode`] would make of that code),
+/// with its saturation, and with `nans` a NaN kept NaN.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn rounded(f: &MiniFloat, p: (__m256, __m256), nans: bool) -> (__m256, __m256) {
-    decode(f, encode(f, p, nans), nans)
+fn rounded(f: &MiniFloat, (a, b): (__m256, __m256), nans: bool) -> (__m256, __m256) {
+    let h = _mm256_set_m128i(
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(b),
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(a),
+    );
+    let shift = 10 - f.mant_bits as i32;
+    let abs = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
+    let last = _mm256_and_si256(
+        _mm256_srl_epi16(abs, _mm_cvtsi32_si128(shift)),
+        _mm256_set1_epi16(1),
+    );
+    let bias = _mm256_set1_epi16((1 << (shift - 1)) - 1);
+    let kept = _mm256_set1_epi16(!((1i32 << shift) - 1) as i16);
+    let r = _mm256_and_si256(_mm256_add_epi16(_mm256_add_epi16(abs, bias), last), kept);
+    let mut r = _mm256_min_epu16(r, _mm256_set1_epi16(((f.max_code as i32) << shift) as i16));
+    if nans {
+        let nan = _mm256_cmpgt_epi16(abs, _mm256_set1_epi16(0x7C00));
+        r = _mm256_blendv_epi8(r, abs, nan);
+    }
+    let r = _mm256_or_si256(r, _mm256_and_si256(h, _mm256_set1_epi16(0x8000_u16 as i16)));
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(r)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(r)),
+    )
 }
 
 /// The op on 16 lanes in half's scale; a product scaled back once.
