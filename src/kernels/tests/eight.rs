@@ -29,6 +29,40 @@ fn combine_matches<T: Arith, const OP: Combine>(xs: &[T], ys: &[T]) {
     }
 }
 
+/// Chains of 3 to 9 inputs, each step rounded: every pair of codes
+/// first, then inputs whose codes run through every value in other
+/// orders, against the element steps.
+fn chains_match<T: Arith, const OP: Combine>(xs: &[T], ys: &[T], from_bits: fn(u8) -> T) {
+    let more: Vec<Vec<T>> = (0..7u32)
+        .map(|k| {
+            (0..xs.len())
+                .map(|i| from_bits((i as u32).wrapping_mul(2 * k + 3).rotate_right(k + 1) as u8))
+                .collect()
+        })
+        .collect();
+    for n in [3, 4, 5, 8, 9] {
+        let inputs: Vec<&[T]> = [xs, ys]
+            .into_iter()
+            .chain(more.iter().map(Vec::as_slice))
+            .take(n)
+            .collect();
+        let mut out = vec![T::default(); xs.len()];
+        T::combine_all::<true, OP>(&mut out, n, |s| inputs[s]);
+        for (i, y) in out.iter().enumerate() {
+            let want = inputs[1..]
+                .iter()
+                .fold(inputs[0][i], |a, x| combine::<T, OP>(a, x[i]));
+            assert!(
+                same(y.to_f64(), want.to_f64()),
+                "{} {} of {n} at {i}: {:?} gives {y:?}, want {want:?}",
+                T::DTYPE,
+                ["Sum", "Prod"][OP as usize],
+                inputs.iter().map(|x| x[i]).collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
 fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
     if !Isa::X86V3.available() {
         eprintln!(
@@ -42,6 +76,8 @@ fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
     combine_matches::<T, MUL>(&xs, &ys);
     combine_matches::<T, MAX>(&xs, &ys);
     combine_matches::<T, MIN>(&xs, &ys);
+    chains_match::<T, ADD>(&xs, &ys, from_bits);
+    chains_match::<T, MUL>(&xs, &ys, from_bits);
     // Avg's scalars at N = 2, 3, 4, 5, 8 (1/3 and 1/5 round; the powers of
     // two skip the product's rounding where it is exact), other powers of
     // two, scalars past the largest value and below the smallest, and NaN
