@@ -459,8 +459,9 @@ fn a_rank_in_the_hubs_process_misses_no_change_round_after_round() {
 
 /// Two ranks each wait in a Send for the other's Recv; the store finds
 /// the cycle. Rank 0's watch-mode thread then posts on its own scope
-/// (`c.w`) under rank 0's owner, and rank 1, told of the cycle, fails:
-/// rank 0 still hears the cycle, not rank 1's failure. A post of rank 0
+/// (`c.w`) under rank 0's owner, which neither ends the cycle nor hears
+/// of it; and rank 1, told of the cycle, fails: rank 0 still hears the
+/// cycle, not rank 1's failure. A post of rank 0
 /// on the cycle's own communicator means it left the wait: it then hears
 /// that rank 1 failed.
 #[test]
@@ -490,6 +491,8 @@ fn a_post_on_another_scope_keeps_a_rank_on_its_cycle() {
     assert!(s.settled(&mine));
     let watch = item("c.w/w3", &[0, 1], 0, Some(b"watch"), Read::Now);
     s.post(&[watch], None, Some(0)).unwrap();
+    // the watch round waits for rank 1's post, cycle or not
+    assert!(!s.settled(&watch));
     s.finish(1, Some("deadlock: rank 1 waits in Send"));
     let Err(Missing::Cycle(steps)) = answer_of_rank_0(&mut s) else {
         panic!("rank 0 lost its cycle to a post of another scope");

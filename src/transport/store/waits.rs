@@ -39,17 +39,20 @@ pub(super) fn cycles<'a>(edges: &[Edge<'a>]) -> HashMap<(usize, &'a str), Vec<us
     for (i, e) in edges.iter().enumerate() {
         by_scope.entry(scope(e.key)).or_default().push(i);
     }
-    let mut all = HashMap::new();
+    let mut found = HashMap::new();
     for (comm, ids) in by_scope {
-        let mut found = HashMap::new();
-        search(edges, &ids, &mut found);
-        all.extend(found.into_iter().map(|(owner, c)| ((owner, comm), c)));
+        search(edges, &ids, comm, &mut found);
     }
-    all
+    found
 }
 
-/// Depth-first search over the edges `ids` of one communicator.
-fn search(edges: &[Edge<'_>], ids: &[usize], found: &mut HashMap<usize, Vec<usize>>) {
+/// Depth-first search over the edges `ids` of communicator `comm`.
+fn search<'a>(
+    edges: &[Edge<'a>],
+    ids: &[usize],
+    comm: &'a str,
+    found: &mut HashMap<(usize, &'a str), Vec<usize>>,
+) {
     let mut out: HashMap<usize, Vec<usize>> = HashMap::new();
     for &i in ids {
         out.entry(edges[i].from).or_default().push(i);
@@ -84,7 +87,7 @@ fn search(edges: &[Edge<'_>], ids: &[usize], found: &mut HashMap<usize, Vec<usiz
                 cycle.push(e);
                 for k in 0..cycle.len() {
                     let who = edges[cycle[k]].from;
-                    found.entry(who).or_insert_with(|| {
+                    found.entry((who, comm)).or_insert_with(|| {
                         let mut mine = cycle[k..].to_vec();
                         mine.extend_from_slice(&cycle[..k]);
                         mine
