@@ -73,16 +73,10 @@ fn decode(f: &MiniFloat, v: __m128i, nans: bool) -> (__m256, __m256) {
 /// from f32 directly.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn encode(f: &MiniFloat, (a, b): (__m256, __m256), nans: bool) -> __m128i {
-    let h = _mm256_set_m128i(
-        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(b),
-        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(a),
-    );
+fn encode(f: &MiniFloat, v: (__m256, __m256), nans: bool) -> __m128i {
+    let (h, abs, up) = round_halves(f, v);
     let shift = _mm_cvtsi32_si128(10 - f.mant_bits as i32);
-    let abs = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
-    let last = _mm256_and_si256(_mm256_srl_epi16(abs, shift), _mm256_set1_epi16(1));
-    let bias = _mm256_set1_epi16((1 << (9 - f.mant_bits)) - 1);
-    let code = _mm256_srl_epi16(_mm256_add_epi16(_mm256_add_epi16(abs, bias), last), shift);
+    let code = _mm256_srl_epi16(up, shift);
     let mut code = _mm256_min_epu16(code, _mm256_set1_epi16(f.max_code as i16));
     if nans {
         let nan = _mm256_cmpgt_epi16(abs, _mm256_set1_epi16(0x7C00));
@@ -94,6 +88,24 @@ fn encode(f: &MiniFloat, (a, b): (__m256, __m256), nans: bool) -> __m128i {
         _mm256_castsi256_si128(code),
         _mm256_extracti128_si256::<1>(code),
     )
+}
+
+/// The first steps of [`encode`] and [`rounded`]: 16 floats in half's
+/// scale as halves `h` (F16C's rounding), their magnitudes, and those
+/// plus the increment that rounds the type's bits (the top of the
+/// magnitude, above `10 − mant_bits`) to nearest, ties to even.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn round_halves(f: &MiniFloat, (a, b): (__m256, __m256)) -> (__m256i, __m256i, __m256i) {
+    let h = _mm256_set_m128i(
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(b),
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(a),
+    );
+    let shift = _mm_cvtsi32_si128(10 - f.mant_bits as i32);
+    let abs = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
+    let last = _mm256_and_si256(_mm256_srl_epi16(abs, shift), _mm256_set1_epi16(1));
+    let bias = _mm256_set1_epi16((1 << (9 - f.mant_bits)) - 1);
+    (h, abs, _mm256_add_epi16(_mm256_add_epi16(abs, bias), last))
 }
 
 /// The bytes of `v` that are e4m3 NaN codes, as a byte mask.
@@ -129,21 +141,12 @@ fn store<T: Fp8>(out: &mut [T], v: __m128i) {
 /// with its saturation, and with `nans` a NaN kept NaN.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn rounded(f: &MiniFloat, (a, b): (__m256, __m256), nans: bool) -> (__m256, __m256) {
-    let h = _mm256_set_m128i(
-        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(b),
-        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(a),
-    );
+fn rounded(f: &MiniFloat, v: (__m256, __m256), nans: bool) -> (__m256, __m256) {
+    let (h, abs, up) = round_halves(f, v);
     let shift = 10 - f.mant_bits as i32;
-    let abs = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
-    let last = _mm256_and_si256(
-        _mm256_srl_epi16(abs, _mm_cvtsi32_si128(shift)),
-        _mm256_set1_epi16(1),
-    );
-    let bias = _mm256_set1_epi16((1 << (shift - 1)) - 1);
-    let kept = _mm256_set1_epi16(!((1i32 << shift) - 1) as i16);
-    let r = _mm256_and_si256(_mm256_add_epi16(_mm256_add_epi16(abs, bias), last), kept);
-    let mut r = _mm256_min_epu16(r, _mm256_set1_epi16(((f.max_code as i32) << shift) as i16));
+    let kept = _mm256_and_si256(up, _mm256_set1_epi16(!((1i32 << shift) - 1) as i16));
+    let max = _mm256_set1_epi16(((f.max_code as i32) << shift) as i16);
+    let mut r = _mm256_min_epu16(kept, max);
     if nans {
         let nan = _mm256_cmpgt_epi16(abs, _mm256_set1_epi16(0x7C00));
         r = _mm256_blendv_epi8(r, abs, nan);
@@ -184,7 +187,7 @@ fn block<T: Fp8, const OP: Combine>(a: __m128i, b: __m128i) -> __m128i {
     let out = encode(f, v, false);
     let (na, nb) = (nan_codes(f, a), nan_codes(f, b));
     match OP {
-        ADD | MUL => _mm_blendv_epi8(out, _mm_set1_epi8(f.nan_code as i8), _mm_or_si128(na, nb)),
+        ADD | MUL => set_nans(f, out, _mm_or_si128(na, nb)),
         // the operand that is not NaN; both NaN: b
         _ => _mm_blendv_epi8(_mm_blendv_epi8(out, a, nb), b, na),
     }
@@ -230,15 +233,10 @@ fn carries_nans(f: &MiniFloat, s: f32) -> bool {
     f.has_inf || s.is_nan()
 }
 
-/// NaN where an operand of `(a, b)` is a NaN code, when the lanes did
-/// not carry NaNs.
+/// `out` with the NaN code in the lanes of the byte mask `nan`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn with_nans(f: &MiniFloat, out: __m128i, a: __m128i, b: __m128i, carried: bool) -> __m128i {
-    if carried {
-        return out;
-    }
-    let nan = _mm_or_si128(nan_codes(f, a), nan_codes(f, b));
+fn set_nans(f: &MiniFloat, out: __m128i, nan: __m128i) -> __m128i {
     _mm_blendv_epi8(out, _mm_set1_epi8(f.nan_code as i8), nan)
 }
 
@@ -256,7 +254,14 @@ pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
         let v = load(a);
         let (e, g) = decode(f, v, nans);
         let p = encode(f, (_mm256_mul_ps(e, sv), _mm256_mul_ps(g, sv)), nans);
-        store(o, with_nans(f, p, v, v, nans));
+        store(
+            o,
+            if nans {
+                p
+            } else {
+                set_nans(f, p, nan_codes(f, v))
+            },
+        );
     }
     let rest = out.into_remainder();
     let at = len - rest.len();
@@ -321,8 +326,11 @@ pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
             rounded(f, p, nans)
         };
         let (ae, ag) = decode(f, va, nans);
-        let sum = encode(f, (_mm256_add_ps(ae, pe), _mm256_add_ps(ag, pg)), nans);
-        store(o, with_nans(f, sum, va, vx, nans));
+        let mut sum = encode(f, (_mm256_add_ps(ae, pe), _mm256_add_ps(ag, pg)), nans);
+        if !nans {
+            sum = set_nans(f, sum, _mm_or_si128(nan_codes(f, va), nan_codes(f, vx)));
+        }
+        store(o, sum);
     }
     let rest = out.into_remainder();
     let at = len - rest.len();
