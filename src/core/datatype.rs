@@ -158,6 +158,10 @@ pub(crate) struct MiniFloat {
 #[cfg(x86_simd)]
 pub(crate) trait Fp8: Copy {
     const FORMAT: MiniFloat;
+    /// The value with code `c`.
+    fn of_code(c: u8) -> Self;
+    /// The value's code.
+    fn code(self) -> u8;
 }
 
 const E4M3: MiniFloat = MiniFloat {
@@ -314,6 +318,12 @@ macro_rules! fp8_type {
         #[cfg(x86_simd)]
         impl Fp8 for $name {
             const FORMAT: MiniFloat = $fmt;
+            fn of_code(c: u8) -> Self {
+                $name(c)
+            }
+            fn code(self) -> u8 {
+                self.0
+            }
         }
         impl $name {
             pub fn from_f32(x: f32) -> Self {

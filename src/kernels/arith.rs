@@ -208,6 +208,15 @@ macro_rules! arith_fp8 {
                 scale_each(acc, x, s)
             }
             #[inline(always)]
+            fn premul_two_all<const V3: bool>(acc: &mut [Self], x0: &[Self], x1: &[Self], s: Self) {
+                #[cfg(x86_simd)]
+                if V3 {
+                    return super::isa::fp8_premul_two(acc, x0, x1, s);
+                }
+                Self::scale_all::<V3>(acc, x0, s);
+                Self::premul_add_all::<V3>(acc, x1, s);
+            }
+            #[inline(always)]
             fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
                 #[cfg(x86_simd)]
                 if V3 {

@@ -343,7 +343,9 @@ mod bf16_v3;
 // The fp8 types decode through half and encode through it (F16C), 16
 // elements at a time (`fp8_v3`); every step computes in f32 what the
 // element functions compute, and the encoding gives their bits (checked on
-// every pair of values), so the values are theirs.
+// every pair of values), so the values are theirs. Avg's and PreMulSum's
+// products `rnd(x·s)` are looked up on the codes instead, in tables built
+// from the element product (`fp8_products`).
 
 #[cfg(x86_simd)]
 use crate::core::datatype::Fp8;
@@ -385,5 +387,16 @@ pub(super) fn fp8_premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     unsafe { fp8_v3::premul_add(acc, x, s) }
 }
 
+/// `acc[i] = rnd(rnd(x0[i]·s) + rnd(x1[i]·s))`.
+#[cfg(x86_simd)]
+#[inline]
+pub(super) fn fp8_premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], s: T) {
+    assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
+    // SAFETY: as in `fp8_combine`.
+    unsafe { fp8_v3::premul_two(acc, x0, x1, s) }
+}
+
+#[cfg(x86_simd)]
+mod fp8_products;
 #[cfg(x86_simd)]
 mod fp8_v3;

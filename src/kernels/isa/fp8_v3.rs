@@ -19,11 +19,15 @@
 //! and min return the operand that is not NaN).
 //!
 //! Avg and PreMulSum are not fused for fp8: `x·s` is rounded to the type
-//! before the sum, here by encoding it and decoding it again in registers.
+//! before the sum. The rounded products come from tables on the codes
+//! (`fp8_products`, 32 at a time) wherever the scalar has them and no
+//! code in the vector is NaN or infinite; the sum is then Sum's block.
+//! Elsewhere the product is widened, multiplied and rounded in registers.
 
 use super::super::Arith;
 use super::super::arith::{ADD, Combine, MUL, combine as element};
 use super::apply;
+use super::fp8_products::{MOST_TABLES, Products, products};
 use crate::core::datatype::{Fp8, MiniFloat};
 use std::arch::x86_64::*;
 
@@ -135,6 +139,84 @@ fn store<T: Fp8>(out: &mut [T], v: __m128i) {
     unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) }
 }
 
+/// The 32 codes of `x`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn load32<T: Fp8>(x: &[T]) -> __m256i {
+    let x = &x[..32];
+    // SAFETY: `x` holds 32 one-byte elements; the load is unaligned.
+    unsafe { _mm256_loadu_si256(x.as_ptr().cast()) }
+}
+
+/// 32 codes into `out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn store32<T: Fp8>(out: &mut [T], v: __m256i) {
+    let out = &mut out[..32];
+    // SAFETY: `out` holds 32 one-byte elements; the store is unaligned.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) }
+}
+
+/// [`Products`]' tables in registers, each 16-byte table in both halves
+/// (a byte shuffle looks up within each half).
+struct Lookup {
+    steps: __m256i,
+    low: [__m256i; MOST_TABLES],
+    tables: usize,
+    low_end: i8,
+    sign: __m256i,
+}
+
+impl Lookup {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn new(p: &Products) -> Lookup {
+        let wide = |t: &[u8; 16]| {
+            // SAFETY: `t` holds 16 bytes; the load is unaligned.
+            _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(t.as_ptr().cast()) })
+        };
+        Lookup {
+            steps: wide(&p.steps),
+            low: p.low.each_ref().map(wide),
+            tables: p.tables,
+            low_end: p.low_end as i8,
+            sign: _mm256_set1_epi8(p.sign as i8),
+        }
+    }
+
+    /// `rnd(x·s)` for the 32 codes of `v`, or `None` where one of them is
+    /// NaN or infinite: the magnitude code plus its step, capped at the
+    /// largest finite code, or below `low_end` the whole-code table's
+    /// entry; the sign the XOR of the two.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn products(&self, f: &MiniFloat, v: __m256i) -> Option<__m256i> {
+        let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
+        let odd = _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(f.max_code as i8));
+        if _mm256_testz_si256(odd, odd) == 0 {
+            return None;
+        }
+        let sig = _mm256_and_si256(v, _mm256_set1_epi8(((1 << f.mant_bits) - 1) as i8));
+        let stepped = _mm256_add_epi8(mag, _mm256_shuffle_epi8(self.steps, sig));
+        let mut r = _mm256_min_epu8(stepped, _mm256_set1_epi8(f.max_code as i8));
+        if self.tables > 0 {
+            // the shuffle reads the low 4 bits of each index (bit 7 is clear)
+            let mut low = _mm256_shuffle_epi8(self.low[0], mag);
+            // a constant count, so the loop unrolls into tests of `tables`
+            for k in 1..MOST_TABLES {
+                if k < self.tables {
+                    let past = _mm256_cmpgt_epi8(mag, _mm256_set1_epi8((16 * k - 1) as i8));
+                    low = _mm256_blendv_epi8(low, _mm256_shuffle_epi8(self.low[k], mag), past);
+                }
+            }
+            let above = _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(self.low_end - 1));
+            r = _mm256_blendv_epi8(low, r, above);
+        }
+        let sign = _mm256_and_si256(v, _mm256_set1_epi8(0x80_u8 as i8));
+        Some(_mm256_or_si256(r, _mm256_xor_si256(sign, self.sign)))
+    }
+}
+
 /// `p` (in half's scale) rounded to the type, in registers: [`encode`]'s
 /// rounding of the half's top bits, kept in place instead of shifted
 /// down to a code (the half that [`decode`] would make of that code),
@@ -240,28 +322,62 @@ fn set_nans(f: &MiniFloat, out: __m128i, nan: __m128i) -> __m128i {
     _mm_blendv_epi8(out, _mm_set1_epi8(f.nan_code as i8), nan)
 }
 
-/// `acc[i] = rnd(x[i]·s)`.
+/// What the widening path of a scaled step needs to know of its scalar.
+struct Scaled {
+    sv: __m256,
+    nans: bool,
+    /// `s` is a power of two no larger than 1 in magnitude (every Avg at
+    /// a power-of-two N)
+    shrinks: bool,
+    /// [`first_on_grid`] for `s`
+    first: i8,
+}
+
+impl Scaled {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn new(f: &MiniFloat, s: f32) -> Scaled {
+        Scaled {
+            sv: _mm256_set1_ps(s),
+            nans: carries_nans(f, s),
+            shrinks: s != 0.0 && s.abs() <= 1.0 && s.to_bits() & 0x7F_FFFF == 0,
+            // s = ±2^-k
+            first: first_on_grid(f, 127 - ((s.to_bits() >> 23) & 0xFF).min(127)),
+        }
+    }
+}
+
+/// `rnd(x·s)` on 16 codes, widened.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn scale16(f: &MiniFloat, c: &Scaled, v: __m128i) -> __m128i {
+    let (e, g) = decode(f, v, c.nans);
+    let p = encode(f, (_mm256_mul_ps(e, c.sv), _mm256_mul_ps(g, c.sv)), c.nans);
+    if c.nans {
+        p
+    } else {
+        set_nans(f, p, nan_codes(f, v))
+    }
+}
+
+/// `acc[i] = rnd(x[i]·s)`: 32 codes at a time by the tables
+/// ([`fp8_products`](super::fp8_products)) where they apply, else widened.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     let f = &T::FORMAT;
-    let sf = s.to_f64() as f32;
-    let nans = carries_nans(f, sf);
-    let sv = _mm256_set1_ps(sf);
+    let c = Scaled::new(f, s.to_f64() as f32);
+    let table = products(s).map(|p| Lookup::new(p));
     let len = acc.len();
     let x = &x[..len];
-    let mut out = acc.chunks_exact_mut(16);
-    for (o, a) in (&mut out).zip(x.chunks_exact(16)) {
-        let v = load(a);
-        let (e, g) = decode(f, v, nans);
-        let p = encode(f, (_mm256_mul_ps(e, sv), _mm256_mul_ps(g, sv)), nans);
-        store(
-            o,
-            if nans {
-                p
-            } else {
-                set_nans(f, p, nan_codes(f, v))
-            },
-        );
+    let mut out = acc.chunks_exact_mut(32);
+    for (o, a) in (&mut out).zip(x.chunks_exact(32)) {
+        match table.as_ref().and_then(|t| t.products(f, load32(a))) {
+            Some(p) => store32(o, p),
+            None => {
+                store(&mut o[..16], scale16(f, &c, load(a)));
+                store(&mut o[16..], scale16(f, &c, load(&a[16..])));
+            }
+        }
     }
     let rest = out.into_remainder();
     let at = len - rest.len();
@@ -299,42 +415,116 @@ fn off_grid(f: &MiniFloat, v: __m128i, first: i8) -> bool {
     _mm_testz_si128(off, off) == 0
 }
 
-/// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`. With `s` a power of two no
-/// larger than 1 in magnitude (every Avg at a power-of-two N), `x·s` is
-/// `x`'s significand at a lower exponent, an fp8 value itself unless it
-/// falls below the normals, or `x` is infinite: vectors with no such lane
-/// skip the rounding.
+/// `rnd(acc + rnd(x·s))` on 16 codes, widened. With `s` a power of two
+/// no larger than 1 in magnitude, `x·s` is `x`'s significand at a lower
+/// exponent, an fp8 value itself unless it falls below the normals, or
+/// `x` is infinite: vectors with no such lane skip the rounding.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn premul16(f: &MiniFloat, c: &Scaled, va: __m128i, vx: __m128i) -> __m128i {
+    let (e, g) = decode(f, vx, c.nans);
+    let p = (_mm256_mul_ps(e, c.sv), _mm256_mul_ps(g, c.sv));
+    let (pe, pg) = if c.shrinks && !off_grid(f, vx, c.first) {
+        p
+    } else {
+        rounded(f, p, c.nans)
+    };
+    let (ae, ag) = decode(f, va, c.nans);
+    let sum = encode(f, (_mm256_add_ps(ae, pe), _mm256_add_ps(ag, pg)), c.nans);
+    if c.nans {
+        sum
+    } else {
+        set_nans(f, sum, _mm_or_si128(nan_codes(f, va), nan_codes(f, vx)))
+    }
+}
+
+/// `a + p` on 16 codes, `p` products from the tables (finite, not NaN):
+/// Sum's block without the NaN handling that neither operand needs, or
+/// with only `a`'s (`a_nans`: `a` is a running result, which an earlier
+/// input may have made NaN).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_products16<T: Fp8>(a: __m128i, p: __m128i, a_nans: bool) -> __m128i {
+    let f = &T::FORMAT;
+    if a_nans && f.has_inf {
+        return block::<T, ADD>(a, p);
+    }
+    // two finite values: the sum is finite or saturates
+    let v = apply16::<ADD>(f, decode(f, a, false), decode(f, p, false));
+    let out = encode(f, v, false);
+    if a_nans {
+        set_nans(f, out, nan_codes(f, a))
+    } else {
+        out
+    }
+}
+
+/// [`add_products16`] on 32 codes, into `out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_products32<T: Fp8>(out: &mut [T], a: __m256i, p: __m256i, a_nans: bool) {
+    let lo = _mm256_castsi256_si128;
+    let hi = _mm256_extracti128_si256::<1>;
+    store(out, add_products16::<T>(lo(a), lo(p), a_nans));
+    store(&mut out[16..], add_products16::<T>(hi(a), hi(p), a_nans));
+}
+
+/// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`: the products by the tables
+/// where they apply, then Sum's block; else widened.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
     let f = &T::FORMAT;
-    let sf = s.to_f64() as f32;
-    let nans = carries_nans(f, sf);
-    let shrinks = sf != 0.0 && sf.abs() <= 1.0 && sf.to_bits() & 0x7F_FFFF == 0;
-    // s = ±2^-k
-    let first = first_on_grid(f, 127 - ((sf.to_bits() >> 23) & 0xFF).min(127));
-    let sv = _mm256_set1_ps(sf);
+    let c = Scaled::new(f, s.to_f64() as f32);
+    let table = products(s).map(|p| Lookup::new(p));
     let len = acc.len();
     let x = &x[..len];
-    let mut out = acc.chunks_exact_mut(16);
-    for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-        let (vx, va) = (load(b), load(o));
-        let (e, g) = decode(f, vx, nans);
-        let p = (_mm256_mul_ps(e, sv), _mm256_mul_ps(g, sv));
-        let (pe, pg) = if shrinks && !off_grid(f, vx, first) {
-            p
-        } else {
-            rounded(f, p, nans)
-        };
-        let (ae, ag) = decode(f, va, nans);
-        let mut sum = encode(f, (_mm256_add_ps(ae, pe), _mm256_add_ps(ag, pg)), nans);
-        if !nans {
-            sum = set_nans(f, sum, _mm_or_si128(nan_codes(f, va), nan_codes(f, vx)));
+    let mut out = acc.chunks_exact_mut(32);
+    for (o, b) in (&mut out).zip(x.chunks_exact(32)) {
+        match table.as_ref().and_then(|t| t.products(f, load32(b))) {
+            Some(p) => add_products32(o, load32(o), p, true),
+            None => {
+                let lo = premul16(f, &c, load(o), load(b));
+                let hi = premul16(f, &c, load(&o[16..]), load(&b[16..]));
+                store(o, lo);
+                store(&mut o[16..], hi);
+            }
         }
-        store(o, sum);
     }
     let rest = out.into_remainder();
     let at = len - rest.len();
     for (o, b) in rest.iter_mut().zip(&x[at..]) {
         *o = T::premul_add(*o, *b, s);
+    }
+}
+
+/// `acc[i] = rnd(rnd(x0[i]·s) + rnd(x1[i]·s))`: both products by the
+/// tables where they apply, then Sum's block, in one pass; else
+/// [`scale`]'s and [`premul_add`]'s widened steps.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], s: T) {
+    let f = &T::FORMAT;
+    let Some(table) = products(s).map(|p| Lookup::new(p)) else {
+        scale(acc, x0, s);
+        return premul_add(acc, x1, s);
+    };
+    let c = Scaled::new(f, s.to_f64() as f32);
+    let len = acc.len();
+    let (x0, x1) = (&x0[..len], &x1[..len]);
+    let mut out = acc.chunks_exact_mut(32);
+    for ((o, a), b) in (&mut out).zip(x0.chunks_exact(32)).zip(x1.chunks_exact(32)) {
+        match (table.products(f, load32(a)), table.products(f, load32(b))) {
+            (Some(p), Some(q)) => add_products32(o, p, q, false),
+            _ => {
+                let lo = premul16(f, &c, scale16(f, &c, load(a)), load(b));
+                let hi = premul16(f, &c, scale16(f, &c, load(&a[16..])), load(&b[16..]));
+                store(o, lo);
+                store(&mut o[16..], hi);
+            }
+        }
+    }
+    let rest = out.into_remainder();
+    let at = len - rest.len();
+    for ((o, a), b) in rest.iter_mut().zip(&x0[at..]).zip(&x1[at..]) {
+        *o = T::premul_add(T::mul(*a, s), *b, s);
     }
 }

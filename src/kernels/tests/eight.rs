@@ -1,6 +1,7 @@
-//! The fp8 block kernels (16 lanes with AVX2 and F16C) against the
-//! element functions on every pair of values of each format, and the
-//! scaled steps with scalars that round and that do not.
+//! The fp8 block kernels (16 and 32 lanes with AVX2 and F16C) against
+//! the element functions on every pair of values of each format, the
+//! scaled steps with scalars that round and that do not, and the first
+//! pair of a scaled sum with every scalar.
 
 use super::*;
 use crate::kernels::arith::{ADD, Combine, MAX, MIN, MUL, combine};
@@ -102,6 +103,58 @@ fn blocks8_match_the_element_steps<T: Arith>(from_bits: fn(u8) -> T) {
             }
         }
     }
+}
+
+/// Every scalar code: the first input scaled (`rnd(x·s)`) and the first
+/// pair (`rnd(rnd(x0·s) + rnd(x1·s))`) over every pair of codes, which
+/// the product tables take where the scalar has them and the widening
+/// path elsewhere and in vectors with a NaN or infinite code.
+fn first_pairs_match_for_every_scalar<T: Arith>(from_bits: fn(u8) -> T) {
+    if !Isa::X86V3.available() {
+        eprintln!(
+            "SKIPPED: {} first pairs: this CPU lacks AVX2, FMA or F16C",
+            T::DTYPE
+        );
+        return;
+    }
+    let (xs, ys) = pairs(from_bits);
+    let mut out = vec![T::default(); xs.len()];
+    for code in 0..=255u8 {
+        let s = from_bits(code);
+        T::scale_all::<true>(&mut out, &ys, s);
+        for (i, y) in out.iter().enumerate().take(256) {
+            let want = T::mul(ys[i], s);
+            assert!(
+                same(y.to_f64(), want.to_f64()),
+                "{} {:?} scaled by {s:?} gives {y:?}, want {want:?}",
+                T::DTYPE,
+                ys[i]
+            );
+        }
+        for (x0, x1) in [(&xs, &ys), (&ys, &xs)] {
+            T::premul_two_all::<true>(&mut out, x0, x1, s);
+            for (i, y) in out.iter().enumerate() {
+                let want = T::premul_add(T::mul(x0[i], s), x1[i], s);
+                assert!(
+                    same(y.to_f64(), want.to_f64()),
+                    "{} first pair {:?}, {:?} with scalar {s:?} gives {y:?}, want {want:?}",
+                    T::DTYPE,
+                    x0[i],
+                    x1[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn e4m3_first_pairs_match_the_element_steps_for_every_scalar() {
+    first_pairs_match_for_every_scalar(F8E4M3);
+}
+
+#[test]
+fn e5m2_first_pairs_match_the_element_steps_for_every_scalar() {
+    first_pairs_match_for_every_scalar(F8E5M2);
 }
 
 #[test]
