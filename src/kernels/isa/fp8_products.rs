@@ -31,8 +31,10 @@ pub(crate) const MOST_TABLES: usize = 4;
 /// `rnd(x·s)` for one scalar `s`, as tables on `x`'s magnitude code.
 pub(crate) struct Products {
     /// Added (modulo 256) to a magnitude code at or above `low_end`,
-    /// indexed by the code's significand bits; the sum is capped at the
-    /// largest finite code.
+    /// indexed by the code's low 4 bits (the significand bits and the
+    /// exponent's lowest, the entries repeating every 2^M), so the byte
+    /// shuffle takes the magnitude code itself as its index; the sum is
+    /// capped at the largest finite code.
     pub(crate) steps: [u8; 16],
     /// The product's magnitude code for each magnitude code below
     /// `low_end`, 16 codes per table.
@@ -77,9 +79,7 @@ impl Products {
             }
         }
         let steps = steps(f.mant_bits, f.bias, scalar);
-        let mask = (1usize << f.mant_bits) - 1;
-        let holds =
-            |c: usize| product[c] == (c as u8).wrapping_add(steps[c & mask]).min(f.max_code);
+        let holds = |c: usize| product[c] == (c as u8).wrapping_add(steps[c & 15]).min(f.max_code);
         let mut low_end = top + 1;
         while low_end > 0 && holds(low_end - 1) {
             low_end -= 1;
@@ -108,7 +108,8 @@ impl Products {
 /// normal: the significands' product `(2^M + m)(2^M + m_s)`, in
 /// `[2^2M, 2^(2M+2))`, rounded to M + 1 bits (to nearest, ties to even)
 /// is `2^j·q`, `q` in `[2^M, 2^(M+1))`; the exponent field moves by
-/// `e_s − bias + j` and the significand bits become `q − 2^M`. Zeros for
+/// `e_s − bias + j` and the significand bits become `q − 2^M`; indexed by
+/// the low 4 bits of `x`'s code, each `m` repeated. Zeros for
 /// a subnormal or zero scalar (the whole-code tables then cover the codes
 /// the check finds wrong).
 fn steps(mant: u32, bias: i32, scalar: u8) -> [u8; 16] {
@@ -119,7 +120,8 @@ fn steps(mant: u32, bias: i32, scalar: u8) -> [u8; 16] {
     }
     let one = 1u32 << mant;
     let m_s = scalar as u32 & (one - 1);
-    for (m, step) in out.iter_mut().enumerate().take(one as usize) {
+    for (i, step) in out.iter_mut().enumerate() {
+        let m = i & (one as usize - 1);
         let p = (one + m as u32) * (one + m_s);
         let mut j = (p >= 2 * one * one) as i32;
         let shift = mant + j as u32;
@@ -144,12 +146,11 @@ mod tests {
 
     /// The tables' answer for magnitude code `c`, as the vector code
     /// computes it.
-    fn looked_up(p: &Products, mant: u32, max: u8, c: u8) -> u8 {
+    fn looked_up(p: &Products, max: u8, c: u8) -> u8 {
         if c < p.low_end {
             p.low[c as usize / 16][c as usize % 16]
         } else {
-            c.wrapping_add(p.steps[c as usize & ((1 << mant) - 1)])
-                .min(max)
+            c.wrapping_add(p.steps[c as usize % 16]).min(max)
         }
     }
 
@@ -166,7 +167,7 @@ mod tests {
                     continue;
                 }
                 let want = T::mul(T::of_code(x), T::of_code(s)).code();
-                let got = looked_up(p, f.mant_bits, f.max_code, x & 0x7F) | ((x ^ s) & 0x80);
+                let got = looked_up(p, f.max_code, x & 0x7F) | ((x ^ s) & 0x80);
                 assert_eq!(got, want, "{} code {x:#04x} times {s:#04x}", T::DTYPE);
             }
         }

@@ -164,7 +164,8 @@ struct Lookup {
     low: [__m256i; MOST_TABLES],
     tables: usize,
     low_end: i8,
-    sign: __m256i,
+    /// the scalar is negative
+    negative: bool,
 }
 
 impl Lookup {
@@ -180,27 +181,39 @@ impl Lookup {
             low: p.low.each_ref().map(wide),
             tables: p.tables,
             low_end: p.low_end as i8,
-            sign: _mm256_set1_epi8(p.sign as i8),
+            negative: p.sign != 0,
         }
     }
 
+    /// The bytes of `v` that are NaN or infinite codes, as a byte mask.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn odd(f: &MiniFloat, v: __m256i) -> __m256i {
+        let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
+        _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(f.max_code as i8))
+    }
+
     /// `rnd(x·s)` for the 32 codes of `v`, or `None` where one of them is
-    /// NaN or infinite: the magnitude code plus its step, capped at the
-    /// largest finite code, or below `low_end` the whole-code table's
-    /// entry; the sign the XOR of the two.
+    /// NaN or infinite.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     fn products(&self, f: &MiniFloat, v: __m256i) -> Option<__m256i> {
+        let odd = Lookup::odd(f, v);
+        (_mm256_testz_si256(odd, odd) == 1).then(|| self.finite_products(f, v))
+    }
+
+    /// `rnd(x·s)` for the 32 codes of `v`, none NaN or infinite: the
+    /// magnitude code plus its step, capped at the largest finite code,
+    /// or below `low_end` the whole-code table's entry; the sign the XOR
+    /// of the two.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn finite_products(&self, f: &MiniFloat, v: __m256i) -> __m256i {
         let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
-        let odd = _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(f.max_code as i8));
-        if _mm256_testz_si256(odd, odd) == 0 {
-            return None;
-        }
-        let sig = _mm256_and_si256(v, _mm256_set1_epi8(((1 << f.mant_bits) - 1) as i8));
-        let stepped = _mm256_add_epi8(mag, _mm256_shuffle_epi8(self.steps, sig));
+        // the shuffle reads the low 4 bits of each index (bit 7 is clear)
+        let stepped = _mm256_add_epi8(mag, _mm256_shuffle_epi8(self.steps, mag));
         let mut r = _mm256_min_epu8(stepped, _mm256_set1_epi8(f.max_code as i8));
         if self.tables > 0 {
-            // the shuffle reads the low 4 bits of each index (bit 7 is clear)
             let mut low = _mm256_shuffle_epi8(self.low[0], mag);
             // a constant count, so the loop unrolls into tests of `tables`
             for k in 1..MOST_TABLES {
@@ -212,8 +225,12 @@ impl Lookup {
             let above = _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(self.low_end - 1));
             r = _mm256_blendv_epi8(low, r, above);
         }
-        let sign = _mm256_and_si256(v, _mm256_set1_epi8(0x80_u8 as i8));
-        Some(_mm256_or_si256(r, _mm256_xor_si256(sign, self.sign)))
+        let r = _mm256_or_si256(r, _mm256_andnot_si256(mag, v));
+        if self.negative {
+            _mm256_xor_si256(r, _mm256_set1_epi8(0x80_u8 as i8))
+        } else {
+            r
+        }
     }
 }
 
@@ -512,14 +529,16 @@ pub fn premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], s: T) {
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let mut out = acc.chunks_exact_mut(32);
     for ((o, a), b) in (&mut out).zip(x0.chunks_exact(32)).zip(x1.chunks_exact(32)) {
-        match (table.products(f, load32(a)), table.products(f, load32(b))) {
-            (Some(p), Some(q)) => add_products32(o, p, q, false),
-            _ => {
-                let lo = premul16(f, &c, scale16(f, &c, load(a)), load(b));
-                let hi = premul16(f, &c, scale16(f, &c, load(&a[16..])), load(&b[16..]));
-                store(o, lo);
-                store(&mut o[16..], hi);
-            }
+        let (va, vb) = (load32(a), load32(b));
+        let odd = _mm256_or_si256(Lookup::odd(f, va), Lookup::odd(f, vb));
+        if _mm256_testz_si256(odd, odd) == 1 {
+            let (p, q) = (table.finite_products(f, va), table.finite_products(f, vb));
+            add_products32(o, p, q, false)
+        } else {
+            let lo = premul16(f, &c, scale16(f, &c, load(a)), load(b));
+            let hi = premul16(f, &c, scale16(f, &c, load(&a[16..])), load(&b[16..]));
+            store(o, lo);
+            store(&mut o[16..], hi);
         }
     }
     let rest = out.into_remainder();
