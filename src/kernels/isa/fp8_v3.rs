@@ -157,6 +157,14 @@ fn store32<T: Fp8>(out: &mut [T], v: __m256i) {
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) }
 }
 
+/// The bytes of `v` that are NaN or infinite codes, as a byte mask.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn odd_codes(f: &MiniFloat, v: __m256i) -> __m256i {
+    let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
+    _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(f.max_code as i8))
+}
+
 /// [`Products`]' tables in registers, each 16-byte table in both halves
 /// (a byte shuffle looks up within each half).
 struct Lookup {
@@ -185,20 +193,12 @@ impl Lookup {
         }
     }
 
-    /// The bytes of `v` that are NaN or infinite codes, as a byte mask.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    fn odd(f: &MiniFloat, v: __m256i) -> __m256i {
-        let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
-        _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(f.max_code as i8))
-    }
-
     /// `rnd(x·s)` for the 32 codes of `v`, or `None` where one of them is
     /// NaN or infinite.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     fn products(&self, f: &MiniFloat, v: __m256i) -> Option<__m256i> {
-        let odd = Lookup::odd(f, v);
+        let odd = odd_codes(f, v);
         (_mm256_testz_si256(odd, odd) == 1).then(|| self.finite_products(f, v))
     }
 
@@ -292,18 +292,61 @@ fn block<T: Fp8, const OP: Combine>(a: __m128i, b: __m128i) -> __m128i {
     }
 }
 
+/// `a ⊕ b` on 32 codes. e4m3's NaN codes are looked for in all 32 at
+/// once and the lanes set only where there are any (rarely), instead of
+/// blending every 16 as [`block`] does.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block32<T: Fp8, const OP: Combine>(a: __m256i, b: __m256i) -> __m256i {
+    let f = &T::FORMAT;
+    let lo = _mm256_castsi256_si128;
+    let hi = _mm256_extracti128_si256::<1>;
+    if f.has_inf {
+        return _mm256_set_m128i(block::<T, OP>(hi(a), hi(b)), block::<T, OP>(lo(a), lo(b)));
+    }
+    let plain = |x: __m128i, y: __m128i| {
+        encode(
+            f,
+            apply16::<OP>(f, decode(f, x, false), decode(f, y, false)),
+            false,
+        )
+    };
+    let out = _mm256_set_m128i(plain(hi(a), hi(b)), plain(lo(a), lo(b)));
+    let nan = |v: __m256i| {
+        let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
+        _mm256_cmpeq_epi8(mag, _mm256_set1_epi8(f.nan_code as i8))
+    };
+    let (na, nb) = (nan(a), nan(b));
+    let any = _mm256_or_si256(na, nb);
+    if _mm256_testz_si256(any, any) == 1 {
+        return out;
+    }
+    match OP {
+        ADD | MUL => _mm256_blendv_epi8(out, _mm256_set1_epi8(f.nan_code as i8), any),
+        // the operand that is not NaN; both NaN: b
+        _ => _mm256_blendv_epi8(_mm256_blendv_epi8(out, a, nb), b, na),
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub fn combine<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x0: &[T], x1: &[T]) {
     let len = acc.len();
     let (x0, x1) = (&x0[..len], &x1[..len]);
-    let mut out = acc.chunks_exact_mut(16);
-    for ((o, a), b) in (&mut out).zip(x0.chunks_exact(16)).zip(x1.chunks_exact(16)) {
-        store(o, block::<T, OP>(load(a), load(b)));
+    let mut out = acc.chunks_exact_mut(32);
+    for ((o, a), b) in (&mut out).zip(x0.chunks_exact(32)).zip(x1.chunks_exact(32)) {
+        store32(o, block32::<T, OP>(load32(a), load32(b)));
     }
     let rest = out.into_remainder();
-    let at = len - rest.len();
-    for ((o, a), b) in rest.iter_mut().zip(&x0[at..]).zip(&x1[at..]) {
+    let mut at = len - rest.len();
+    if len - at >= 16 {
+        store(
+            &mut acc[at..],
+            block::<T, OP>(load(&x0[at..]), load(&x1[at..])),
+        );
+        at += 16;
+    }
+    for ((o, a), b) in acc[at..].iter_mut().zip(&x0[at..]).zip(&x1[at..]) {
         *o = element::<T, OP>(*a, *b);
     }
 }
@@ -313,14 +356,19 @@ pub fn combine<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x0: &[T], x1: &
 pub fn combine_into<T: Fp8 + Arith, const OP: Combine>(acc: &mut [T], x: &[T]) {
     let len = acc.len();
     let x = &x[..len];
-    let mut out = acc.chunks_exact_mut(16);
-    for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-        let v = block::<T, OP>(load(o), load(b));
-        store(o, v);
+    let mut out = acc.chunks_exact_mut(32);
+    for (o, b) in (&mut out).zip(x.chunks_exact(32)) {
+        let v = block32::<T, OP>(load32(o), load32(b));
+        store32(o, v);
     }
     let rest = out.into_remainder();
-    let at = len - rest.len();
-    for (o, b) in rest.iter_mut().zip(&x[at..]) {
+    let mut at = len - rest.len();
+    if len - at >= 16 {
+        let v = block::<T, OP>(load(&acc[at..]), load(&x[at..]));
+        store(&mut acc[at..], v);
+        at += 16;
+    }
+    for (o, b) in acc[at..].iter_mut().zip(&x[at..]) {
         *o = element::<T, OP>(*o, *b);
     }
 }
@@ -455,35 +503,31 @@ fn premul16(f: &MiniFloat, c: &Scaled, va: __m128i, vx: __m128i) -> __m128i {
     }
 }
 
-/// `a + p` on 16 codes, `p` products from the tables (finite, not NaN):
-/// Sum's block without the NaN handling that neither operand needs, or
-/// with only `a`'s (`a_nans`: `a` is a running result, which an earlier
-/// input may have made NaN).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn add_products16<T: Fp8>(a: __m128i, p: __m128i, a_nans: bool) -> __m128i {
-    let f = &T::FORMAT;
-    if a_nans && f.has_inf {
-        return block::<T, ADD>(a, p);
-    }
-    // two finite values: the sum is finite or saturates
-    let v = apply16::<ADD>(f, decode(f, a, false), decode(f, p, false));
-    let out = encode(f, v, false);
-    if a_nans {
-        set_nans(f, out, nan_codes(f, a))
-    } else {
-        out
-    }
-}
-
-/// [`add_products16`] on 32 codes, into `out`.
+/// `a + p` on 32 codes into `out`, `p` products from the tables (finite,
+/// not NaN): Sum's step without the NaN handling neither operand needs,
+/// unless `a_nans` (`a` a running result, which an earlier input may have
+/// made NaN, or e5m2 infinite) and `a` holds such a code.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn add_products32<T: Fp8>(out: &mut [T], a: __m256i, p: __m256i, a_nans: bool) {
-    let lo = _mm256_castsi256_si128;
-    let hi = _mm256_extracti128_si256::<1>;
-    store(out, add_products16::<T>(lo(a), lo(p), a_nans));
-    store(&mut out[16..], add_products16::<T>(hi(a), hi(p), a_nans));
+    let f = &T::FORMAT;
+    if a_nans {
+        let odd = odd_codes(f, a);
+        if _mm256_testz_si256(odd, odd) == 0 {
+            return store32(out, block32::<T, ADD>(a, p));
+        }
+    }
+    // two finite values: the sum is finite or saturates
+    let plain = |x: __m128i, y: __m128i| {
+        encode(
+            f,
+            apply16::<ADD>(f, decode(f, x, false), decode(f, y, false)),
+            false,
+        )
+    };
+    let (lo, hi) = (_mm256_castsi256_si128, _mm256_extracti128_si256::<1>);
+    store(out, plain(lo(a), lo(p)));
+    store(&mut out[16..], plain(hi(a), hi(p)));
 }
 
 /// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`: the products by the tables
@@ -530,7 +574,7 @@ pub fn premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], s: T) {
     let mut out = acc.chunks_exact_mut(32);
     for ((o, a), b) in (&mut out).zip(x0.chunks_exact(32)).zip(x1.chunks_exact(32)) {
         let (va, vb) = (load32(a), load32(b));
-        let odd = _mm256_or_si256(Lookup::odd(f, va), Lookup::odd(f, vb));
+        let odd = _mm256_or_si256(odd_codes(f, va), odd_codes(f, vb));
         if _mm256_testz_si256(odd, odd) == 1 {
             let (p, q) = (table.finite_products(f, va), table.finite_products(f, vb));
             add_products32(o, p, q, false)
