@@ -31,23 +31,26 @@ use super::fp8_products::{MOST_TABLES, Products, products};
 use crate::core::datatype::{Fp8, MiniFloat};
 use std::arch::x86_64::*;
 
-/// The halves of 8 codes, each in the top byte of a 16-bit lane: e5m2's
+/// The halves of 16 codes, each in the top byte of a 16-bit lane: e5m2's
 /// code is its half; e4m3's moves one bit right with its sign kept (the
 /// arithmetic shift copies the sign into the exponent's top bit, which
 /// the mask clears). With `nans`, e4m3's NaN codes are made half NaNs.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn halves(f: &MiniFloat, w: __m128i, nans: bool) -> __m128i {
+fn halves(f: &MiniFloat, w: __m256i, nans: bool) -> __m256i {
     if f.has_inf {
         return w;
     }
-    let h = _mm_and_si128(_mm_srai_epi16::<1>(w), _mm_set1_epi16(0xBFFF_u16 as i16));
+    let h = _mm256_and_si256(
+        _mm256_srai_epi16::<1>(w),
+        _mm256_set1_epi16(0xBFFF_u16 as i16),
+    );
     if !nans {
         return h;
     }
-    let code = _mm_set1_epi16((f.nan_code as i16) << 8);
-    let nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F00)), code);
-    _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)))
+    let code = _mm256_set1_epi16((f.nan_code as i16) << 8);
+    let nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F00)), code);
+    _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7C00)))
 }
 
 /// The 16 codes of `v` as floats in half's scale, elements 0–7 and 8–15;
@@ -55,30 +58,60 @@ fn halves(f: &MiniFloat, w: __m128i, nans: bool) -> __m128i {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn decode(f: &MiniFloat, v: __m128i, nans: bool) -> (__m256, __m256) {
-    let zero = _mm_setzero_si128();
-    let lo = halves(f, _mm_unpacklo_epi8(zero, v), nans);
-    let hi = halves(f, _mm_unpackhi_epi8(zero, v), nans);
-    (_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi))
+    let h = halves(f, _mm256_slli_epi16::<8>(_mm256_cvtepu8_epi16(v)), nans);
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h)),
+    )
 }
 
-/// 16 floats in half's scale, elements 0–7 in `a` and 8–15 in `b`,
-/// encoded as bytes: each rounded to half by F16C, which makes the fp8
-/// code the top bits of the half's magnitude, its subnormals included;
-/// then those bits rounded to nearest, ties to even (a carry moving into
-/// the exponent), capped at the largest finite code (`__NV_SATFINITE`;
-/// half's infinity lands above it), and, with `nans`, a NaN given the NaN
-/// code (without, no lane may be NaN). The half rounding does not change
-/// the result for the values the kernels encode, which are sums and
-/// products of two fp8 values and the operands of Max and Min: those are
-/// exact in half unless their terms lie so far apart that the value is
-/// nowhere near a point halfway between two fp8 values, where the first
-/// rounding could move it onto one; `tests::eight` checks every pair of
-/// values of both formats against the element functions, which encode
-/// from f32 directly.
+/// [`decode`] on 32 codes: elements 0–7, 8–15, 16–23, 24–31. Each
+/// 16-byte half of `v` is widened within its own half of the register
+/// (codes 0–7 and 16–23 in one, 8–15 and 24–31 in the other), which
+/// [`encode32`]'s packing undoes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn encode(f: &MiniFloat, v: (__m256, __m256), nans: bool) -> __m128i {
-    let (h, abs, up) = round_halves(f, v);
+fn decode32(f: &MiniFloat, v: __m256i, nans: bool) -> [__m256; 4] {
+    let zero = _mm256_setzero_si256();
+    let lo = halves(f, _mm256_unpacklo_epi8(zero, v), nans);
+    let hi = halves(f, _mm256_unpackhi_epi8(zero, v), nans);
+    [
+        _mm256_cvtph_ps(_mm256_castsi256_si128(lo)),
+        _mm256_cvtph_ps(_mm256_castsi256_si128(hi)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(lo)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(hi)),
+    ]
+}
+
+/// 16 floats as halves (F16C's rounding, to nearest even), `a`'s in the
+/// low half of the register.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn to_halves(a: __m256, b: __m256) -> __m256i {
+    _mm256_set_m128i(
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(b),
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(a),
+    )
+}
+
+/// 16 halves `h` of floats in half's scale as codes, one in the low byte
+/// of each 16-bit lane: each float was rounded to half by F16C, which
+/// makes the fp8 code the top bits of the half's magnitude, its
+/// subnormals included; then those bits rounded to nearest, ties to even
+/// (a carry moving into the exponent), capped at the largest finite code
+/// (`__NV_SATFINITE`; half's infinity lands above it), and, with `nans`,
+/// a NaN given the NaN code (without, no lane may be NaN). The half
+/// rounding does not change the result for the values the kernels
+/// encode, which are sums and products of two fp8 values and the
+/// operands of Max and Min: those are exact in half unless their terms
+/// lie so far apart that the value is nowhere near a point halfway
+/// between two fp8 values, where the first rounding could move it onto
+/// one; `tests::eight` checks every pair of values of both formats
+/// against the element functions, which encode from f32 directly.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn codes(f: &MiniFloat, h: __m256i, nans: bool) -> __m256i {
+    let (abs, up) = round_halves(f, h);
     let shift = _mm_cvtsi32_si128(10 - f.mant_bits as i32);
     let code = _mm256_srl_epi16(up, shift);
     let mut code = _mm256_min_epu16(code, _mm256_set1_epi16(f.max_code as i16));
@@ -87,29 +120,45 @@ fn encode(f: &MiniFloat, v: (__m256, __m256), nans: bool) -> __m128i {
         code = _mm256_blendv_epi8(code, _mm256_set1_epi16(f.nan_code as i16), nan);
     }
     let sign = _mm256_srli_epi16::<8>(_mm256_and_si256(h, _mm256_set1_epi16(0x8000_u16 as i16)));
-    let code = _mm256_or_si256(code, sign);
+    _mm256_or_si256(code, sign)
+}
+
+/// 16 floats in half's scale, elements 0–7 in `a` and 8–15 in `b`,
+/// encoded as bytes ([`codes`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn encode(f: &MiniFloat, (a, b): (__m256, __m256), nans: bool) -> __m128i {
+    let code = codes(f, to_halves(a, b), nans);
     _mm_packus_epi16(
         _mm256_castsi256_si128(code),
         _mm256_extracti128_si256::<1>(code),
     )
 }
 
-/// The first steps of [`encode`] and [`rounded`]: 16 floats in half's
-/// scale as halves `h` (F16C's rounding), their magnitudes, and those
-/// plus the increment that rounds the type's bits (the top of the
-/// magnitude, above `10 − mant_bits`) to nearest, ties to even.
+/// [`encode`] on 32 floats, elements 0–7, 8–15, 16–23, 24–31: the
+/// register halves pair 0–7 with 16–23 and 8–15 with 24–31, so one
+/// packing puts the bytes back in order.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn round_halves(f: &MiniFloat, (a, b): (__m256, __m256)) -> (__m256i, __m256i, __m256i) {
-    let h = _mm256_set_m128i(
-        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(b),
-        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(a),
-    );
+fn encode32(f: &MiniFloat, [a, b, c, d]: [__m256; 4], nans: bool) -> __m256i {
+    _mm256_packus_epi16(
+        codes(f, to_halves(a, c), nans),
+        codes(f, to_halves(b, d), nans),
+    )
+}
+
+/// The first steps of [`codes`] and [`rounded`]: the magnitudes of the
+/// halves `h`, and those plus the increment that rounds the type's bits
+/// (the top of the magnitude, above `10 − mant_bits`) to nearest, ties
+/// to even.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn round_halves(f: &MiniFloat, h: __m256i) -> (__m256i, __m256i) {
     let shift = _mm_cvtsi32_si128(10 - f.mant_bits as i32);
     let abs = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
     let last = _mm256_and_si256(_mm256_srl_epi16(abs, shift), _mm256_set1_epi16(1));
     let bias = _mm256_set1_epi16((1 << (9 - f.mant_bits)) - 1);
-    (h, abs, _mm256_add_epi16(_mm256_add_epi16(abs, bias), last))
+    (abs, _mm256_add_epi16(_mm256_add_epi16(abs, bias), last))
 }
 
 /// The bytes of `v` that are e4m3 NaN codes, as a byte mask.
@@ -241,7 +290,8 @@ impl Lookup {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn rounded(f: &MiniFloat, v: (__m256, __m256), nans: bool) -> (__m256, __m256) {
-    let (h, abs, up) = round_halves(f, v);
+    let h = to_halves(v.0, v.1);
+    let (abs, up) = round_halves(f, h);
     let shift = 10 - f.mant_bits as i32;
     let kept = _mm256_and_si256(up, _mm256_set1_epi16(!((1i32 << shift) - 1) as i16));
     let max = _mm256_set1_epi16(((f.max_code as i32) << shift) as i16);
@@ -299,19 +349,14 @@ fn block<T: Fp8, const OP: Combine>(a: __m128i, b: __m128i) -> __m128i {
 #[inline]
 fn block32<T: Fp8, const OP: Combine>(a: __m256i, b: __m256i) -> __m256i {
     let f = &T::FORMAT;
-    let lo = _mm256_castsi256_si128;
-    let hi = _mm256_extracti128_si256::<1>;
-    if f.has_inf {
-        return _mm256_set_m128i(block::<T, OP>(hi(a), hi(b)), block::<T, OP>(lo(a), lo(b)));
+    let nans = f.has_inf;
+    let (x, y) = (decode32(f, a, nans), decode32(f, b, nans));
+    let lo = apply16::<OP>(f, (x[0], x[1]), (y[0], y[1]));
+    let hi = apply16::<OP>(f, (x[2], x[3]), (y[2], y[3]));
+    let out = encode32(f, [lo.0, lo.1, hi.0, hi.1], nans);
+    if nans {
+        return out;
     }
-    let plain = |x: __m128i, y: __m128i| {
-        encode(
-            f,
-            apply16::<OP>(f, decode(f, x, false), decode(f, y, false)),
-            false,
-        )
-    };
-    let out = _mm256_set_m128i(plain(hi(a), hi(b)), plain(lo(a), lo(b)));
     let nan = |v: __m256i| {
         let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
         _mm256_cmpeq_epi8(mag, _mm256_set1_epi8(f.nan_code as i8))
@@ -518,16 +563,9 @@ fn add_products32<T: Fp8>(out: &mut [T], a: __m256i, p: __m256i, a_nans: bool) {
         }
     }
     // two finite values: the sum is finite or saturates
-    let plain = |x: __m128i, y: __m128i| {
-        encode(
-            f,
-            apply16::<ADD>(f, decode(f, x, false), decode(f, y, false)),
-            false,
-        )
-    };
-    let (lo, hi) = (_mm256_castsi256_si128, _mm256_extracti128_si256::<1>);
-    store(out, plain(lo(a), lo(p)));
-    store(&mut out[16..], plain(hi(a), hi(p)));
+    let (x, y) = (decode32(f, a, false), decode32(f, p, false));
+    let sum: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(x[i], y[i]));
+    store32(out, encode32(f, sum, false));
 }
 
 /// `acc[i] = rnd(acc[i] + rnd(x[i]·s))`: the products by the tables
