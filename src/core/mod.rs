@@ -16,6 +16,7 @@ pub mod call;
 pub mod check;
 pub mod datatype;
 pub mod error;
+pub mod fp8;
 pub mod func;
 pub mod group;
 pub mod launch;

@@ -348,7 +348,7 @@ mod bf16_v3;
 // from the element product (`fp8_products`).
 
 #[cfg(x86_simd)]
-use crate::core::datatype::Fp8;
+use crate::core::fp8::Fp8;
 
 /// `acc[i] = x0[i] ⊕ x1[i]`, ⊕ the op `OP`; the slices are at least
 /// `acc`'s length.

@@ -21,7 +21,7 @@
 //! once per format and scalar code, on first use.
 
 use super::super::Arith;
-use crate::core::datatype::Fp8;
+use crate::core::fp8::Fp8;
 use std::sync::OnceLock;
 
 /// At most this many whole-code tables (16 codes each): beyond it, the

@@ -28,7 +28,7 @@ use super::super::Arith;
 use super::super::arith::{ADD, Combine, MUL, combine as element};
 use super::apply;
 use super::fp8_products::{MOST_TABLES, Products, products};
-use crate::core::datatype::{Fp8, MiniFloat};
+use crate::core::fp8::{Fp8, MiniFloat};
 use std::arch::x86_64::*;
 
 /// The halves of 16 codes, each in the top byte of a 16-bit lane: e5m2's
