@@ -42,10 +42,8 @@ pub(crate) struct Products {
     /// The least magnitude code the steps hold for (every code up to the
     /// largest finite one checked).
     pub(crate) low_end: u8,
-    /// How many of `low`'s tables are used: `low_end / 16`, rounded up.
-    pub(crate) tables: usize,
-    /// The scalar's sign bit.
-    pub(crate) sign: u8,
+    /// The scalar is negative.
+    pub(crate) negative: bool,
 }
 
 static E4M3: [OnceLock<Option<Products>>; 256] = [const { OnceLock::new() }; 256];
@@ -84,20 +82,18 @@ impl Products {
         while low_end > 0 && holds(low_end - 1) {
             low_end -= 1;
         }
-        let tables = low_end.div_ceil(16);
-        if tables > MOST_TABLES {
+        if low_end.div_ceil(16) > MOST_TABLES {
             return None;
         }
         let mut low = [[0u8; 16]; MOST_TABLES];
-        for (c, p) in product.iter().enumerate().take(16 * tables) {
+        for (c, p) in product.iter().enumerate().take(low_end) {
             low[c / 16][c % 16] = *p;
         }
         Some(Products {
             steps,
             low,
             low_end: low_end as u8,
-            tables,
-            sign: s.code() & 0x80,
+            negative: s.code() & 0x80 != 0,
         })
     }
 }

@@ -164,9 +164,16 @@ fn round_halves(f: &MiniFloat, h: __m256i) -> (__m256i, __m256i) {
 /// The bytes of `v` that are e4m3 NaN codes, as a byte mask.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
+fn nan_codes32(f: &MiniFloat, v: __m256i) -> __m256i {
+    let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
+    _mm256_cmpeq_epi8(mag, _mm256_set1_epi8(f.nan_code as i8))
+}
+
+/// [`nan_codes32`] on 16 codes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 fn nan_codes(f: &MiniFloat, v: __m128i) -> __m128i {
-    let mag = _mm_and_si128(v, _mm_set1_epi8(0x7F));
-    _mm_cmpeq_epi8(mag, _mm_set1_epi8(f.nan_code as i8))
+    _mm256_castsi256_si128(nan_codes32(f, _mm256_castsi128_si256(v)))
 }
 
 /// The 16 codes of `x`.
@@ -236,9 +243,9 @@ impl Lookup {
         Lookup {
             steps: wide(&p.steps),
             low: p.low.each_ref().map(wide),
-            tables: p.tables,
+            tables: (p.low_end as usize).div_ceil(16),
             low_end: p.low_end as i8,
-            negative: p.sign != 0,
+            negative: p.negative,
         }
     }
 
@@ -357,11 +364,7 @@ fn block32<T: Fp8, const OP: Combine>(a: __m256i, b: __m256i) -> __m256i {
     if nans {
         return out;
     }
-    let nan = |v: __m256i| {
-        let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
-        _mm256_cmpeq_epi8(mag, _mm256_set1_epi8(f.nan_code as i8))
-    };
-    let (na, nb) = (nan(a), nan(b));
+    let (na, nb) = (nan_codes32(f, a), nan_codes32(f, b));
     let any = _mm256_or_si256(na, nb);
     if _mm256_testz_si256(any, any) == 1 {
         return out;
