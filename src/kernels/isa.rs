@@ -282,10 +282,12 @@ mod half_v3;
 //   direction of the exact value from TwoSum's error term (exact when
 //   `x·s` is exact in f32, i.e. not below 2^-134 nor past the largest
 //   float; lanes where that fails go through the portable element step).
-//   With `s` of at least 2^-9 every finite product is exact, a zero `acc`
-//   leaves it alone, and a lane on a midpoint is inexact exactly when
+//   With `s` between 2^-9 and 1 in magnitude every product is exact and
+//   no larger than `x`, and a lane on a midpoint is inexact exactly when
 //   `s − x·s`, computed in f32, is not `acc` (`inexact` in `bf16_v3`, with
-//   the argument), which also gives the error term in one subtraction.
+//   the argument), which also gives the error term in one subtraction;
+//   every vector is tested so, as random data puts a lane on a midpoint
+//   in about half of them.
 
 #[cfg(x86_simd)]
 macro_rules! bf16_entry {

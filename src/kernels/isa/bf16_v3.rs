@@ -131,18 +131,19 @@ pub fn scale(acc: &mut [bf16], x: &[bf16], s: bf16) {
 }
 
 /// [`FMA`] for `s` a power of two, zero, infinite or NaN (no stored
-/// significand bits), the section's first case. Any other `s` of at
-/// least 2^-9 in magnitude: [`SUM`]. `x` is a multiple of 2^-133 and
-/// `s` of 2^-16, so `x·s` is a multiple of 2^-149, f32's smallest
-/// subnormal, with at most 16 significant bits: exact in f32 unless it
-/// overflows (those lanes [`inexact`] sets aside). Smaller scalars:
-/// [`SUM_TINY`].
+/// significand bits), the section's first case. Any other `s` between
+/// 2^-9 and 1 in magnitude (every Avg's 1/N among them): [`SUM`]. `x` is a
+/// multiple of 2^-133 and `s` of 2^-16, so `x·s` is a multiple of 2^-149,
+/// f32's smallest subnormal, with at most 16 significant bits, and no
+/// larger than `x`: exact in f32. Other scalars: [`SUM_TINY`], which also
+/// sets aside the products past f32's range.
 #[inline(always)]
 fn step_for(s: bf16) -> Step {
     let bits = s.to_bits();
+    let exponent = (bits >> 7) & 0xFF;
     if bits & 0x7F == 0 {
         FMA
-    } else if (bits >> 7) & 0xFF >= 127 - 9 {
+    } else if (127 - 9..127).contains(&exponent) {
         SUM
     } else {
         SUM_TINY
@@ -172,29 +173,21 @@ fn step_for(s: bf16) -> Step {
 ///   factor of two of `p`; the f32 difference is then exact (Sterbenz),
 ///   `acc` plus the sum's rounding error, which is not zero.
 ///
-/// - `p` past f32's range (`d` infinite or NaN): the exact product is at
-///   least 2^128 − 2^103 and, with `s` finite (at most 2^128 − 2^104),
-///   `|acc| ≥ 2^103`; inexact needs `acc`'s 8 bits to end below `s`'s
-///   unit, at most 2^104, so `|acc| < 2^112` and `s` lies within 2^113
-///   below 2^128, closer than the last midpoint below it, 2^128 − 2^119.
-///   Such lanes are set aside.
+/// - `d` never overflows: `|p| ≤ |x|` (|s| < 1), so `|s − p|` is at most
+///   `|acc|`, bfloat16's largest at most (2^128 − 2^120), plus the
+///   sum's rounding error (at most 2^103), below f32's largest.
+/// - NaN and infinite lanes: a NaN `d` compares unequal to nothing
+///   (ordered compare), and an infinite `acc` or `x` makes `d` NaN or
+///   `acc` itself.
 ///
 /// So the lanes found are exactly the inexact ones, and the rounding
 /// error `acc + p − s` is `acc − d`, exact: the difference of two floats
-/// that is itself one. (Testing every vector this way, without first
-/// branching on a lane being on a midpoint, measured 0.31 ns per element
-/// at N = 2 on every data shape of `examples/kernel_data.rs`, against
-/// 0.27 on sparse and equal data and 0.32 on random data with the
-/// branch.)
+/// that is itself one.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn inexact(acc: __m256, p: __m256, s: __m256, mid: __m256i) -> (__m256i, __m256) {
     let d = _mm256_sub_ps(s, p);
-    let magnitude = _mm256_and_ps(d, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX)));
-    let off = _mm256_and_ps(
-        _mm256_cmp_ps::<_CMP_NEQ_OQ>(d, acc),
-        _mm256_cmp_ps::<_CMP_LT_OQ>(magnitude, _mm256_set1_ps(f32::INFINITY)),
-    );
+    let off = _mm256_cmp_ps::<_CMP_NEQ_OQ>(d, acc);
     (_mm256_and_si256(mid, _mm256_castps_si256(off)), d)
 }
 
@@ -214,10 +207,9 @@ fn toward(bits: __m256i, e: __m256, mask: __m256i) -> __m256 {
 /// The fused step on 8 lanes: the rounded bits, and the lanes whose
 /// midpoint direction this could not settle (movemask bits; only
 /// [`SUM_TINY`] has any), which the caller computes again with the
-/// element step. Both look further only at vectors with a lane on a
-/// midpoint ([`SUM`]: with a nonzero `acc`); there [`SUM`] finds the
-/// inexact lanes with [`inexact`], and [`SUM_TINY`] takes TwoSum's error
-/// term.
+/// element step. [`SUM`] finds the inexact midpoint lanes with
+/// [`settle_sum`]; [`SUM_TINY`] looks further only at vectors with a lane
+/// on a midpoint, and there takes TwoSum's error term.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) {
@@ -225,23 +217,14 @@ fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) 
     if STEP == FMA {
         return (round(s), 0);
     }
-    let bits = _mm256_castps_si256(s);
-    let low = _mm256_and_si256(bits, _mm256_set1_epi32(0xFFFF));
-    let mid = _mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000));
+    let mid = midpoints(s);
     if STEP == SUM {
-        // a zero `acc` leaves the product, exact: sparse data (one rank
-        // holding each element, as `rankwise bench` checks with) lands
-        // there often, and a branch taken at random costs more than this
-        let nonzero = _mm256_cmp_ps::<_CMP_NEQ_OQ>(acc, _mm256_setzero_ps());
-        let mid = _mm256_and_si256(mid, _mm256_castps_si256(nonzero));
-        if _mm256_testz_si256(mid, mid) == 1 {
-            return (round(s), 0);
-        }
         return (settle_sum(acc, x, sv, s, mid), 0);
     }
     if _mm256_testz_si256(mid, mid) == 1 {
         return (round(s), 0);
     }
+    let bits = _mm256_castps_si256(s);
     let p = _mm256_mul_ps(x, sv);
     // e = acc + p − s exactly, when p = x·s is exact
     let e = two_sum_error(acc, p, s);
@@ -260,22 +243,27 @@ fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) 
     )
 }
 
-/// The lanes of `x`'s 16 elements that are ±0, in the packed layout of
-/// its memory (16-bit lanes: element `2i` in the low half of [`load`]'s
-/// lane `i`, element `2i + 1` in the high half).
+/// The lanes of `s` on a bfloat16 midpoint: the low half exactly 0x8000.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn zeros(x: &[bf16]) -> __m256i {
-    let x = &x[..16];
-    // SAFETY: `x` holds 16 bfloat16, 32 bytes; the load is unaligned.
-    let v = unsafe { _mm256_loadu_si256(x.as_ptr().cast()) };
-    let magnitude = _mm256_and_si256(v, _mm256_set1_epi16(0x7FFF));
-    _mm256_cmpeq_epi16(magnitude, _mm256_setzero_si256())
+fn midpoints(s: __m256) -> __m256i {
+    let low = _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(0xFFFF));
+    _mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000))
 }
 
-/// [`SUM`]'s step for the lanes of `mid` (on a midpoint, `acc` not
-/// zero), `s` the FMA's sum: those whose sum is inexact ([`inexact`]) are
-/// moved towards the exact value before the rounding.
+/// [`SUM`]'s step for the lanes of `mid` (on a midpoint), `s` the FMA's
+/// sum: those whose sum is inexact ([`inexact`]) are moved towards the
+/// exact value before the rounding.
+///
+/// Every vector is tested this way, with one branch, on a lane to move,
+/// which is rarely taken on any data. A branch on a lane being on a
+/// midpoint first (as [`SUM_TINY`] has it) is cheaper where none is, as
+/// on sparse data (one rank holding each element, as `rankwise bench`
+/// checks with) or equal inputs, but on random data a midpoint turns up in
+/// about half of all vectors, and the mispredicted branch cost more than
+/// the test (`examples/kernel_data.rs` in cache at N = 2: random data 0.48
+/// ns per element with that branch, 0.31 without; sparse data 0.24 with it,
+/// 0.30 without).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn settle_sum(acc: __m256, x: __m256, sv: __m256, s: __m256, mid: __m256i) -> __m256i {
@@ -286,34 +274,22 @@ fn settle_sum(acc: __m256, x: __m256, sv: __m256, s: __m256, mid: __m256i) -> __
     round(toward(_mm256_castps_si256(s), _mm256_sub_ps(acc, d), wrong))
 }
 
-/// [`step`]'s [`SUM`] on 16 lanes (both halves of [`load`]'s layout),
-/// `zero` the lanes whose `acc` is zero, packed as [`zeros`] gives them
-/// (a lane marked nonzero that is zero only costs the check). The two
-/// halves' low 16 bits are tested for a midpoint at once, in 16-bit
-/// lanes: one test and branch per 16 elements where [`step`] takes two.
+/// [`settle_sum`] on 16 lanes (both halves of [`load`]'s layout), with
+/// one branch for the 16.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn sum16(
-    (ae, ao): (__m256, __m256),
-    (xe, xo): (__m256, __m256),
-    sv: __m256,
-    zero: __m256i,
-) -> (__m256i, __m256i) {
+fn sum16((ae, ao): (__m256, __m256), (xe, xo): (__m256, __m256), sv: __m256) -> (__m256i, __m256i) {
     let se = _mm256_fmadd_ps(xe, sv, ae);
     let so = _mm256_fmadd_ps(xo, sv, ao);
-    let (be, bo) = (_mm256_castps_si256(se), _mm256_castps_si256(so));
-    let lows = _mm256_blend_epi16::<0xAA>(be, _mm256_slli_epi32::<16>(bo));
-    let mid = _mm256_cmpeq_epi16(lows, _mm256_set1_epi16(0x8000_u16 as i16));
-    let mid = _mm256_andnot_si256(zero, mid);
-    if _mm256_testz_si256(mid, mid) == 1 {
+    let (we, de) = inexact(ae, _mm256_mul_ps(xe, sv), se, midpoints(se));
+    let (wo, d_o) = inexact(ao, _mm256_mul_ps(xo, sv), so, midpoints(so));
+    let wrong = _mm256_or_si256(we, wo);
+    if _mm256_testz_si256(wrong, wrong) == 1 {
         return (round(se), round(so));
     }
-    // each half's 16-bit flags widened to its 32-bit lanes
-    let mid_even = _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(mid));
-    let mid_odd = _mm256_srai_epi32::<16>(mid);
     (
-        settle_sum(ae, xe, sv, se, mid_even),
-        settle_sum(ao, xo, sv, so, mid_odd),
+        round(toward(_mm256_castps_si256(se), _mm256_sub_ps(ae, de), we)),
+        round(toward(_mm256_castps_si256(so), _mm256_sub_ps(ao, d_o), wo)),
     )
 }
 
@@ -340,12 +316,8 @@ fn premul_two_16<const STEP: Step>(
         (rounded(pe), rounded(po))
     };
     let (xe, xo) = load(x1);
-    // `rnd(x0·s)` is zero where `x0` is (the later steps, `premul_add`,
-    // keep `step`'s test per 8 lanes: on random data a sum of more terms
-    // lands on a midpoint often enough that 16 lanes under one branch ran
-    // slower, 0.875 → 1.0 ns per element at N = 4 in `kernel_data`)
     if STEP == SUM {
-        let (re, ro) = sum16((ae, ao), (xe, xo), sv, zeros(x0));
+        let (re, ro) = sum16((ae, ao), (xe, xo), sv);
         return store(out, re, ro);
     }
     let (re, ue) = step::<STEP>(ae, xe, sv);

@@ -138,10 +138,10 @@ fn bfloat16_sums_far_from_a_midpoint_product_round_once() {
 
 /// bfloat16 products past f32's range whose sum with `acc` is back in it:
 /// `x1·s` rounds to infinity in f32 while the fused step's exact value is
-/// finite. The kernels find inexact midpoint lanes from `s − x·s` (see
-/// `isa/bf16_v3.rs`), which is infinite here; such lanes are never
-/// inexact on a midpoint and must be left as the FMA rounded them. Many
-/// of them land on a midpoint in f32.
+/// finite: such lanes are never inexact on a midpoint and must be left as
+/// the FMA rounded them, though many of them land on a midpoint in f32
+/// (only scalars above 1 reach past f32's range; `isa/bf16_v3.rs` gives
+/// them the step that sets those lanes aside).
 #[test]
 fn bfloat16_products_past_f32s_range_with_a_finite_sum_round_once() {
     let s = 1.5;
