@@ -5,7 +5,7 @@
 //! zones and out-of-place inputs checked untouched).
 
 use rankwise::{DataType, Func, RedOp};
-use rankwise_cli::bench::{Options, run};
+use rankwise_cli::bench::{Fill, Options, run};
 
 fn opts(
     funcs: &[Func],
@@ -28,6 +28,7 @@ fn opts(
         iters: 1,
         warmup: 0,
         check: 2,
+        fill: Fill::Pattern,
         pin: false,
         engine: rankwise::launch::EngineKind::Local,
     }
@@ -93,6 +94,24 @@ fn large_sizes_cross_the_chunk_and_streaming_thresholds() {
         &[RedOp::Max, RedOp::Avg],
     );
     assert_all_right(&o);
+}
+
+#[test]
+fn timed_calls_on_random_data_leave_the_checks_on_the_pattern() {
+    // the out-of-place timed calls' result is not the pattern's, so a
+    // check that reused it (as it does with the pattern) would count
+    // nearly every element wrong
+    let floats = [DataType::Float32, DataType::Bfloat16];
+    let sets: [(&[DataType], &[RedOp]); 2] = [
+        (&floats, &[RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(0.3)]),
+        (&[DataType::Int32], &[RedOp::Sum, RedOp::Avg]),
+    ];
+    for (dtypes, ops) in sets {
+        let mut o = opts(&Func::COLLECTIVES, 3, 1000, 4000, 4.0, dtypes, ops);
+        o.fill = Fill::Random;
+        o.check = 1;
+        assert_all_right(&o);
+    }
 }
 
 #[test]

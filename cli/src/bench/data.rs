@@ -24,11 +24,34 @@
 //! `0xFF` bytes (`-1`, the maximum unsigned value, or NaN) are never an
 //! expected value: outputs are poisoned with them before each checked call,
 //! so a call that writes nothing is counted wrong too.
+//!
+//! `--fill random` times the calls on [`random_value`]s instead, which no
+//! closed form checks; the checked calls still run on the pattern.
 
 use rankwise::core::{DataType, Element, Func, RedOp};
 
 /// The byte outputs and guard zones are poisoned with.
 pub const POISON: u8 = 0xFF;
+
+/// `--fill random`'s element `i` of rank `rank`: ±m·2^e, m with 11
+/// significant bits and e in −4…5, the sign and both drawn from a hash of
+/// the two, so every significand bit of the 16-bit types is used, as in
+/// gradients (the pattern's small integers, and its one rank per element
+/// for float Avg and PreMulSum, are easier on some kernels). Integer types
+/// take the value truncated.
+pub fn random_value(rank: usize, i: usize) -> f64 {
+    let mut h = ((i as u64) << 16 | rank as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^= h >> 31;
+    let m = 1.0 + (h & 0x3FF) as f64 / 1024.0;
+    let e = ((h >> 16) % 10) as i32 - 4;
+    if h & 0x8000 == 0 {
+        m * 2f64.powi(e)
+    } else {
+        -m * 2f64.powi(e)
+    }
+}
 
 /// Largest `M` such that every integer in `0..=M` is exact in `dt` and no
 /// value in it is the poison pattern.
@@ -319,6 +342,31 @@ mod tests {
     use super::*;
     use half::{bf16, f16};
     use rankwise::core::{F8E4M3, F8E5M2};
+
+    #[test]
+    fn random_values_are_signed_eleven_bit_significands_over_ten_binades() {
+        let mut seen_e = [false; 10];
+        let (mut neg, mut distinct) = (0, std::collections::BTreeSet::new());
+        for r in 0..4 {
+            for i in 0..5000 {
+                let v = random_value(r, i);
+                let (a, e) = (v.abs(), v.abs().log2().floor() as i32);
+                assert!((-4..=5).contains(&e), "{v}: exponent {e}");
+                let m = a / 2f64.powi(e);
+                // m·1024 an integer in 1024..2048: 11 significant bits
+                assert_eq!((m * 1024.0).fract(), 0.0, "{v}");
+                assert_eq!(f16::from_f64(v).to_f64(), v, "{v} is a half value");
+                seen_e[(e + 4) as usize] = true;
+                neg += usize::from(v < 0.0);
+                distinct.insert(v.to_bits());
+            }
+        }
+        assert!(seen_e.iter().all(|&s| s), "every binade");
+        assert!((8000..12000).contains(&neg), "{neg} negative of 20000");
+        assert!(distinct.len() > 10000, "{} distinct", distinct.len());
+        // ranks differ at the same element
+        assert!((0..100).any(|i| random_value(0, i) != random_value(1, i)));
+    }
 
     #[test]
     fn checker_counts_each_wrong_element() {

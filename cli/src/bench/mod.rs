@@ -26,6 +26,18 @@ pub use machine::Machine;
 
 use rankwise::core::{DataType, Func, RedOp};
 
+/// What the timed calls reduce (`--fill`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Fill {
+    /// The small integers the checks verify (for float Avg and PreMulSum,
+    /// one rank holding each element)
+    Pattern,
+    /// ±m·2^e, m of 11 significant bits, e in −4…5, signs mixed, as in
+    /// gradients; the checked calls then run on the pattern
+    Random,
+}
+
 /// What to run (the parsed command line).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Options {
@@ -42,6 +54,8 @@ pub struct Options {
     pub warmup: usize,
     /// checked calls per row and placement; 0 disables checking (and says so)
     pub check: usize,
+    /// what the timed calls reduce
+    pub fill: Fill,
     /// pin rank r to core r when ranks <= cores
     pub pin: bool,
     /// The engine the ranks run on.

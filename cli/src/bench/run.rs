@@ -11,13 +11,15 @@
 //! and a guard zone past them poisoned, one call, then every output element
 //! of every rank compared with its closed-form value, the guard zone and (out
 //! of place) the inputs checked untouched. The out-of-place timed calls are
-//! the first checked call's: their last result is what is compared.
+//! the first checked call's: their last result is what is compared (with
+//! `--fill random`, whose data no closed form checks, every checked call
+//! is a fresh one).
 
 use super::bound::copy_bound_secs;
-use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong};
+use super::data::{Converter, POISON, Pattern, count_clobbered, count_wrong, random_value};
 use super::limits::{self, Available, Need};
 use super::machine::{self, PROBE_BYTES, Probe};
-use super::{Measure, Options, Row};
+use super::{Fill, Measure, Options, Row};
 use rankwise::api::Comm;
 use rankwise::core::{
     DataType, Element, Error, ErrorKind, Func, RedOp, Result, footprint_elems, layout,
@@ -470,7 +472,11 @@ fn measure<T: Element>(
     let bf = bufs(p, &pattern(0), rank, a, b, in_place);
 
     // out of place, the timed calls compute the first checked result
-    if !in_place {
+    // unless they reduce random data
+    let random = opts.fill == Fill::Random;
+    if random {
+        fill_random::<T>(c, p, &pattern(0), &bf, rank)?;
+    } else if !in_place {
         prepare(c, p, &pattern(0), &mut conv, &bf, rank)?;
     }
     for _ in 0..opts.warmup {
@@ -500,7 +506,7 @@ fn measure<T: Element>(
     let mut wrong = 0u64;
     for k in 0..opts.check {
         let pat = pattern(k as u64);
-        if in_place || k > 0 {
+        if in_place || k > 0 || random {
             prepare(c, p, &pat, &mut conv, &bf, rank)?;
             call(c, p, &bf)?;
         }
@@ -563,6 +569,23 @@ fn prepare<T: Element>(
     for part in chunks(pat.send_len(p.q)) {
         let at = bf.send + part.start * es;
         c.write(at, &pat.inputs_in(conv, rank, part))?;
+    }
+    Ok(())
+}
+
+/// Writes this rank's inputs as [`random_value`]s (`--fill random`).
+fn fill_random<T: Element>(
+    c: &mut Comm,
+    p: &Plan,
+    pat: &Pattern,
+    bf: &Bufs,
+    rank: usize,
+) -> Result<()> {
+    let es = p.dtype.size();
+    for part in chunks(pat.send_len(p.q)) {
+        let at = bf.send + part.start * es;
+        let values: Vec<T> = part.map(|i| T::from_f64(random_value(rank, i))).collect();
+        c.write(at, &values)?;
     }
     Ok(())
 }
@@ -637,6 +660,7 @@ mod tests {
             iters: 20,
             warmup: 5,
             check: 1,
+            fill: Fill::Pattern,
             pin: false,
             engine: rankwise::launch::EngineKind::Local,
         }
@@ -737,6 +761,35 @@ mod tests {
             }
             assert_eq!(next, len);
         }
+    }
+
+    #[test]
+    fn the_random_fill_writes_each_ranks_values_over_its_whole_input() {
+        // 3 ranks, ReduceScatter (inputs N·q long) of bfloat16, in place:
+        // every element of the send extent, on every rank, is the
+        // generator's value rounded to the type
+        let q = CHECK_CHUNK + 3;
+        let p = Plan {
+            func: Func::ReduceScatter,
+            dtype: DataType::Bfloat16,
+            op: Some(RedOp::Sum),
+            root: None,
+            q,
+        };
+        let wrong = rankwise::local::launch(3, |c| {
+            let pat = Pattern::new(p.func, p.dtype, RedOp::Sum, 3, 0, 0);
+            let (ea, eb) = buffer_elems([&p], 3).unwrap();
+            let (a, b) = (c.alloc_elems(ea, p.dtype)?, c.alloc_elems(eb, p.dtype)?);
+            let bf = bufs(&p, &pat, c.rank(), a, b, true);
+            fill_random::<half::bf16>(c, &p, &pat, &bf, c.rank())?;
+            let got = c.read::<half::bf16>(bf.send, 3 * q)?;
+            let r = c.rank();
+            Ok((0..3 * q)
+                .filter(|&i| got[i] != half::bf16::from_f64(random_value(r, i)))
+                .count())
+        })
+        .unwrap();
+        assert_eq!(wrong, vec![0, 0, 0]);
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub fn header(opts: &Options, m: &Machine) -> String {
     } else {
         s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
     }
+    if opts.fill == super::Fill::Random {
+        s += "# data: the timed calls reduce random values (--fill random); the checked calls, the pattern\n";
+    }
     if opts.check == 0 {
         s += "# WARNING: checking is disabled (-c 0): #wrong shows N/A and nothing was verified\n";
     }

@@ -3,7 +3,7 @@
 
 use crate::MAX_LOCAL_RANKS;
 use crate::bench::limits::{self, ASSUMED_AVAILABLE, Bytes};
-use crate::bench::{Options, Report, machine, machine::Machine, plot, run, table};
+use crate::bench::{Fill, Options, Report, machine, machine::Machine, plot, run, table};
 use crate::commands::fail;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rankwise::core::{DataType, Func, RedOp};
@@ -51,6 +51,9 @@ pub struct Args {
     /// Checked calls per row and placement (0 disables checking, loudly)
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: usize,
+    /// What the timed calls reduce
+    #[arg(long, value_enum, default_value = "pattern")]
+    pub fill: Fill,
     /// Engine to run on: local (threads), or mpi (a process per rank of an
     /// MPI job; outside mpirun, rankwise starts `mpirun -n RANKS` itself)
     #[arg(long, value_parser = crate::commands::engine_parser(), default_value = "local")]
@@ -177,6 +180,7 @@ impl Args {
             iters: self.iters,
             warmup: self.warmup,
             check: self.check,
+            fill: self.fill,
             pin: !self.no_pin,
             engine: self.engine,
         };
