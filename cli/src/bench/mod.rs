@@ -4,8 +4,9 @@
 //! need (its command line is `commands::bench`): the size sweep and the bounds
 //! every input is checked against before anything is allocated
 //! ([`limits`]), the row plan, the memory it needs and the run itself
-//! ([`run`]), verifiable data and the element-wise checker behind `#wrong`
-//! ([`data`]), the machine probe (cores, memory-copy bandwidth, available
+//! ([`run`]), a rank's buffers in a row and what is written and checked
+//! in them ([`buffers`]), verifiable data and the element-wise checker
+//! behind `#wrong` ([`data`]), the machine probe (cores, memory-copy bandwidth, available
 //! memory, [`machine`]), the copy bound of every collective ([`bound`]),
 //! and the outputs: the nccl-tests table ([`table`]), JSON, and an SVG plot
 //! ([`plot`]).
@@ -15,6 +16,7 @@
 //! the slowest rank's time.
 
 pub mod bound;
+pub mod buffers;
 pub mod data;
 pub mod limits;
 pub mod machine;
