@@ -65,13 +65,12 @@ pub(super) fn prepare<T: Element>(
     bf: &Bufs,
     rank: usize,
 ) -> Result<()> {
-    let es = p.dtype.size();
-    c.fill(bf.out_base, (bf.guard_at + GUARD_ELEMS) * es, POISON)?;
-    for part in chunks(pat.send_len(p.q)) {
-        let at = bf.send + part.start * es;
-        c.write(at, &pat.inputs_in(conv, rank, part))?;
-    }
-    Ok(())
+    c.fill(
+        bf.out_base,
+        (bf.guard_at + GUARD_ELEMS) * p.dtype.size(),
+        POISON,
+    )?;
+    write_inputs(c, p, pat, bf, |part| pat.inputs_in(conv, rank, part))
 }
 
 /// Writes this rank's inputs as [`random_value`]s (`--fill random`).
@@ -82,11 +81,22 @@ pub(super) fn fill_random<T: Element>(
     bf: &Bufs,
     rank: usize,
 ) -> Result<()> {
+    write_inputs(c, p, pat, bf, |part| {
+        part.map(|i| T::from_f64(random_value(rank, i))).collect()
+    })
+}
+
+/// Writes the send extent chunk by chunk, `values` giving each chunk's.
+fn write_inputs<T: Element>(
+    c: &mut Comm,
+    p: &Plan,
+    pat: &Pattern,
+    bf: &Bufs,
+    mut values: impl FnMut(std::ops::Range<usize>) -> Vec<T>,
+) -> Result<()> {
     let es = p.dtype.size();
     for part in chunks(pat.send_len(p.q)) {
-        let at = bf.send + part.start * es;
-        let values: Vec<T> = part.map(|i| T::from_f64(random_value(rank, i))).collect();
-        c.write(at, &values)?;
+        c.write(bf.send + part.start * es, &values(part))?;
     }
     Ok(())
 }
