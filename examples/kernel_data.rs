@@ -1,7 +1,8 @@
 //! The reduction kernels' time per element on data of different shapes,
 //! Sum next to PreMulSum(0.3), in cache (two or four inputs of 1 MiB in
-//! all per data set, eight sets, within the last-level cache): the 16-bit fused step costs more where lanes land on a
-//! 16-bit midpoint, so its speed depends on the data, which
+//! all per data set, eight sets, within the last-level cache): the 16-bit
+//! fused step costs more where lanes land on a 16-bit midpoint, so its
+//! speed depends on the data, which
 //! `benches/kernels.rs` (one shape) does not show. Best of 30 rounds, each
 //! reducing eight different data sets in turn (see [`SETS`]).
 //!
@@ -14,19 +15,14 @@
 //! same value (a benchmark's in-place calls after the first); `rand`
 //! random 11-bit significands over 10 binades, signs mixed.
 
+#[path = "support/hash.rs"]
+mod hash;
 use half::{bf16, f16};
+use hash::hash;
 use rankwise::RedOp;
 use rankwise::core::{F8E4M3, F8E5M2};
 use rankwise::kernels::{Arith, Isa, reduce_into_on};
 use std::time::Instant;
-
-/// A well-spread 64-bit hash of `i`.
-fn hash(i: u64) -> u64 {
-    let mut z = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// Element `i` of rank `r`'s input among `n`, in data set `set`.
 fn value(shape: &str, n: usize, r: usize, i: usize, set: usize) -> f64 {

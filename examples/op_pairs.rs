@@ -18,6 +18,9 @@
 //! starts from a fresh copy of them, copied before the timed call.
 //! `OP_PAIRS_MIB` sets the size per rank (default 64).
 
+#[path = "support/hash.rs"]
+mod hash;
+use hash::hash;
 use rankwise::launch::LaunchOptions;
 use rankwise::{Comm, DataType, Element, RedOp, local, with_element_type};
 use std::time::Instant;
@@ -44,14 +47,6 @@ fn parse(arg: &str) -> Result<Item, String> {
         _ => RedOp::parse(op).ok_or_else(|| format!("{arg:?}: no reduction {op:?}"))?,
     };
     Ok(Item { dtype, op })
-}
-
-/// A well-spread 64-bit hash of `i`.
-fn hash(i: u64) -> u64 {
-    let mut z = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Rank `r`'s element `i`: ±m·2^e, m with 11 significant bits, e in −4…5.
