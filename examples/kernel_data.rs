@@ -6,6 +6,12 @@
 //! `benches/kernels.rs` (one shape) does not show. Best of 30 rounds, each
 //! reducing eight different data sets in turn (see [`SETS`]).
 //!
+//! Each op gets two figures: over the whole buffers at once, and through
+//! blocks of [`REDUCTION_BLOCK_BYTES`] each stored to an output array, as
+//! the local engine computes a large call (its per-block work and the
+//! stores included): the time the engine's arithmetic takes, which the
+//! memory traffic of a call from memory has to hide.
+//!
 //!     cargo run --release --example kernel_data [TYPE…]
 //!
 //! TYPE: float, half, bfloat16, f8e4m3, f8e5m2 (default: all of them).
@@ -21,7 +27,8 @@ use half::{bf16, f16};
 use hash::hash;
 use rankwise::RedOp;
 use rankwise::core::{F8E4M3, F8E5M2};
-use rankwise::kernels::{Arith, Isa, reduce_into_on};
+use rankwise::engine::local::REDUCTION_BLOCK_BYTES;
+use rankwise::kernels::{Arith, Isa, reduce_blocks_on, reduce_into_on};
 use std::time::Instant;
 
 /// Element `i` of rank `r`'s input among `n`, in data set `set`.
@@ -57,16 +64,29 @@ fn run<T: Arith>(name: &str, n: usize, shape: &str) {
         .collect();
     let mut acc = vec![T::default(); len];
     let mut line = format!("{name:9} N={n} {shape:7}");
+    let mut out = vec![T::default(); len];
+    let per_block = REDUCTION_BLOCK_BYTES / std::mem::size_of::<T>();
+    let mut block = vec![T::default(); per_block];
+    let isa = Isa::detected();
     for op in [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(0.3)] {
-        let mut best = f64::MAX;
+        let (mut whole, mut blocks) = (f64::MAX, f64::MAX);
         for _ in 0..30 {
             let t = Instant::now();
             for set in &x {
-                reduce_into_on(Isa::detected(), &mut acc, op, n, |s| &set[s]);
+                reduce_into_on(isa, &mut acc, op, n, |s| &set[s]);
             }
-            best = best.min(t.elapsed().as_secs_f64() / SETS as f64);
+            whole = whole.min(t.elapsed().as_secs_f64() / SETS as f64);
+            let t = Instant::now();
+            for set in &x {
+                let starts = (0..len - len % per_block).step_by(per_block);
+                let input = |s: usize, at: usize| &set[s][at..at + per_block];
+                let emit = |at: usize, b: &[T]| out[at..at + per_block].copy_from_slice(b);
+                reduce_blocks_on(isa, &mut block, starts, op, n, input, emit);
+            }
+            blocks = blocks.min(t.elapsed().as_secs_f64() / SETS as f64);
         }
-        line += &format!("  {op}: {:.3} ns", best * 1e9 / len as f64);
+        let ns = |secs: f64| secs * 1e9 / len as f64;
+        line += &format!("  {op}: {:.3} / {:.3} ns", ns(whole), ns(blocks));
     }
     println!("{line}");
 }
@@ -91,7 +111,10 @@ fn main() {
             std::process::exit(2);
         }
     }
-    println!("ns per element, best of 30, on {:?}", Isa::detected());
+    println!(
+        "ns per element, best of 30, on {:?}: whole buffers / blocks of {REDUCTION_BLOCK_BYTES} bytes",
+        Isa::detected()
+    );
     for n in [2, 4] {
         for shape in ["onehot", "same", "rand"] {
             for (name, run) in types {

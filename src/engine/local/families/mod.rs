@@ -22,6 +22,7 @@ mod broadcast;
 mod gather;
 mod own;
 mod reduction;
+pub use reduction::REDUCTION_BLOCK_BYTES;
 
 pub use own::own;
 

@@ -76,6 +76,11 @@ const PREFETCH_AHEAD: usize = 2048;
 /// inputs) is spread over more bytes, while the block stays in registers.
 const BLOCK_LINES: usize = 4;
 
+/// The bytes of one block a large reduction is computed in before it is
+/// stored to the outputs (`examples/kernel_data` times the kernels both
+/// through blocks of this size and over whole buffers).
+pub const REDUCTION_BLOCK_BYTES: usize = BLOCK_LINES * LINE;
+
 impl<I: Fn(usize) -> usize> Job<'_, I> {
     /// Reduces elements `range` of every input and writes them to every
     /// output.
