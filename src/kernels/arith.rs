@@ -85,6 +85,25 @@ pub trait Arith: Element {
         Self::scale_all::<V3>(acc, x0, s);
         Self::premul_add_all::<V3>(acc, x1, s);
     }
+    /// A pre-multiplied sum (float Avg, PreMulSum) over many blocks, as
+    /// [`super::fold::premul_fold`] with [`Arith::scale_all`],
+    /// [`Arith::premul_two_all`] and [`Arith::premul_add_all`] as its
+    /// block steps. A type whose steps start by preparing the scalar
+    /// (converting it, choosing a step, loading tables) overrides it to
+    /// prepare once per call instead of once per block.
+    #[inline(always)]
+    fn premul_blocks<'a, const V3: bool>(
+        block: &mut [Self],
+        starts: impl Iterator<Item = usize>,
+        n: usize,
+        input: impl Fn(usize, usize) -> &'a [Self],
+        emit: impl FnMut(usize, &[Self]),
+        s: Self,
+    ) where
+        Self: 'a,
+    {
+        super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
+    }
     /// `acc[i] = acc[i] + x[i]·s` over a block, each step as
     /// [`Arith::premul_add`] (with `V3`, [`Arith::premul_add_fma`]).
     #[inline(always)]
@@ -217,6 +236,23 @@ macro_rules! arith_fp8 {
                 Self::premul_add_all::<V3>(acc, x1, s);
             }
             #[inline(always)]
+            fn premul_blocks<'a, const V3: bool>(
+                block: &mut [Self],
+                starts: impl Iterator<Item = usize>,
+                n: usize,
+                input: impl Fn(usize, usize) -> &'a [Self],
+                emit: impl FnMut(usize, &[Self]),
+                s: Self,
+            ) where
+                Self: 'a,
+            {
+                #[cfg(x86_simd)]
+                if V3 {
+                    return super::isa::fp8_premul_blocks(block, starts, n, input, emit, s);
+                }
+                super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
+            }
+            #[inline(always)]
             fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
                 #[cfg(x86_simd)]
                 if V3 {
@@ -296,6 +332,23 @@ impl Arith for f16 {
         Self::premul_add_all::<V3>(acc, x1, s);
     }
     #[inline(always)]
+    fn premul_blocks<'a, const V3: bool>(
+        block: &mut [Self],
+        starts: impl Iterator<Item = usize>,
+        n: usize,
+        input: impl Fn(usize, usize) -> &'a [Self],
+        emit: impl FnMut(usize, &[Self]),
+        s: Self,
+    ) where
+        Self: 'a,
+    {
+        #[cfg(x86_simd)]
+        if V3 {
+            return super::isa::half_premul_blocks(block, starts, n, input, emit, s);
+        }
+        super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
+    }
+    #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
         #[cfg(x86_simd)]
         if V3 {
@@ -364,6 +417,23 @@ impl Arith for bf16 {
         }
         Self::scale_all::<V3>(acc, x0, s);
         Self::premul_add_all::<V3>(acc, x1, s);
+    }
+    #[inline(always)]
+    fn premul_blocks<'a, const V3: bool>(
+        block: &mut [Self],
+        starts: impl Iterator<Item = usize>,
+        n: usize,
+        input: impl Fn(usize, usize) -> &'a [Self],
+        emit: impl FnMut(usize, &[Self]),
+        s: Self,
+    ) where
+        Self: 'a,
+    {
+        #[cfg(x86_simd)]
+        if V3 {
+            return super::isa::bf16_premul_blocks(block, starts, n, input, emit, s);
+        }
+        super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
     }
     #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {

@@ -113,7 +113,7 @@ pub(super) fn fold_blocks<'a, T: Arith, const V3: bool>(
         // floats: a pre-multiplied sum with 1/N rounded to the type
         RedOp::Avg if float => {
             let scalar = T::from_f64(1.0 / n as f64);
-            blocks!(|acc, at| pre_mul_sum::<T, V3>(acc, n, |s| input(s, at), scalar))
+            T::premul_blocks::<V3>(block, starts, n, input, emit, scalar)
         }
         // integers: sum, then divide by N
         RedOp::Avg => blocks!(|acc, at| {
@@ -123,8 +123,7 @@ pub(super) fn fold_blocks<'a, T: Arith, const V3: bool>(
             }
         }),
         RedOp::PreMulSum(s) => {
-            let scalar = T::from_f64(s);
-            blocks!(|acc, at| pre_mul_sum::<T, V3>(acc, n, |s| input(s, at), scalar))
+            T::premul_blocks::<V3>(block, starts, n, input, emit, T::from_f64(s))
         }
     }
 }
@@ -177,20 +176,68 @@ pub(super) fn fold_blocks_with<'a, T: Copy + 'a>(
     }
 }
 
+/// A pre-multiplied sum's block functions, each carrying the scalar:
+/// `scale` makes `rnd(x_0·s)` (N = 1), `two` the first pair
+/// `rnd(rnd(x_0·s) + x_1·s)`, `add` folds in each next input.
+pub(super) struct PremulSteps<S, P, A> {
+    pub scale: S,
+    pub two: P,
+    pub add: A,
+}
+
+/// The blocks of a pre-multiplied sum (float Avg, PreMulSum): for each
+/// `at` of `starts`, `block` from every input's elements from `at` by
+/// `steps`, then `emit(at, block)`. A type may prepare its scalar once
+/// for the whole call and pass steps that use it
+/// ([`Arith::premul_blocks`]).
 #[inline(always)]
-fn pre_mul_sum<'a, T: Arith, const V3: bool>(
-    acc: &mut [T],
+pub(super) fn premul_fold<'a, T: Copy + 'a>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
     n: usize,
-    mut input: impl FnMut(usize) -> &'a [T],
-    scalar: T,
+    input: impl Fn(usize, usize) -> &'a [T],
+    mut emit: impl FnMut(usize, &[T]),
+    steps: PremulSteps<
+        impl Fn(&mut [T], &[T]),
+        impl Fn(&mut [T], &[T], &[T]),
+        impl Fn(&mut [T], &[T]),
+    >,
 ) {
-    let len = acc.len();
-    if n == 1 {
-        return T::scale_all::<V3>(acc, &input(0)[..len], scalar);
+    let len = block.len();
+    for at in starts {
+        if n == 1 {
+            (steps.scale)(block, &input(0, at)[..len]);
+        } else {
+            (steps.two)(block, &input(0, at)[..len], &input(1, at)[..len]);
+            for s in 2..n {
+                (steps.add)(block, &input(s, at)[..len]);
+            }
+        }
+        emit(at, block);
     }
-    let (x0, x1) = (&input(0)[..len], &input(1)[..len]);
-    T::premul_two_all::<V3>(acc, x0, x1, scalar);
-    for s in 2..n {
-        T::premul_add_all::<V3>(acc, &input(s)[..len], scalar);
-    }
+}
+
+/// [`premul_fold`] with the type's block steps, the scalar passed to each
+/// ([`Arith::premul_blocks`]' default).
+#[inline(always)]
+pub(super) fn premul_blocks_each<'a, T: Arith, const V3: bool>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    emit: impl FnMut(usize, &[T]),
+    s: T,
+) {
+    premul_fold(
+        block,
+        starts,
+        n,
+        input,
+        emit,
+        PremulSteps {
+            scale: |a: &mut [T], x: &[T]| T::scale_all::<V3>(a, x, s),
+            two: |a: &mut [T], x0: &[T], x1: &[T]| T::premul_two_all::<V3>(a, x0, x1, s),
+            add: |a: &mut [T], x: &[T]| T::premul_add_all::<V3>(a, x, s),
+        },
+    )
 }

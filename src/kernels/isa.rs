@@ -239,6 +239,23 @@ pub(super) fn half_premul_two(
     unsafe { half_v3::premul_two(acc, x0, x1, s) }
 }
 
+/// Avg's and PreMulSum's blocks (`Arith::premul_blocks`), the scalar
+/// prepared once.
+#[cfg(x86_simd)]
+#[inline]
+pub(super) fn half_premul_blocks<'a>(
+    block: &mut [half::f16],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [half::f16],
+    emit: impl FnMut(usize, &[half::f16]),
+    s: half::f16,
+) {
+    assert!(Isa::X86V3.available(), "F16C needed");
+    // SAFETY: as in `half_combine`.
+    unsafe { half_v3::premul_blocks(block, starts, n, input, emit, s) }
+}
+
 #[cfg(x86_simd)]
 mod half_v3;
 
@@ -337,6 +354,23 @@ bf16_entry! {
     bf16_premul_add => premul_add(acc: &mut [bf16], x: &[bf16], s: bf16);
 }
 
+/// Avg's and PreMulSum's blocks (`Arith::premul_blocks`), the scalar
+/// prepared once.
+#[cfg(x86_simd)]
+#[inline]
+pub(super) fn bf16_premul_blocks<'a>(
+    block: &mut [bf16],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [bf16],
+    emit: impl FnMut(usize, &[bf16]),
+    s: bf16,
+) {
+    assert!(Isa::X86V3.available(), "AVX2 and FMA needed");
+    // SAFETY: as in `bf16_combine`.
+    unsafe { bf16_v3::premul_blocks(block, starts, n, input, emit, s) }
+}
+
 #[cfg(x86_simd)]
 mod bf16_v3;
 
@@ -396,6 +430,23 @@ pub(super) fn fp8_premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], 
     assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
     // SAFETY: as in `fp8_combine`.
     unsafe { fp8_v3::premul_two(acc, x0, x1, s) }
+}
+
+/// Avg's and PreMulSum's blocks (`Arith::premul_blocks`), the scalar
+/// prepared (tables included) once.
+#[cfg(x86_simd)]
+#[inline]
+pub(super) fn fp8_premul_blocks<'a, T: Fp8 + Arith>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    emit: impl FnMut(usize, &[T]),
+    s: T,
+) {
+    assert!(Isa::X86V3.available(), "AVX2 and F16C needed");
+    // SAFETY: as in `fp8_combine`.
+    unsafe { fp8_v3::premul_blocks(block, starts, n, input, emit, s) }
 }
 
 #[cfg(x86_simd)]

@@ -697,6 +697,73 @@ fn whole_fp8_reductions_round_every_step() {
     fp8::<F8E5M2>(&mut next, F8E5M2);
 }
 
+/// Avg and PreMulSum through many blocks, as the local engine reduces a
+/// large call (the scalar prepared once for all of them, each block
+/// reduced from its own elements of every input and emitted where it
+/// starts, in any order), give what one pass over the whole vectors gives,
+/// which the tests above hold to the reference: on every instruction set,
+/// N = 1 to 5, blocks that are and are not whole vectors of the kernels,
+/// values with zeros, infinities, NaN and tiny ones among them.
+#[test]
+fn premultiplied_sums_through_blocks_match_one_pass() {
+    fn check<T: Arith>(next: &mut dyn FnMut() -> u64) {
+        let value = |bits: u64| match bits % 16 {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => -0.0,
+            3 => ((bits >> 8) % 7) as f64 * 2f64.powi(-20),
+            _ => {
+                let sign = if bits & 16 != 0 { -1.0 } else { 1.0 };
+                sign * (1.0 + ((bits >> 8) % 64) as f64 / 64.0)
+                    * 2f64.powi((bits >> 20) as i32 % 17 - 8)
+            }
+        };
+        for per_block in [48, 256] {
+            let order = [3, 0, 6, 1, 5, 2, 4];
+            let len = per_block * order.len();
+            for n in 1..=5 {
+                let inputs: Vec<Vec<T>> = (0..n)
+                    .map(|_| (0..len).map(|_| T::from_f64(value(next()))).collect())
+                    .collect();
+                let ops = [-1.7, 0.3, 0.5].map(RedOp::PreMulSum);
+                for op in std::iter::once(RedOp::Avg).chain(ops) {
+                    for isa in Isa::all_available() {
+                        let mut whole = vec![T::default(); len];
+                        reduce_into_on(isa, &mut whole, op, n, |s| &inputs[s]);
+                        let mut out = vec![T::default(); len];
+                        let mut block = vec![T::default(); per_block];
+                        reduce_blocks_on(
+                            isa,
+                            &mut block,
+                            order.iter().map(|b| b * per_block),
+                            op,
+                            n,
+                            |s, at| &inputs[s][at..at + per_block],
+                            |at, b| out[at..at + per_block].copy_from_slice(b),
+                        );
+                        for (i, (b, w)) in out.iter().zip(&whole).enumerate() {
+                            let (b, w) = (b.to_f64(), w.to_f64());
+                            assert!(
+                                same(b, w),
+                                "{} {op} N={n} {isa:?} blocks of {per_block}, element {i}: {b:e}, \
+                                 one pass {w:e}",
+                                T::DTYPE
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut next = splitmix(41);
+    check::<f16>(&mut next);
+    check::<bf16>(&mut next);
+    check::<f32>(&mut next);
+    check::<f64>(&mut next);
+    check::<F8E4M3>(&mut next);
+    check::<F8E5M2>(&mut next);
+}
+
 mod sixteen;
 // the vector code's own tests
 #[cfg(x86_simd)]

@@ -3,6 +3,7 @@
 
 use super::super::Arith;
 use super::super::arith::{Combine, combine as element};
+use super::super::fold::{PremulSteps, premul_fold};
 use super::{FMA, SUM, SUM_TINY, Step, apply, two_sum_error};
 use crate::core::datatype::bf16_to_f32;
 use half::bf16;
@@ -331,8 +332,9 @@ fn premul_two_16<const STEP: Step>(
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn premul_two_with<const STEP: Step>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
-    let sv = _mm256_set1_ps(bf16_to_f32(s));
+#[inline]
+fn premul_two_with<const STEP: Step>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], p: &Scalar) {
+    let (s, sv) = (p.s, p.sv);
     let len = acc.len();
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let mut out = acc.chunks_exact_mut(16);
@@ -348,7 +350,8 @@ fn premul_two_with<const STEP: Step>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16],
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_two(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
-    by_step!(step_for(s), premul_two_with(acc, x0, x1, s))
+    let p = Scalar::new(s);
+    by_step!(step_for(s), premul_two_with(acc, x0, x1, &p))
 }
 
 /// `premul_add` for the 16 elements of the chunks.
@@ -369,8 +372,9 @@ fn premul_add_16<const STEP: Step>(out: &mut [bf16], x: &[bf16], s: bf16, sv: __
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn premul_add_with<const STEP: Step>(acc: &mut [bf16], x: &[bf16], s: bf16) {
-    let sv = _mm256_set1_ps(bf16_to_f32(s));
+#[inline]
+fn premul_add_with<const STEP: Step>(acc: &mut [bf16], x: &[bf16], p: &Scalar) {
+    let (s, sv) = (p.s, p.sv);
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(16);
@@ -386,5 +390,65 @@ fn premul_add_with<const STEP: Step>(acc: &mut [bf16], x: &[bf16], s: bf16) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add(acc: &mut [bf16], x: &[bf16], s: bf16) {
-    by_step!(step_for(s), premul_add_with(acc, x, s))
+    let p = Scalar::new(s);
+    by_step!(step_for(s), premul_add_with(acc, x, &p))
+}
+
+/// What the steps need of the scalar, computed once for a whole call's
+/// blocks ([`premul_blocks`]) rather than for each.
+struct Scalar {
+    s: bf16,
+    sv: __m256,
+}
+
+impl Scalar {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn new(s: bf16) -> Scalar {
+        Scalar {
+            s,
+            sv: _mm256_set1_ps(bf16_to_f32(s)),
+        }
+    }
+}
+
+/// Avg's and PreMulSum's blocks, as `fold::premul_fold` with this
+/// module's steps, the scalar's step chosen once.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn premul_blocks<'a>(
+    block: &mut [bf16],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [bf16],
+    emit: impl FnMut(usize, &[bf16]),
+    s: bf16,
+) {
+    let p = Scalar::new(s);
+    by_step!(
+        step_for(s),
+        premul_blocks_with(block, starts, n, input, emit, &p)
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn premul_blocks_with<'a, const STEP: Step>(
+    block: &mut [bf16],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [bf16],
+    emit: impl FnMut(usize, &[bf16]),
+    p: &Scalar,
+) {
+    premul_fold(
+        block,
+        starts,
+        n,
+        input,
+        emit,
+        PremulSteps {
+            scale: |a: &mut [bf16], x: &[bf16]| scale(a, x, p.s),
+            two: |a: &mut [bf16], x0: &[bf16], x1: &[bf16]| premul_two_with::<STEP>(a, x0, x1, p),
+            add: |a: &mut [bf16], x: &[bf16]| premul_add_with::<STEP>(a, x, p),
+        },
+    )
 }

@@ -26,6 +26,7 @@
 
 use super::super::Arith;
 use super::super::arith::{ADD, Combine, MUL, combine as element};
+use super::super::fold::{PremulSteps, premul_fold};
 use super::apply;
 use super::fp8_products::{MOST_TABLES, Products, products};
 use crate::core::fp8::{Fp8, MiniFloat};
@@ -477,9 +478,14 @@ fn scale16(f: &MiniFloat, c: &Scaled, v: __m128i) -> __m128i {
 /// ([`fp8_products`](super::fp8_products)) where they apply, else widened.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
+    scale_with(acc, x, &Scalar::new(s))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn scale_with<T: Fp8 + Arith>(acc: &mut [T], x: &[T], p: &Scalar<T>) {
     let f = &T::FORMAT;
-    let c = Scaled::new(f, s.to_f64() as f32);
-    let table = products(s).map(|p| Lookup::new(p));
+    let (s, c, table) = (p.s, &p.c, &p.table);
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(32);
@@ -487,8 +493,8 @@ pub fn scale<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
         match table.as_ref().and_then(|t| t.products(f, load32(a))) {
             Some(p) => store32(o, p),
             None => {
-                store(&mut o[..16], scale16(f, &c, load(a)));
-                store(&mut o[16..], scale16(f, &c, load(&a[16..])));
+                store(&mut o[..16], scale16(f, c, load(a)));
+                store(&mut o[16..], scale16(f, c, load(&a[16..])));
             }
         }
     }
@@ -575,9 +581,14 @@ fn add_products32<T: Fp8>(out: &mut [T], a: __m256i, p: __m256i, a_nans: bool) {
 /// where they apply, then Sum's block; else widened.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
+    premul_add_with(acc, x, &Scalar::new(s))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn premul_add_with<T: Fp8 + Arith>(acc: &mut [T], x: &[T], p: &Scalar<T>) {
     let f = &T::FORMAT;
-    let c = Scaled::new(f, s.to_f64() as f32);
-    let table = products(s).map(|p| Lookup::new(p));
+    let (s, c, table) = (p.s, &p.c, &p.table);
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(32);
@@ -585,8 +596,8 @@ pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
         match table.as_ref().and_then(|t| t.products(f, load32(b))) {
             Some(p) => add_products32(o, load32(o), p, true),
             None => {
-                let lo = premul16(f, &c, load(o), load(b));
-                let hi = premul16(f, &c, load(&o[16..]), load(&b[16..]));
+                let lo = premul16(f, c, load(o), load(b));
+                let hi = premul16(f, c, load(&o[16..]), load(&b[16..]));
                 store(o, lo);
                 store(&mut o[16..], hi);
             }
@@ -604,12 +615,18 @@ pub fn premul_add<T: Fp8 + Arith>(acc: &mut [T], x: &[T], s: T) {
 /// [`scale`]'s and [`premul_add`]'s widened steps.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], s: T) {
+    premul_two_with(acc, x0, x1, &Scalar::new(s))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn premul_two_with<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], p: &Scalar<T>) {
     let f = &T::FORMAT;
-    let Some(table) = products(s).map(|p| Lookup::new(p)) else {
-        scale(acc, x0, s);
-        return premul_add(acc, x1, s);
+    let Some(table) = &p.table else {
+        scale_with(acc, x0, p);
+        return premul_add_with(acc, x1, p);
     };
-    let c = Scaled::new(f, s.to_f64() as f32);
+    let (s, c) = (p.s, &p.c);
     let len = acc.len();
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let mut out = acc.chunks_exact_mut(32);
@@ -620,8 +637,8 @@ pub fn premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], s: T) {
             let (p, q) = (table.finite_products(f, va), table.finite_products(f, vb));
             add_products32(o, p, q, false)
         } else {
-            let lo = premul16(f, &c, scale16(f, &c, load(a)), load(b));
-            let hi = premul16(f, &c, scale16(f, &c, load(&a[16..])), load(&b[16..]));
+            let lo = premul16(f, c, scale16(f, c, load(a)), load(b));
+            let hi = premul16(f, c, scale16(f, c, load(&a[16..])), load(&b[16..]));
             store(o, lo);
             store(&mut o[16..], hi);
         }
@@ -631,4 +648,51 @@ pub fn premul_two<T: Fp8 + Arith>(acc: &mut [T], x0: &[T], x1: &[T], s: T) {
     for ((o, a), b) in rest.iter_mut().zip(&x0[at..]).zip(&x1[at..]) {
         *o = T::premul_add(T::mul(*a, s), *b, s);
     }
+}
+
+/// What the steps need of the scalar, computed once for a whole call's
+/// blocks ([`premul_blocks`]) rather than for each: its tables loaded
+/// into registers, and what the widening path needs.
+struct Scalar<T> {
+    s: T,
+    c: Scaled,
+    table: Option<Lookup>,
+}
+
+impl<T: Fp8 + Arith> Scalar<T> {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn new(s: T) -> Scalar<T> {
+        Scalar {
+            s,
+            c: Scaled::new(&T::FORMAT, s.to_f64() as f32),
+            table: products(s).map(|p| Lookup::new(p)),
+        }
+    }
+}
+
+/// Avg's and PreMulSum's blocks, as `fold::premul_fold` with this
+/// module's steps, the scalar prepared once.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn premul_blocks<'a, T: Fp8 + Arith>(
+    block: &mut [T],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [T],
+    emit: impl FnMut(usize, &[T]),
+    s: T,
+) {
+    let p = Scalar::new(s);
+    premul_fold(
+        block,
+        starts,
+        n,
+        input,
+        emit,
+        PremulSteps {
+            scale: |a: &mut [T], x: &[T]| scale_with(a, x, &p),
+            two: |a: &mut [T], x0: &[T], x1: &[T]| premul_two_with(a, x0, x1, &p),
+            add: |a: &mut [T], x: &[T]| premul_add_with(a, x, &p),
+        },
+    )
 }

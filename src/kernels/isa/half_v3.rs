@@ -4,6 +4,7 @@
 
 use super::super::Arith;
 use super::super::arith::{Combine, combine as element};
+use super::super::fold::{PremulSteps, premul_fold};
 use super::{FMA, SUM, SUM_TINY, Step, apply, two_sum_error};
 use crate::core::datatype::f16_to_f32;
 use half::f16;
@@ -226,18 +227,19 @@ fn below_normal(p: __m256) -> bool {
 /// which the conversions' throughput on Zen 1 makes the larger part of
 /// the pair's time.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn premul_two_with<const STEP: Step>(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
-    let sv = _mm256_set1_ps(f16_to_f32(s));
-    let shrinks = STEP == FMA && f16_to_f32(s).abs() <= 1.0;
+#[inline]
+fn premul_two_with<const STEP: Step>(acc: &mut [f16], x0: &[f16], x1: &[f16], p: &Scalar) {
+    let (s, sv) = (p.s, p.sv);
+    let shrinks = STEP == FMA && p.shrinks;
     let len = acc.len();
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let first = |a: &[f16]| {
-        let p = _mm256_mul_ps(load(a), sv);
-        if shrinks && !below_normal(p) {
-            p
+        let product = _mm256_mul_ps(load(a), sv);
+        if shrinks && !below_normal(product) {
+            product
         } else {
             // rnd(x0·s), as half and back (exact)
-            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(p))
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(product))
         }
     };
     let mut out = acc.chunks_exact_mut(8);
@@ -253,12 +255,14 @@ fn premul_two_with<const STEP: Step>(acc: &mut [f16], x0: &[f16], x1: &[f16], s:
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_two(acc: &mut [f16], x0: &[f16], x1: &[f16], s: f16) {
-    by_step!(step_for(s), premul_two_with(acc, x0, x1, s))
+    let p = Scalar::new(s);
+    by_step!(step_for(s), premul_two_with(acc, x0, x1, &p))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn premul_add_with<const STEP: Step>(acc: &mut [f16], x: &[f16], s: f16) {
-    let sv = _mm256_set1_ps(f16_to_f32(s));
+#[inline]
+fn premul_add_with<const STEP: Step>(acc: &mut [f16], x: &[f16], p: &Scalar) {
+    let (s, sv) = (p.s, p.sv);
     let len = acc.len();
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(8);
@@ -274,5 +278,70 @@ fn premul_add_with<const STEP: Step>(acc: &mut [f16], x: &[f16], s: f16) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn premul_add(acc: &mut [f16], x: &[f16], s: f16) {
-    by_step!(step_for(s), premul_add_with(acc, x, s))
+    let p = Scalar::new(s);
+    by_step!(step_for(s), premul_add_with(acc, x, &p))
+}
+
+/// What the steps need of the scalar, computed once for a whole call's
+/// blocks ([`premul_blocks`]) rather than for each.
+struct Scalar {
+    s: f16,
+    sv: __m256,
+    /// `|s|` is at most 1 (with the [`FMA`] step: a power of two no
+    /// larger than 1, or zero)
+    shrinks: bool,
+}
+
+impl Scalar {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn new(s: f16) -> Scalar {
+        let f = f16_to_f32(s);
+        Scalar {
+            s,
+            sv: _mm256_set1_ps(f),
+            shrinks: f.abs() <= 1.0,
+        }
+    }
+}
+
+/// Avg's and PreMulSum's blocks, as `fold::premul_fold` with this
+/// module's steps, the scalar converted and its step chosen once.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn premul_blocks<'a>(
+    block: &mut [f16],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [f16],
+    emit: impl FnMut(usize, &[f16]),
+    s: f16,
+) {
+    let p = Scalar::new(s);
+    by_step!(
+        step_for(s),
+        premul_blocks_with(block, starts, n, input, emit, &p)
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn premul_blocks_with<'a, const STEP: Step>(
+    block: &mut [f16],
+    starts: impl Iterator<Item = usize>,
+    n: usize,
+    input: impl Fn(usize, usize) -> &'a [f16],
+    emit: impl FnMut(usize, &[f16]),
+    p: &Scalar,
+) {
+    premul_fold(
+        block,
+        starts,
+        n,
+        input,
+        emit,
+        PremulSteps {
+            scale: |a: &mut [f16], x: &[f16]| scale(a, x, p.s),
+            two: |a: &mut [f16], x0: &[f16], x1: &[f16]| premul_two_with::<STEP>(a, x0, x1, p),
+            add: |a: &mut [f16], x: &[f16]| premul_add_with::<STEP>(a, x, p),
+        },
+    )
 }
