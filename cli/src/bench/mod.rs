@@ -121,8 +121,10 @@ pub struct Measure {
     pub busbw: f64,
     /// wrong elements over all ranks and checked calls; `None` when `-c 0`
     pub wrong: Option<u64>,
-    /// the copy bound's time for this row ([`bound`]), in microseconds
-    pub bound_us: f64,
+    /// the copy bound's time for this row ([`bound`]), in microseconds;
+    /// `None` on the nccl engine, whose buffers are in GPU memory, which
+    /// the host's copy bandwidth says nothing about
+    pub bound_us: Option<f64>,
     /// the copy bandwidth (all threads, GB/s) the bound used: the median of
     /// copies between the timed calls for rows that stream from memory
     /// ([`run::from_memory`]), else the header's
@@ -131,8 +133,8 @@ pub struct Measure {
 
 impl Measure {
     /// Fraction of the copy bound reached: bound time / time.
-    pub fn of_bound(&self) -> f64 {
-        self.bound_us / self.time_us
+    pub fn of_bound(&self) -> Option<f64> {
+        self.bound_us.map(|b| b / self.time_us)
     }
 }
 

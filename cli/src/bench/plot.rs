@@ -69,8 +69,13 @@ pub fn svg(rep: &Report) -> String {
         if !ip.is_empty() {
             series.push((format!("{f} in-place"), color, false, ip));
         }
-        let bound = pts(&|r| Some(r.size as f64 / (r.oop.bound_us * 1e-6) * f.bus_factor(n) / 1e9));
-        series.push((format!("{f} copy bound"), color, true, bound));
+        let bound = pts(&|r| {
+            let b = r.oop.bound_us?;
+            Some(r.size as f64 / (b * 1e-6) * f.bus_factor(n) / 1e9)
+        });
+        if !bound.is_empty() {
+            series.push((format!("{f} copy bound"), color, true, bound));
+        }
     }
     let ymax = series
         .iter()

@@ -45,7 +45,9 @@ pub fn header(opts: &Options, m: &Machine) -> String {
     );
     s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";
     s += "# %bound: the traffic bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
-    if opts.engine == rankwise::launch::EngineKind::Mpi {
+    if opts.engine == rankwise::launch::EngineKind::Nccl {
+        s += "#         (N/A on the nccl engine: its buffers are in GPU memory, which this machine's copy bandwidth does not bound)\n";
+    } else if opts.engine == rankwise::launch::EngineKind::Mpi {
         s += "#         (the bandwidth measured before the sweep, for every row)\n";
     } else {
         s += "#         (rows whose buffers are at least twice the last-level cache: the median of copies made between their timed calls)\n";
@@ -122,7 +124,10 @@ fn placement(m: Option<&Measure>) -> String {
     } else {
         format!("{:.2}", m.time_us)
     };
-    let b = format!("  {:>5.1}%", 100.0 * m.of_bound());
+    let b = match m.of_bound() {
+        Some(f) => format!("  {:>5.1}%", 100.0 * f),
+        None => format!("  {:>6}", "N/A"),
+    };
     format!(
         "  {time:>9}  {:>7.2}  {:>7.2}  {wrong:>6}{b}",
         m.algbw, m.busbw
@@ -171,4 +176,33 @@ pub fn render(rep: &Report) -> String {
         s.push('\n');
     }
     s + &footer(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measure(bound_us: Option<f64>) -> Measure {
+        Measure {
+            time_us: 200.0,
+            mean_us: 210.0,
+            min_us: 190.0,
+            algbw: 1.0,
+            busbw: 1.0,
+            wrong: Some(0),
+            bound_us,
+            copy_bw_gbs: 20.0,
+        }
+    }
+
+    #[test]
+    fn a_placement_shows_the_bound_it_has_and_n_a_without_one() {
+        // 150 us of 200: 75%
+        let with = placement(Some(&measure(Some(150.0))));
+        assert!(with.ends_with("  75.0%"), "{with:?}");
+        let without = placement(Some(&measure(None)));
+        assert!(without.ends_with("     N/A"), "{without:?}");
+        // the same width, so the columns stay aligned
+        assert_eq!(with.len(), without.len());
+    }
 }
