@@ -35,6 +35,30 @@ fn scale_each<T: Arith>(acc: &mut [T], x: &[T], s: T) {
     }
 }
 
+/// [`Arith::premul_blocks`] for a type whose x86-64-v3 code prepares its
+/// scalar once per call (`$isa`, in `isa`), the default elsewhere.
+macro_rules! premul_blocks_on_v3 {
+    ($isa:ident) => {
+        #[inline(always)]
+        fn premul_blocks<'a, const V3: bool>(
+            block: &mut [Self],
+            starts: impl Iterator<Item = usize>,
+            n: usize,
+            input: impl Fn(usize, usize) -> &'a [Self],
+            emit: impl FnMut(usize, &[Self]),
+            s: Self,
+        ) where
+            Self: 'a,
+        {
+            #[cfg(x86_simd)]
+            if V3 {
+                return super::isa::$isa(block, starts, n, input, emit, s);
+            }
+            super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
+        }
+    };
+}
+
 /// Element arithmetic with NCCL's semantics: integers wrap on Sum/Prod and
 /// divide toward zero for Avg; floats round to the type after every step.
 pub trait Arith: Element {
@@ -235,23 +259,7 @@ macro_rules! arith_fp8 {
                 Self::scale_all::<V3>(acc, x0, s);
                 Self::premul_add_all::<V3>(acc, x1, s);
             }
-            #[inline(always)]
-            fn premul_blocks<'a, const V3: bool>(
-                block: &mut [Self],
-                starts: impl Iterator<Item = usize>,
-                n: usize,
-                input: impl Fn(usize, usize) -> &'a [Self],
-                emit: impl FnMut(usize, &[Self]),
-                s: Self,
-            ) where
-                Self: 'a,
-            {
-                #[cfg(x86_simd)]
-                if V3 {
-                    return super::isa::fp8_premul_blocks(block, starts, n, input, emit, s);
-                }
-                super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
-            }
+            premul_blocks_on_v3!(fp8_premul_blocks);
             #[inline(always)]
             fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
                 #[cfg(x86_simd)]
@@ -331,23 +339,7 @@ impl Arith for f16 {
         Self::scale_all::<V3>(acc, x0, s);
         Self::premul_add_all::<V3>(acc, x1, s);
     }
-    #[inline(always)]
-    fn premul_blocks<'a, const V3: bool>(
-        block: &mut [Self],
-        starts: impl Iterator<Item = usize>,
-        n: usize,
-        input: impl Fn(usize, usize) -> &'a [Self],
-        emit: impl FnMut(usize, &[Self]),
-        s: Self,
-    ) where
-        Self: 'a,
-    {
-        #[cfg(x86_simd)]
-        if V3 {
-            return super::isa::half_premul_blocks(block, starts, n, input, emit, s);
-        }
-        super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
-    }
+    premul_blocks_on_v3!(half_premul_blocks);
     #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
         #[cfg(x86_simd)]
@@ -418,23 +410,7 @@ impl Arith for bf16 {
         Self::scale_all::<V3>(acc, x0, s);
         Self::premul_add_all::<V3>(acc, x1, s);
     }
-    #[inline(always)]
-    fn premul_blocks<'a, const V3: bool>(
-        block: &mut [Self],
-        starts: impl Iterator<Item = usize>,
-        n: usize,
-        input: impl Fn(usize, usize) -> &'a [Self],
-        emit: impl FnMut(usize, &[Self]),
-        s: Self,
-    ) where
-        Self: 'a,
-    {
-        #[cfg(x86_simd)]
-        if V3 {
-            return super::isa::bf16_premul_blocks(block, starts, n, input, emit, s);
-        }
-        super::fold::premul_blocks_each::<Self, V3>(block, starts, n, input, emit, s)
-    }
+    premul_blocks_on_v3!(bf16_premul_blocks);
     #[inline(always)]
     fn premul_add_all<const V3: bool>(acc: &mut [Self], x: &[Self], s: Self) {
         #[cfg(x86_simd)]

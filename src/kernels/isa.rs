@@ -136,6 +136,51 @@ macro_rules! by_step {
     };
 }
 
+/// A 16-bit type's `premul_blocks` (Avg's and PreMulSum's blocks, as
+/// `fold::premul_fold` with the module's steps, the scalar prepared and
+/// its [`Step`] chosen once per call), written once for `half_v3` and
+/// `bf16_v3`: each has a `Scalar` (`new`, field `s`), `step_for`,
+/// `scale`, `premul_two_with` and `premul_add_with`.
+#[cfg(x86_simd)]
+macro_rules! premul_blocks_by_step {
+    ($T:ty) => {
+        /// Avg's and PreMulSum's blocks, the scalar prepared and its step
+        /// chosen once for all of them.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub fn premul_blocks<'a>(
+            block: &mut [$T],
+            starts: impl Iterator<Item = usize>,
+            n: usize,
+            input: impl Fn(usize, usize) -> &'a [$T],
+            emit: impl FnMut(usize, &[$T]),
+            s: $T,
+        ) {
+            let p = Scalar::new(s);
+            by_step!(
+                step_for(s),
+                premul_blocks_with(block, starts, n, input, emit, &p)
+            )
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn premul_blocks_with<'a, const STEP: Step>(
+            block: &mut [$T],
+            starts: impl Iterator<Item = usize>,
+            n: usize,
+            input: impl Fn(usize, usize) -> &'a [$T],
+            emit: impl FnMut(usize, &[$T]),
+            p: &Scalar,
+        ) {
+            let steps = PremulSteps {
+                scale: |a: &mut [$T], x: &[$T]| scale(a, x, p.s),
+                two: |a: &mut [$T], x0: &[$T], x1: &[$T]| premul_two_with::<STEP>(a, x0, x1, p),
+                add: |a: &mut [$T], x: &[$T]| premul_add_with::<STEP>(a, x, p),
+            };
+            premul_fold(block, starts, n, input, emit, steps)
+        }
+    };
+}
+
 /// The op `OP` on 8 f32 lanes, as [`super::arith::combine`] computes it
 /// on one: Max and Min as `f32::max` and `f32::min` compile, a NaN
 /// operand giving the other and equal operands (±0 included) the first.

@@ -305,43 +305,4 @@ impl Scalar {
     }
 }
 
-/// Avg's and PreMulSum's blocks, as `fold::premul_fold` with this
-/// module's steps, the scalar converted and its step chosen once.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn premul_blocks<'a>(
-    block: &mut [f16],
-    starts: impl Iterator<Item = usize>,
-    n: usize,
-    input: impl Fn(usize, usize) -> &'a [f16],
-    emit: impl FnMut(usize, &[f16]),
-    s: f16,
-) {
-    let p = Scalar::new(s);
-    by_step!(
-        step_for(s),
-        premul_blocks_with(block, starts, n, input, emit, &p)
-    )
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn premul_blocks_with<'a, const STEP: Step>(
-    block: &mut [f16],
-    starts: impl Iterator<Item = usize>,
-    n: usize,
-    input: impl Fn(usize, usize) -> &'a [f16],
-    emit: impl FnMut(usize, &[f16]),
-    p: &Scalar,
-) {
-    premul_fold(
-        block,
-        starts,
-        n,
-        input,
-        emit,
-        PremulSteps {
-            scale: |a: &mut [f16], x: &[f16]| scale(a, x, p.s),
-            two: |a: &mut [f16], x0: &[f16], x1: &[f16]| premul_two_with::<STEP>(a, x0, x1, p),
-            add: |a: &mut [f16], x: &[f16]| premul_add_with::<STEP>(a, x, p),
-        },
-    )
-}
+premul_blocks_by_step!(f16);
