@@ -25,6 +25,16 @@
 //! messages; small ones are bounded by synchronisation instead).
 
 use rankwise::core::Func;
+use rankwise::launch::EngineKind;
+
+/// Whether the bound applies to an engine's calls: the engines whose ranks
+/// move host memory (local, mpi). The nccl engine's buffers are in GPU
+/// memory, which the host's copy bandwidth says nothing about: its rows
+/// have no bound, and nothing copies host memory between its calls to
+/// measure one.
+pub fn applies(engine: EngineKind) -> bool {
+    engine != EngineKind::Nccl
+}
 
 /// Bytes read and written, all ranks together (see the module doc).
 pub fn traffic(
@@ -65,6 +75,13 @@ pub fn copy_bound_secs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bound_applies_to_the_engines_that_move_host_memory() {
+        assert!(applies(EngineKind::Local));
+        assert!(applies(EngineKind::Mpi));
+        assert!(!applies(EngineKind::Nccl));
+    }
 
     #[test]
     fn all_reduce_bound_is_copying_every_buffer_once() {

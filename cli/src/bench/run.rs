@@ -15,7 +15,7 @@
 //! `--fill random`, whose data no closed form checks, every checked call
 //! is a fresh one).
 
-use super::bound::copy_bound_secs;
+use super::bound;
 use super::buffers::{Bufs, bufs, check, fill_random, prepare};
 use super::data::{Converter, Pattern};
 use super::limits::{self, Available, Need};
@@ -310,13 +310,12 @@ pub fn run_checked(
     copy_bw: f64,
     on_row: &(dyn Fn(&Row) + Sync),
 ) -> Result<Vec<Row>> {
-    let reprobe = plans
-        .iter()
-        .any(|p| from_memory(p, opts.nranks))
-        .then(|| Reprobe {
-            probe: Mutex::new(Probe::new()),
-            barrier: Barrier::new(opts.nranks),
-        });
+    let reprobe = (bound::applies(opts.engine)
+        && plans.iter().any(|p| from_memory(p, opts.nranks)))
+    .then(|| Reprobe {
+        probe: Mutex::new(Probe::new()),
+        barrier: Barrier::new(opts.nranks),
+    });
     let reprobe = reprobe.as_ref();
     let options = LaunchOptions::default().with_pinned_threads(opts.pin);
     #[cfg(feature = "mpi")]
@@ -488,9 +487,8 @@ fn measure<T: Element>(
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
     let size = p.size(n) as f64;
     let algbw = size / median / 1e9;
-    // the host's copy bandwidth bounds nothing on GPU memory
-    let bound = (opts.engine != launch::EngineKind::Nccl)
-        .then(|| copy_bound_secs(p.func, n, p.q, es, in_place, copy_bw));
+    let bound_secs = bound::applies(opts.engine)
+        .then(|| bound::copy_bound_secs(p.func, n, p.q, es, in_place, copy_bw));
     Ok(Measure {
         time_us: median * 1e6,
         mean_us: mean * 1e6,
@@ -498,7 +496,7 @@ fn measure<T: Element>(
         algbw,
         busbw: algbw * p.func.bus_factor(n),
         wrong: (opts.check > 0).then_some(w[0]),
-        bound_us: bound.map(|b| b * 1e6),
+        bound_us: bound_secs.map(|b| b * 1e6),
         copy_bw_gbs: copy_bw / 1e9,
     })
 }

@@ -45,7 +45,7 @@ pub fn header(opts: &Options, m: &Machine) -> String {
     );
     s += "# time: median over timed calls of the slowest rank (us); algbw = size/time, busbw = algbw x bus factor (GB/s)\n";
     s += "# %bound: the traffic bound's time / time: bytes every rank must read and write, at the all-threads copy bandwidth\n";
-    if opts.engine == rankwise::launch::EngineKind::Nccl {
+    if !super::bound::applies(opts.engine) {
         s += "#         (N/A on the nccl engine: its buffers are in GPU memory, which this machine's copy bandwidth does not bound)\n";
     } else if opts.engine == rankwise::launch::EngineKind::Mpi {
         s += "#         (the bandwidth measured before the sweep, for every row)\n";
@@ -204,5 +204,36 @@ mod tests {
         assert!(without.ends_with("     N/A"), "{without:?}");
         // the same width, so the columns stay aligned
         assert_eq!(with.len(), without.len());
+    }
+
+    #[test]
+    fn the_header_says_why_the_nccl_engine_has_no_bound() {
+        let machine = Machine {
+            cores: 2,
+            memcpy_1: 1e10,
+            memcpy_all: 2e10,
+            stream_1: 1e10,
+            stream_all: 2e10,
+        };
+        let mut opts = Options {
+            funcs: vec![Func::AllReduce],
+            nranks: 1,
+            min_bytes: 8,
+            max_bytes: 8,
+            factor: 2.0,
+            dtypes: vec![rankwise::core::DataType::Float32],
+            ops: vec![rankwise::core::RedOp::Sum],
+            root: None,
+            iters: 1,
+            warmup: 0,
+            check: 1,
+            fill: super::super::Fill::Pattern,
+            pin: false,
+            engine: rankwise::launch::EngineKind::Nccl,
+        };
+        let why = "N/A on the nccl engine";
+        assert!(header(&opts, &machine).contains(why));
+        opts.engine = rankwise::launch::EngineKind::Local;
+        assert!(!header(&opts, &machine).contains(why));
     }
 }
