@@ -114,7 +114,11 @@ pub trait Arith: Element {
     /// [`Arith::premul_two_all`] and [`Arith::premul_add_all`] as its
     /// block steps. A type whose steps start by preparing the scalar
     /// (converting it, choosing a step, loading tables) overrides it to
-    /// prepare once per call instead of once per block.
+    /// prepare once per call instead of once per block: half, bfloat16 and
+    /// fp8 on x86-64-v3, whose reductions then reach their vector steps
+    /// only through here; their `*_all` entries with `V3` run the same
+    /// step bodies one at a time, for the tests that hold each step to the
+    /// element functions on every value.
     #[inline(always)]
     fn premul_blocks<'a, const V3: bool>(
         block: &mut [Self],
