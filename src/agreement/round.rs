@@ -93,7 +93,7 @@ fn post_and_read(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Vec<Vec<
             t.set_note(note);
         }
         if let Some((t, p, seq)) = tiered(r) {
-            t.tell(r.link, seq, &p.value, r.note)?;
+            t.tell(r.link, seq, &p.value, r.note, deadline)?;
         }
     }
     let mut stored = store_exchange(rounds, deadline)?.into_iter();
@@ -150,13 +150,19 @@ fn absent(what: &str, (rank, m): Absent) -> Error {
 /// A host leader's step of tier round `round`, and when it failed, its
 /// host's ranks (which wait for the leader on their lane) told why at
 /// once, not at their deadline.
-fn tell_host<T>(r: &Round<'_>, t: &Tier, round: u64, step: Result<T>) -> Result<T> {
+fn tell_host<T>(
+    r: &Round<'_>,
+    t: &Tier,
+    round: u64,
+    deadline: Instant,
+    step: Result<T>,
+) -> Result<T> {
     if let Err(e) = &step {
         let why = format!(
             "rank {}, which leads this host's ranks, failed: {}",
             r.me, e.message
         );
-        let _ = t.pass_on(r.link, round, &wire::encode_notice(&why));
+        let _ = t.pass_on(r.link, round, &wire::encode_notice(&why), deadline);
     }
     step
 }
@@ -181,6 +187,7 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
                 r,
                 t,
                 *seq,
+                deadline,
                 t.gather(r.link, *seq, &p.value, cycle_of(r), deadline),
             )?;
             if many || t.is_judge() {
@@ -188,11 +195,12 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
                     r,
                     t,
                     *seq,
+                    deadline,
                     t.up(r.link, *seq, &table, (read, r.note), deadline),
                 )?;
             } else {
                 let heard = t.up_and_hear(r.link, *seq, &table, r.note, deadline);
-                let heard = tell_host(r, t, *seq, heard)?;
+                let heard = tell_host(r, t, *seq, deadline, heard)?;
                 answers[i] = Some(heard.unwrap_or_else(judge_gone));
             }
         }
@@ -204,11 +212,11 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
         if t.is_judge() {
             let ups = match ups[i].take() {
                 Some(u) => u,
-                None => tell_host(r, t, *seq, t.judge_read(r.link, *seq, deadline))?,
+                None => tell_host(r, t, *seq, deadline, t.judge_read(r.link, *seq, deadline))?,
             };
             let table: Table = t.merge(r.link, ups);
             let bytes = table.encode();
-            tell_host(r, t, *seq, t.down(r.link, *seq, &table))?;
+            tell_host(r, t, *seq, deadline, t.down(r.link, *seq, &table, deadline))?;
             t.keep_notes(&table);
             out[i] = Some(table.shares);
             answers[i] = Some(bytes);
@@ -218,7 +226,7 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
     for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
         let Some((t, _, seq)) = t else { continue };
         if t.is_leader() && !t.is_judge() && answers[i].is_none() {
-            let heard = tell_host(r, t, *seq, t.hear_judge(r.link, *seq, deadline))?;
+            let heard = tell_host(r, t, *seq, deadline, t.hear_judge(r.link, *seq, deadline))?;
             answers[i] = Some(heard.unwrap_or_else(judge_gone));
         }
     }
@@ -227,7 +235,7 @@ fn tiers(rounds: &[Round<'_>], deadline: Instant) -> Result<Vec<Option<Vec<Share
         let (Some((t, _, seq)), Some(b)) = (t, &answers[i]) else {
             continue;
         };
-        t.pass_on(r.link, *seq, b)?;
+        t.pass_on(r.link, *seq, b, deadline)?;
     }
     for (i, (r, t)) in rounds.iter().zip(&on).enumerate() {
         let Some((t, _, seq)) = t else { continue };

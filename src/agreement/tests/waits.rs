@@ -175,3 +175,88 @@ fn a_wait_for_cycle_with_the_leader_is_named_by_its_rank() {
         "deadlock: rank 1 waits in AllReduce (opCount 0) for rank 0, which waits in Send (opCount 0) for rank 1's Recv #0 from rank 0, which rank 1 has not made: neither can go on",
     );
 }
+
+/// The store in front of every rank, keeping the deadline of each request
+/// that only posts (reads no item).
+struct Posts {
+    store: Arc<Store>,
+    deadlines: std::sync::Mutex<Vec<Instant>>,
+}
+
+impl SideChannel for Posts {
+    fn set(&self, key: &str, value: &[u8]) -> crate::core::Result<()> {
+        self.store.set(key, value)
+    }
+    fn get(
+        &self,
+        key: &str,
+        owner: usize,
+        deadline: Instant,
+    ) -> crate::core::Result<std::result::Result<Vec<u8>, crate::transport::store::Missing>> {
+        self.store.get(key, owner, deadline)
+    }
+    fn finish(&self, rank: usize, error: Option<&str>) -> crate::core::Result<()> {
+        self.store.finish(rank, error)
+    }
+    fn exchange(
+        &self,
+        items: &[crate::transport::store::Item<'_>],
+        note: Option<(usize, &[u8])>,
+        deadline: Instant,
+    ) -> crate::core::Result<Vec<Vec<crate::transport::store::Share>>> {
+        if items
+            .iter()
+            .all(|i| i.read == crate::transport::store::Read::Never)
+        {
+            self.deadlines.lock().unwrap().push(deadline);
+        }
+        self.store.exchange(items, note, deadline)
+    }
+    fn last_note(&self, owner: usize) -> crate::core::Result<Option<Vec<u8>>> {
+        self.store.last_note(owner)
+    }
+}
+
+/// Ranks on two hosts without lanes post through the store: their values
+/// to their leader, the judge's table to the other leader, each leader's
+/// table to its ranks. A post does not wait in the store, but its answer
+/// may take as long as its reader waits: over TCP a post bounded by the
+/// moment it was made would fail a call with time left at the first stall
+/// of the network past 750 ms.
+#[test]
+fn posts_between_hosts_may_take_as_long_as_their_readers_wait() {
+    let posts = Arc::new(Posts {
+        store: Store::new(),
+        deadlines: std::sync::Mutex::new(Vec::new()),
+    });
+    let n = 4;
+    let hosts = vec![vec![0, 1], vec![2, 3]];
+    let peers = (0..n)
+        .map(|r| {
+            let chan = posts.clone() as Arc<dyn SideChannel>;
+            let mut link = Link::new(chan, "c0".to_string(), (0..n).collect());
+            let t = tier::Tier::new(keys::tier("c0"), hosts.clone(), r, None);
+            link.tier = Some(Box::new(t));
+            Peers::new(r, n, Some(link))
+        })
+        .collect();
+    let timeout = Duration::from_secs(10);
+    let start = Instant::now();
+    let l = launch(0, vec![call(Func::AllReduce, 4, 0)], vec![]);
+    for (r, got) in on_ranks(peers, |_, p| agree_one(p, &l, timeout))
+        .into_iter()
+        .enumerate()
+    {
+        assert!(got.is_ok(), "rank {r}: {:?}", got.err().map(|f| f.error));
+    }
+    let deadlines = posts.deadlines.lock().unwrap();
+    // ranks 1 and 3 to their leaders, the judge down, two leaders on
+    assert!(deadlines.len() >= 4, "{} posts", deadlines.len());
+    for d in deadlines.iter() {
+        let ahead = d.saturating_duration_since(start);
+        assert!(
+            ahead >= timeout,
+            "a post bounded {ahead:?} after the call began"
+        );
+    }
+}

@@ -225,8 +225,17 @@ impl Tier {
     }
 
     /// Step 1, every rank: its value of round `round` to its leader (with
-    /// `note`, where it is, when it goes through the store). Never waits.
-    pub fn tell(&self, link: &Link, round: u64, value: &[u8], note: Option<&[u8]>) -> Result<()> {
+    /// `note`, where it is, when it goes through the store). Never waits
+    /// in the store; the store's acknowledgement may take as long as the
+    /// leader waits for the value (`deadline`).
+    pub fn tell(
+        &self,
+        link: &Link,
+        round: u64,
+        value: &[u8],
+        note: Option<&[u8]>,
+        deadline: Instant,
+    ) -> Result<()> {
         let mine = self.mine();
         if mine.len() < 2 {
             return Ok(());
@@ -245,7 +254,7 @@ impl Tier {
                     read: Read::Never,
                 };
                 let note = note.map(|n| (link.owner(self.me), n));
-                link.exchange(&[item], note, Instant::now()).map(|_| ())
+                link.exchange(&[item], note, deadline).map(|_| ())
             }
         }
     }
@@ -470,8 +479,9 @@ impl Tier {
     }
 
     /// Step 4, the judge: the merged table to every other leader. Never
-    /// waits.
-    pub fn down(&self, link: &Link, round: u64, table: &Table) -> Result<()> {
+    /// waits in the store; the acknowledgement may take as long as the
+    /// leaders wait for the table ([`Tier::hear_judge`]).
+    pub fn down(&self, link: &Link, round: u64, table: &Table, deadline: Instant) -> Result<()> {
         let bytes = table.encode();
         let keys: Vec<(String, [usize; 2])> = (1..self.hosts.len())
             .map(|h| {
@@ -479,7 +489,7 @@ impl Tier {
                 (key, [link.owner(0), link.owner(self.hosts[h][0])])
             })
             .collect();
-        send(link, &bytes, &keys)
+        send(link, &bytes, &keys, deadline + 2 * GRACE)
     }
 
     /// Step 5, a leader but the judge: the judge's table, or why the judge
@@ -495,8 +505,10 @@ impl Tier {
         hear(link, &key, &owners, 0, deadline + 2 * GRACE)
     }
 
-    /// Step 6, a leader: the table to its host's ranks. Never waits.
-    pub fn pass_on(&self, link: &Link, round: u64, table: &[u8]) -> Result<()> {
+    /// Step 6, a leader: the table to its host's ranks. Never waits in
+    /// the store; the acknowledgement may take as long as the ranks wait
+    /// for the table ([`Tier::hear_leader`]).
+    pub fn pass_on(&self, link: &Link, round: u64, table: &[u8], deadline: Instant) -> Result<()> {
         let mine = self.mine();
         if mine.len() < 2 {
             return Ok(());
@@ -511,7 +523,7 @@ impl Tier {
                 (key, [link.owner(mine[0]), link.owner(*r)])
             })
             .collect();
-        send(link, table, &keys)
+        send(link, table, &keys, deadline + 4 * GRACE)
     }
 
     /// Step 6, a rank but its host's leader: the table from its leader, or
@@ -634,8 +646,10 @@ impl Tier {
 }
 
 /// `value` into each exchange of `to` (its key, and the owners of the
-/// sender and the one who reads it), in one request that does not wait.
-fn send(link: &Link, value: &[u8], to: &[(String, [usize; 2])]) -> Result<()> {
+/// sender and the one who reads it), in one request that does not wait in
+/// the store; its acknowledgement may take until `read_by`, when the
+/// readers stop waiting.
+fn send(link: &Link, value: &[u8], to: &[(String, [usize; 2])], read_by: Instant) -> Result<()> {
     let items: Vec<Item<'_>> = to
         .iter()
         .map(|(key, owners)| Item {
@@ -647,7 +661,7 @@ fn send(link: &Link, value: &[u8], to: &[(String, [usize; 2])]) -> Result<()> {
         })
         .collect();
     if !items.is_empty() {
-        link.exchange(&items, None, Instant::now())?;
+        link.exchange(&items, None, read_by)?;
     }
     Ok(())
 }

@@ -3,13 +3,23 @@
 //! at a time, each written whole and its answer read whole.
 //!
 //! No wait outlives its deadline: every read and write of a request runs
-//! under the socket timeouts left until the request's deadline plus
-//! [`SLACK`] (requests that carry no deadline get [`PLAIN_WAIT`]), and TCP
-//! keepalive probes a quiet connection. A store whose host vanishes
-//! without a word fails the request within its deadline + 1 s, with an
-//! error naming the store's address. After a failed read or write the
-//! connection's bytes are out of step, so every later request fails with
-//! the same error.
+//! under the socket timeouts left until the request's deadline (or its
+//! start, if later) plus [`SLACK`] (requests that carry no deadline get
+//! [`PLAIN_WAIT`]), and TCP keepalive probes a quiet connection. A store
+//! whose host vanishes without a word fails the request within its
+//! deadline + 1 s, with an error naming the store's address.
+//!
+//! A look (a GET whose deadline has passed: what the store holds now) whose
+//! answer has not begun to arrive by its bound fails alone: its answer is
+//! owed, and the next request reads and drops it first, under its own
+//! bound. The looks a rank makes while it waits (has a peer left?) would
+//! otherwise end the rank's call at the first stall of over [`SLACK`], a
+//! TCP retransmission, however far its deadline. While an answer is owed,
+//! only a request with a deadline of its own waits for it; a look, or a
+//! request without a deadline (a failing rank's FINISH), fails at once
+//! unless the answer has begun to arrive. After any other failed
+//! read or write the connection's bytes are out of step, so every later
+//! request fails with the same error.
 
 use super::auth::{self, Key};
 use super::codec::{self, Bad, HEAD, MAX_ANSWER, MAX_FRAME};
@@ -55,6 +65,8 @@ struct Conn {
     /// the socket's timeouts as last set
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+    /// a look's answer that did not come in time, still to be read
+    owed: bool,
     /// why the connection can no longer be used
     broken: Option<Error>,
 }
@@ -83,6 +95,7 @@ impl Client {
             buf: Vec::new(),
             read_timeout: None,
             write_timeout: None,
+            owed: false,
             broken: None,
         };
         handshake(
@@ -105,10 +118,13 @@ impl Client {
     }
 
     /// Sends the request `put` writes and reads its answer's body, all
-    /// before `until`; then `read` decodes it.
+    /// before `until` (None: the request has no deadline of its own, see
+    /// [`PLAIN_WAIT`]); then `read` decodes it. A `look` whose answer has
+    /// not begun by then leaves it owed instead of breaking the connection.
     fn request<T>(
         &self,
-        until: Instant,
+        until: Option<Instant>,
+        look: bool,
         put: impl FnOnce(&mut Vec<u8>),
         read: impl FnOnce(&[u8]) -> std::result::Result<T, Bad>,
     ) -> Result<T> {
@@ -117,22 +133,30 @@ impl Client {
             return Err(e.clone());
         }
         let c = &mut *conn;
+        if c.owed {
+            // Only a request with a deadline of its own waits for the late
+            // answer: a look, or a failing rank's FINISH, would stall its
+            // caller again for the silence a look has already found.
+            if (look || until.is_none()) && !c.owed_has_come() {
+                return Err(still_silent(self.addr));
+            }
+            let until = until.unwrap_or_else(|| Instant::now() + SLACK);
+            c.read_frame(until)
+                .map_err(|e| c.fail(self.addr, e, look))?;
+            c.owed = false;
+        }
+        let until = until.unwrap_or_else(|| Instant::now() + PLAIN_WAIT);
         codec::begin(&mut c.buf);
         put(&mut c.buf);
         codec::seal(&mut c.buf, MAX_FRAME).map_err(misused)?;
-        let sent = c.write_all_by(until).and_then(|()| c.read_frame(until));
-        let answer = match sent {
-            Ok(()) => read(&c.buf[HEAD..]),
-            Err(e) => {
-                let e = if e.kind() == Io::TimedOut {
-                    silent(self.addr)
-                } else {
-                    lost(self.addr, &e)
-                };
-                c.broken = Some(e.clone());
-                return Err(e);
-            }
-        };
+        c.write_all_by(until)
+            .map_err(|e| c.fail(self.addr, e, false))?;
+        c.read_frame(until).map_err(|e| {
+            let owed = c.fail(self.addr, e, look);
+            c.owed = c.broken.is_none();
+            owed
+        })?;
+        let answer = read(&c.buf[HEAD..]);
         if c.buf.capacity() > 1 << 20 {
             c.buf = Vec::new();
         }
@@ -194,6 +218,34 @@ fn handshake(c: &mut Conn, addr: SocketAddr, key: &Key, owner: u32, until: Insta
 }
 
 impl Conn {
+    /// Whether the owed answer has begun to arrive (or the connection
+    /// ended, which reading it will tell), without waiting.
+    fn owed_has_come(&mut self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let came = !matches!(self.stream.peek(&mut [0u8; 1]), Err(e) if e.kind() == Io::WouldBlock);
+        let _ = self.stream.set_nonblocking(false);
+        came
+    }
+
+    /// The error of a read or write that failed with `e`. It breaks the
+    /// connection unless `look` and the read timed out before any byte
+    /// of its answer came ([`Conn::read_frame`] leaves what it read in
+    /// `buf`): the bytes are then still in step, one answer behind.
+    fn fail(&mut self, addr: SocketAddr, e: std::io::Error, look: bool) -> Error {
+        let timed_out = e.kind() == Io::TimedOut;
+        let err = if timed_out {
+            silent(addr)
+        } else {
+            lost(addr, &e)
+        };
+        if !(look && timed_out && self.buf.is_empty()) {
+            self.broken = Some(err.clone());
+        }
+        err
+    }
+
     /// Sets the socket's read (or write) timeout to at most what is left
     /// until `until`; a timeout already set is kept while it is no more
     /// than that and within half a second of it, so a steady stream of
@@ -322,6 +374,15 @@ fn silent(addr: SocketAddr) -> Error {
     )
 }
 
+fn still_silent(addr: SocketAddr) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "the ranks' side channel at {addr} has still not answered an earlier request: its host may be gone or unreachable"
+        ),
+    )
+}
+
 fn stranger(addr: SocketAddr, why: &str) -> Error {
     Error::new(
         ErrorKind::RemoteError,
@@ -331,8 +392,12 @@ fn stranger(addr: SocketAddr, why: &str) -> Error {
 
 impl SideChannel for Client {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        let until = Instant::now() + PLAIN_WAIT;
-        self.request(until, |b| codec::put_set(b, key, value), codec::read_ok)
+        self.request(
+            None,
+            false,
+            |b| codec::put_set(b, key, value),
+            codec::read_ok,
+        )
     }
     fn get(
         &self,
@@ -340,15 +405,21 @@ impl SideChannel for Client {
         owner: usize,
         deadline: Instant,
     ) -> Result<std::result::Result<Vec<u8>, Missing>> {
+        let now = Instant::now();
         self.request(
-            deadline + SLACK,
+            Some(deadline.max(now) + SLACK),
+            deadline <= now,
             |b| codec::put_get(b, key, owner, deadline),
             codec::read_share,
         )
     }
     fn finish(&self, rank: usize, error: Option<&str>) -> Result<()> {
-        let until = Instant::now() + PLAIN_WAIT;
-        self.request(until, |b| codec::put_finish(b, rank, error), codec::read_ok)
+        self.request(
+            None,
+            false,
+            |b| codec::put_finish(b, rank, error),
+            codec::read_ok,
+        )
     }
     fn exchange(
         &self,
@@ -357,13 +428,18 @@ impl SideChannel for Client {
         deadline: Instant,
     ) -> Result<Vec<Vec<Share>>> {
         self.request(
-            deadline + SLACK,
+            Some(deadline.max(Instant::now()) + SLACK),
+            false,
             |b| codec::put_exchange(b, items, note, deadline),
             |body| codec::read_shares(body, items),
         )
     }
     fn last_note(&self, owner: usize) -> Result<Option<Vec<u8>>> {
-        let until = Instant::now() + PLAIN_WAIT;
-        self.request(until, |b| codec::put_last_note(b, owner), codec::read_note)
+        self.request(
+            None,
+            false,
+            |b| codec::put_last_note(b, owner),
+            codec::read_note,
+        )
     }
 }

@@ -2,7 +2,8 @@
 //! mid-job is marked gone by the hub the moment its connection closes, so
 //! its peers stop waiting for it at once and hear why; a store that stops
 //! answering (a listener that never reads, a hub whose process is frozen)
-//! fails a rank's request within the request's deadline + 1 s.
+//! fails a rank's request within the request's deadline + 1 s; a look
+//! at the store that a stall delays fails alone.
 //!
 //! Ranks and hubs that must be other processes are this test binary run
 //! again for one test, with [`ROLE`] saying what to play; a child ends
@@ -15,9 +16,9 @@ use super::tests::{client, job_key, within};
 use super::*;
 use crate::core::ErrorKind;
 use std::io::{BufRead, BufReader, Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a child process of a test plays: `rank ADDR` (owner 1 of the hub
@@ -309,4 +310,118 @@ fn a_store_that_goes_quiet_fails_requests_within_their_deadline_and_a_second() {
     });
     assert!(took < Duration::from_millis(300) + slack, "{took:?}");
     assert!(e.message.contains(&addr.to_string()), "{e}");
+}
+
+/// A TCP relay in front of the hub at `hub` for one connection: what the
+/// hub sends waits until the instant in the returned cell before it goes
+/// on (a stalled network, one way).
+fn stalling_relay(hub: SocketAddr) -> (SocketAddr, Arc<Mutex<Instant>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let hold = Arc::new(Mutex::new(Instant::now()));
+    let held = hold.clone();
+    std::thread::spawn(move || {
+        let (rank, _) = l.accept().unwrap();
+        let to_hub = TcpStream::connect(hub).unwrap();
+        let (mut up_in, mut up_out) = (rank.try_clone().unwrap(), to_hub.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut up_in, &mut up_out);
+            let _ = up_out.shutdown(Shutdown::Both);
+        });
+        let (mut down_in, mut down_out) = (to_hub, rank);
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = down_in.read(&mut buf) {
+            let until = *held.lock().unwrap();
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+            if down_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    (addr, hold)
+}
+
+#[test]
+fn a_look_answered_late_fails_alone_and_the_connection_stays_in_step() {
+    let hub = Hub::start(job_key()).unwrap();
+    let (addr, hold) = stalling_relay(hub.addr());
+    let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    c.set("k", b"kept").unwrap();
+    c.set("j", b"joined").unwrap();
+    let stall = move |ms| *hold.lock().unwrap() = soon(ms);
+    let (look, again, next, late, after) = within(20, "requests through a stall", move || {
+        // a look (a GET whose deadline has passed) in a stall of 1.6 s
+        // fails after its 750 ms; a second look, its answer still owed,
+        // fails at once instead of stalling its caller again
+        stall(1_600);
+        let t = Instant::now();
+        let look = (c.get("k", 0, Instant::now()), t.elapsed());
+        let t = Instant::now();
+        let again = (c.get("j", 0, Instant::now()), t.elapsed());
+        // a request with a deadline ahead reads the late answer and then
+        // its own, the one it asked for
+        let t = Instant::now();
+        let next = (c.get("j", 0, soon(3_000)), t.elapsed());
+        // a look whose predecessor's answer has come by the time it asks
+        // reads it, and then its own
+        stall(1_000);
+        let late = c.get("k", 0, Instant::now());
+        std::thread::sleep(Duration::from_millis(400));
+        let after = c.get("k", 0, Instant::now());
+        (look, again, next, late, after)
+    });
+    for (what, (got, took), ms) in [("first", &look, 700..1_100), ("second", &again, 0..100)] {
+        let e = got.as_ref().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout, "{what} look: {e}");
+        assert!(e.message.contains(&addr.to_string()), "{e}");
+        let took = took.as_millis();
+        assert!(ms.contains(&took), "{what} look after {took} ms");
+    }
+    let (got, took) = next;
+    assert_eq!(got.unwrap(), Ok(b"joined".to_vec()));
+    assert!(took < Duration::from_millis(1_000), "{took:?}");
+    assert_eq!(late.unwrap_err().kind, ErrorKind::Timeout);
+    assert_eq!(after.unwrap(), Ok(b"kept".to_vec()));
+}
+
+#[test]
+fn a_request_that_waits_and_is_answered_late_still_ends_the_connection() {
+    let hub = Hub::start(job_key()).unwrap();
+    let (addr, hold) = stalling_relay(hub.addr());
+    let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    c.set("k", b"kept").unwrap();
+    *hold.lock().unwrap() = soon(1_500);
+    let (first, then) = within(20, "requests through a stall", move || {
+        let first = c.get("k", 0, soon(100));
+        let t = Instant::now();
+        (first, (c.get("k", 0, soon(3_000)), t.elapsed()))
+    });
+    // not a look: its answer was due, so the stall ends the connection
+    let first = first.unwrap_err();
+    assert_eq!(first.kind, ErrorKind::Timeout, "{first}");
+    let (then, took) = then;
+    assert_eq!(then.unwrap_err(), first);
+    assert!(took < Duration::from_millis(100), "{took:?}");
+}
+
+#[test]
+fn a_finish_while_a_look_is_unanswered_fails_at_once() {
+    let hub = Hub::start(job_key()).unwrap();
+    let (addr, hold) = stalling_relay(hub.addr());
+    let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    *hold.lock().unwrap() = soon(30_000);
+    let (look, finish, took) = within(20, "a finish through a stall", move || {
+        let look = c.get("k", 0, Instant::now());
+        let t = Instant::now();
+        let finish = c.finish(0, Some("rank 0 failed"));
+        (look, finish, t.elapsed())
+    });
+    assert_eq!(look.unwrap_err().kind, ErrorKind::Timeout);
+    // a failing rank tells the store it leaves, then returns its error:
+    // with the store silent at its last look, at once, not 10 s later
+    assert_eq!(finish.unwrap_err().kind, ErrorKind::Timeout);
+    assert!(
+        took < Duration::from_millis(100),
+        "the finish failed after {took:?}"
+    );
 }
