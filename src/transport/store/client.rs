@@ -15,9 +15,10 @@
 //! bound. The looks a rank makes while it waits (has a peer left?) would
 //! otherwise end the rank's call at the first stall of over [`SLACK`], a
 //! TCP retransmission, however far its deadline. While an answer is owed,
-//! only a request with a deadline of its own waits for it; a look, or a
-//! request without a deadline (a failing rank's FINISH), fails at once
-//! unless the answer has begun to arrive. After any other failed
+//! only a request that a call waits on (a GET or EXCHANGE with a deadline
+//! ahead, a SET) waits for it; a look, a FINISH (a failing rank's, most
+//! often) or a LAST_NOTE fails at once unless the answer has begun to
+//! arrive. After any other failed
 //! read or write the connection's bytes are out of step, so every later
 //! request fails with the same error.
 
@@ -118,8 +119,8 @@ impl Client {
     }
 
     /// Sends the request `put` writes and reads its answer's body, all
-    /// before `until` (None: the request has no deadline of its own, see
-    /// [`PLAIN_WAIT`]); then `read` decodes it. A `look` whose answer has
+    /// before `until` (None: a FINISH or LAST_NOTE, which no call waits
+    /// on, bounded by [`PLAIN_WAIT`]); then `read` decodes it. A `look` whose answer has
     /// not begun by then leaves it owed instead of breaking the connection.
     fn request<T>(
         &self,
@@ -392,8 +393,10 @@ fn stranger(addr: SocketAddr, why: &str) -> Error {
 
 impl SideChannel for Client {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        // a post a call waits on (a lane's overflow): it waits out a late
+        // look's answer, as a request with a deadline does
         self.request(
-            None,
+            Some(Instant::now() + PLAIN_WAIT),
             false,
             |b| codec::put_set(b, key, value),
             codec::read_ok,

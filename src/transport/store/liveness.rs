@@ -425,3 +425,26 @@ fn a_finish_while_a_look_is_unanswered_fails_at_once() {
         "the finish failed after {took:?}"
     );
 }
+
+#[test]
+fn a_set_after_a_look_went_unanswered_waits_for_the_late_answer() {
+    let hub = Hub::start(job_key()).unwrap();
+    let (addr, hold) = stalling_relay(hub.addr());
+    let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    *hold.lock().unwrap() = soon(1_300);
+    let (look, set, took, got) = within(20, "a set through a stall", move || {
+        let look = c.get("k", 0, Instant::now());
+        // a post a call waits on: it reads the late answer, then its own
+        let t = Instant::now();
+        let set = c.set("k", b"kept");
+        let took = t.elapsed();
+        (look, set, took, c.get("k", 0, Instant::now()))
+    });
+    assert_eq!(look.unwrap_err().kind, ErrorKind::Timeout);
+    set.unwrap();
+    assert!(
+        (300..1_000).contains(&took.as_millis()),
+        "the set took {took:?}"
+    );
+    assert_eq!(got.unwrap(), Ok(b"kept".to_vec()));
+}
