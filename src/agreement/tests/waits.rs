@@ -1,15 +1,29 @@
 //! Waits that end before their deadline because what they wait for can
 //! be seen not to come, or to have come: a rank that posted and left while
 //! it was asked about, and wait-for cycles of two ranks, on one lane and
-//! by host.
+//! by host; and posts between hosts, which must not end before their
+//! readers' deadlines.
 
 use super::*;
 
-/// The store in front of rank 0, which runs `hook` (once) when rank 0 asks
-/// whether rank 1 left: what rank 1 does while that question is on its way.
+/// The store in front of the ranks: it runs `hook` (once) when a rank asks
+/// whether another left (what that rank does while the question is on its
+/// way), and keeps the deadline of each request that only posts (reads no
+/// item).
 struct Meanwhile {
     store: Arc<Store>,
     hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    posts: std::sync::Mutex<Vec<Instant>>,
+}
+
+impl Meanwhile {
+    fn new(store: Arc<Store>, hook: Option<Box<dyn FnOnce() + Send>>) -> Meanwhile {
+        Meanwhile {
+            store,
+            hook: std::sync::Mutex::new(hook),
+            posts: std::sync::Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl SideChannel for Meanwhile {
@@ -38,6 +52,12 @@ impl SideChannel for Meanwhile {
         note: Option<(usize, &[u8])>,
         deadline: Instant,
     ) -> crate::core::Result<Vec<Vec<crate::transport::store::Share>>> {
+        if items
+            .iter()
+            .all(|i| i.read == crate::transport::store::Read::Never)
+        {
+            self.posts.lock().unwrap().push(deadline);
+        }
         self.store.exchange(items, note, deadline)
     }
     fn last_note(&self, owner: usize) -> crate::core::Result<Option<Vec<u8>>> {
@@ -62,13 +82,13 @@ fn a_rank_that_posts_and_leaves_while_asked_about_came() {
     let finisher = store.clone();
     let link = zero.link.take().unwrap();
     let mut link0 = Link::new(
-        Arc::new(Meanwhile {
-            store: store.clone(),
-            hook: std::sync::Mutex::new(Some(Box::new(move || {
+        Arc::new(Meanwhile::new(
+            store.clone(),
+            Some(Box::new(move || {
                 lane1.post(1, 0, &value);
                 finisher.finish(1, None).unwrap();
-            }))),
-        }),
+            })),
+        )),
         link.key.clone(),
         link.owners.clone(),
     );
@@ -176,47 +196,6 @@ fn a_wait_for_cycle_with_the_leader_is_named_by_its_rank() {
     );
 }
 
-/// The store in front of every rank, keeping the deadline of each request
-/// that only posts (reads no item).
-struct Posts {
-    store: Arc<Store>,
-    deadlines: std::sync::Mutex<Vec<Instant>>,
-}
-
-impl SideChannel for Posts {
-    fn set(&self, key: &str, value: &[u8]) -> crate::core::Result<()> {
-        self.store.set(key, value)
-    }
-    fn get(
-        &self,
-        key: &str,
-        owner: usize,
-        deadline: Instant,
-    ) -> crate::core::Result<std::result::Result<Vec<u8>, crate::transport::store::Missing>> {
-        self.store.get(key, owner, deadline)
-    }
-    fn finish(&self, rank: usize, error: Option<&str>) -> crate::core::Result<()> {
-        self.store.finish(rank, error)
-    }
-    fn exchange(
-        &self,
-        items: &[crate::transport::store::Item<'_>],
-        note: Option<(usize, &[u8])>,
-        deadline: Instant,
-    ) -> crate::core::Result<Vec<Vec<crate::transport::store::Share>>> {
-        if items
-            .iter()
-            .all(|i| i.read == crate::transport::store::Read::Never)
-        {
-            self.deadlines.lock().unwrap().push(deadline);
-        }
-        self.store.exchange(items, note, deadline)
-    }
-    fn last_note(&self, owner: usize) -> crate::core::Result<Option<Vec<u8>>> {
-        self.store.last_note(owner)
-    }
-}
-
 /// Ranks on two hosts without lanes post through the store: their values
 /// to their leader, the judge's table to the other leader, each leader's
 /// table to its ranks. A post does not wait in the store, but its answer
@@ -225,10 +204,7 @@ impl SideChannel for Posts {
 /// of the network past 750 ms.
 #[test]
 fn posts_between_hosts_may_take_as_long_as_their_readers_wait() {
-    let posts = Arc::new(Posts {
-        store: Store::new(),
-        deadlines: std::sync::Mutex::new(Vec::new()),
-    });
+    let posts = Arc::new(Meanwhile::new(Store::new(), None));
     let n = 4;
     let hosts = vec![vec![0, 1], vec![2, 3]];
     let peers = (0..n)
@@ -249,7 +225,7 @@ fn posts_between_hosts_may_take_as_long_as_their_readers_wait() {
     {
         assert!(got.is_ok(), "rank {r}: {:?}", got.err().map(|f| f.error));
     }
-    let deadlines = posts.deadlines.lock().unwrap();
+    let deadlines = posts.posts.lock().unwrap();
     // ranks 1 and 3 to their leaders, the judge down, two leaders on
     assert!(deadlines.len() >= 4, "{} posts", deadlines.len());
     for d in deadlines.iter() {

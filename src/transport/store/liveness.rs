@@ -341,11 +341,17 @@ fn stalling_relay(hub: SocketAddr) -> (SocketAddr, Arc<Mutex<Instant>>) {
     (addr, hold)
 }
 
-#[test]
-fn a_look_answered_late_fails_alone_and_the_connection_stays_in_step() {
+/// A hub, the relay in front of it, and a client of owner 0 through it.
+fn behind_a_relay() -> (Hub, SocketAddr, Arc<Mutex<Instant>>, Client) {
     let hub = Hub::start(job_key()).unwrap();
     let (addr, hold) = stalling_relay(hub.addr());
     let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    (hub, addr, hold, c)
+}
+
+#[test]
+fn a_look_answered_late_fails_alone_and_the_connection_stays_in_step() {
+    let (_hub, addr, hold, c) = behind_a_relay();
     c.set("k", b"kept").unwrap();
     c.set("j", b"joined").unwrap();
     let stall = move |ms| *hold.lock().unwrap() = soon(ms);
@@ -386,9 +392,7 @@ fn a_look_answered_late_fails_alone_and_the_connection_stays_in_step() {
 
 #[test]
 fn a_request_that_waits_and_is_answered_late_still_ends_the_connection() {
-    let hub = Hub::start(job_key()).unwrap();
-    let (addr, hold) = stalling_relay(hub.addr());
-    let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    let (_hub, _, hold, c) = behind_a_relay();
     c.set("k", b"kept").unwrap();
     *hold.lock().unwrap() = soon(1_500);
     let (first, then) = within(20, "requests through a stall", move || {
@@ -406,9 +410,7 @@ fn a_request_that_waits_and_is_answered_late_still_ends_the_connection() {
 
 #[test]
 fn a_finish_while_a_look_is_unanswered_fails_at_once() {
-    let hub = Hub::start(job_key()).unwrap();
-    let (addr, hold) = stalling_relay(hub.addr());
-    let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    let (_hub, _, hold, c) = behind_a_relay();
     *hold.lock().unwrap() = soon(30_000);
     let (look, finish, took) = within(20, "a finish through a stall", move || {
         let look = c.get("k", 0, Instant::now());
@@ -428,9 +430,7 @@ fn a_finish_while_a_look_is_unanswered_fails_at_once() {
 
 #[test]
 fn a_set_after_a_look_went_unanswered_waits_for_the_late_answer() {
-    let hub = Hub::start(job_key()).unwrap();
-    let (addr, hold) = stalling_relay(hub.addr());
-    let c = Client::connect(addr, &job_key(), 0, soon(5_000)).unwrap();
+    let (_hub, _, hold, c) = behind_a_relay();
     *hold.lock().unwrap() = soon(1_300);
     let (look, set, took, got) = within(20, "a set through a stall", move || {
         let look = c.get("k", 0, Instant::now());
