@@ -9,18 +9,18 @@
 //! whose host vanishes without a word fails the request within its
 //! deadline + 1 s, with an error naming the store's address.
 //!
-//! A look (a GET whose deadline has passed: what the store holds now) whose
-//! answer has not begun to arrive by its bound fails alone: its answer is
-//! owed, and the next request reads and drops it first, under its own
-//! bound. The looks a rank makes while it waits (has a peer left?) would
-//! otherwise end the rank's call at the first stall of over [`SLACK`], a
-//! TCP retransmission, however far its deadline. While an answer is owed,
-//! only a request that a call waits on (a GET or EXCHANGE with a deadline
-//! ahead, a SET) waits for it; a look, a FINISH (a failing rank's, most
-//! often) or a LAST_NOTE fails at once unless the answer has begun to
-//! arrive. After any other failed
-//! read or write the connection's bytes are out of step, so every later
-//! request fails with the same error.
+//! A request no call waits on (a look: a GET whose deadline has passed,
+//! what the store holds now; a FINISH; a LAST_NOTE) whose answer has not
+//! begun to arrive by its bound fails alone: its answer is owed, and the
+//! next request a call waits on (a GET or EXCHANGE with a deadline ahead,
+//! a SET) reads and drops it first, under its own bound. The looks a rank
+//! makes while it waits (has a peer left?) would otherwise end the rank's
+//! call at the first stall of over [`SLACK`], a TCP retransmission, however
+//! far its deadline. While an answer is owed, a request no call waits on
+//! fails at once unless the answer has begun to arrive, so a failing
+//! rank's FINISH does not stall it again on a store found silent. After
+//! any other failed read or write the connection's bytes are out of step,
+//! so every later request fails with the same error.
 
 use super::auth::{self, Key};
 use super::codec::{self, Bad, HEAD, MAX_ANSWER, MAX_FRAME};
@@ -66,7 +66,8 @@ struct Conn {
     /// the socket's timeouts as last set
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
-    /// a look's answer that did not come in time, still to be read
+    /// the answer of a request no call waited on that did not come in
+    /// time, still to be read
     owed: bool,
     /// why the connection can no longer be used
     broken: Option<Error>,
@@ -119,13 +120,13 @@ impl Client {
     }
 
     /// Sends the request `put` writes and reads its answer's body, all
-    /// before `until` (None: a FINISH or LAST_NOTE, which no call waits
-    /// on, bounded by [`PLAIN_WAIT`]); then `read` decodes it. A `look` whose answer has
-    /// not begun by then leaves it owed instead of breaking the connection.
+    /// before `until`; then `read` decodes it. A request no call `waits`
+    /// on leaves its answer owed when it has not begun by then, instead of
+    /// breaking the connection.
     fn request<T>(
         &self,
-        until: Option<Instant>,
-        look: bool,
+        until: Instant,
+        waits: bool,
         put: impl FnOnce(&mut Vec<u8>),
         read: impl FnOnce(&[u8]) -> std::result::Result<T, Bad>,
     ) -> Result<T> {
@@ -135,25 +136,23 @@ impl Client {
         }
         let c = &mut *conn;
         if c.owed {
-            // Only a request with a deadline of its own waits for the late
-            // answer: a look, or a failing rank's FINISH, would stall its
-            // caller again for the silence a look has already found.
-            if (look || until.is_none()) && !c.owed_has_come() {
+            // the late answer, dropped unread; only a request a call waits
+            // on waits for it, the others would stall their caller again
+            // for the silence already found
+            if !waits && !c.owed_has_come() {
                 return Err(still_silent(self.addr));
             }
-            let until = until.unwrap_or_else(|| Instant::now() + SLACK);
             c.read_frame(until)
-                .map_err(|e| c.fail(self.addr, e, look))?;
+                .map_err(|e| c.fail(self.addr, e, waits))?;
             c.owed = false;
         }
-        let until = until.unwrap_or_else(|| Instant::now() + PLAIN_WAIT);
         codec::begin(&mut c.buf);
         put(&mut c.buf);
         codec::seal(&mut c.buf, MAX_FRAME).map_err(misused)?;
         c.write_all_by(until)
-            .map_err(|e| c.fail(self.addr, e, false))?;
+            .map_err(|e| c.fail(self.addr, e, true))?;
         c.read_frame(until).map_err(|e| {
-            let owed = c.fail(self.addr, e, look);
+            let owed = c.fail(self.addr, e, waits);
             c.owed = c.broken.is_none();
             owed
         })?;
@@ -231,17 +230,18 @@ impl Conn {
     }
 
     /// The error of a read or write that failed with `e`. It breaks the
-    /// connection unless `look` and the read timed out before any byte
-    /// of its answer came ([`Conn::read_frame`] leaves what it read in
-    /// `buf`): the bytes are then still in step, one answer behind.
-    fn fail(&mut self, addr: SocketAddr, e: std::io::Error, look: bool) -> Error {
+    /// connection unless no call `waits` on the request and the read timed
+    /// out before any byte of its answer came ([`Conn::read_frame`] leaves
+    /// what it read in `buf`): the bytes are then still in step, one
+    /// answer behind.
+    fn fail(&mut self, addr: SocketAddr, e: std::io::Error, waits: bool) -> Error {
         let timed_out = e.kind() == Io::TimedOut;
         let err = if timed_out {
             silent(addr)
         } else {
             lost(addr, &e)
         };
-        if !(look && timed_out && self.buf.is_empty()) {
+        if waits || !timed_out || !self.buf.is_empty() {
             self.broken = Some(err.clone());
         }
         err
@@ -393,11 +393,10 @@ fn stranger(addr: SocketAddr, why: &str) -> Error {
 
 impl SideChannel for Client {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        // a post a call waits on (a lane's overflow): it waits out a late
-        // look's answer, as a request with a deadline does
+        // a post a call waits on (a lane's overflow)
         self.request(
-            Some(Instant::now() + PLAIN_WAIT),
-            false,
+            Instant::now() + PLAIN_WAIT,
+            true,
             |b| codec::put_set(b, key, value),
             codec::read_ok,
         )
@@ -410,15 +409,15 @@ impl SideChannel for Client {
     ) -> Result<std::result::Result<Vec<u8>, Missing>> {
         let now = Instant::now();
         self.request(
-            Some(deadline.max(now) + SLACK),
-            deadline <= now,
+            deadline.max(now) + SLACK,
+            deadline > now,
             |b| codec::put_get(b, key, owner, deadline),
             codec::read_share,
         )
     }
     fn finish(&self, rank: usize, error: Option<&str>) -> Result<()> {
         self.request(
-            None,
+            Instant::now() + PLAIN_WAIT,
             false,
             |b| codec::put_finish(b, rank, error),
             codec::read_ok,
@@ -431,15 +430,15 @@ impl SideChannel for Client {
         deadline: Instant,
     ) -> Result<Vec<Vec<Share>>> {
         self.request(
-            Some(deadline.max(Instant::now()) + SLACK),
-            false,
+            deadline.max(Instant::now()) + SLACK,
+            true,
             |b| codec::put_exchange(b, items, note, deadline),
             |body| codec::read_shares(body, items),
         )
     }
     fn last_note(&self, owner: usize) -> Result<Option<Vec<u8>>> {
         self.request(
-            None,
+            Instant::now() + PLAIN_WAIT,
             false,
             |b| codec::put_last_note(b, owner),
             codec::read_note,
