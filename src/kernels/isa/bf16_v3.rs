@@ -152,11 +152,13 @@ fn step_for(s: bf16) -> Step {
 }
 
 /// The lanes of `mid` (an f32 sum `s = acc + p` on a bfloat16 midpoint)
-/// whose sum is not exact, `acc` a bfloat16 value and `p` a product exact
-/// in f32 (at most 16 significant bits), found as those where `s − p`,
-/// computed in f32, is not `acc`; and that difference, `d`. Inexact needs
-/// a set bit below the sum's f32 unit, at most 2^-23 of the sum's top
-/// bit, which is one above the larger term's at most.
+/// whose sum is not exact, `acc` a bfloat16 value and `p = x·sv` a
+/// product exact in f32 (at most 16 significant bits), found as those
+/// where `s − p`, computed in f32, is not `acc`; and that difference, `d`
+/// (one FMA, `s − x·sv` rounded once, which is `s − p` rounded since `p`
+/// is exact: one instruction where the product and the difference took
+/// two). Inexact needs a set bit below the sum's f32 unit, at most 2^-23
+/// of the sum's top bit, which is one above the larger term's at most.
 ///
 /// - `acc` the larger term: a midpoint `s` is `acc` plus an odd
 ///   multiple of half `acc`'s bfloat16 unit (a quarter of it after a
@@ -186,8 +188,8 @@ fn step_for(s: bf16) -> Step {
 /// that is itself one.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn inexact(acc: __m256, p: __m256, s: __m256, mid: __m256i) -> (__m256i, __m256) {
-    let d = _mm256_sub_ps(s, p);
+fn inexact(acc: __m256, (x, sv): (__m256, __m256), s: __m256, mid: __m256i) -> (__m256i, __m256) {
+    let d = _mm256_fnmadd_ps(x, sv, s);
     let off = _mm256_cmp_ps::<_CMP_NEQ_OQ>(d, acc);
     (_mm256_and_si256(mid, _mm256_castps_si256(off)), d)
 }
@@ -268,7 +270,7 @@ fn midpoints(s: __m256) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn settle_sum(acc: __m256, x: __m256, sv: __m256, s: __m256, mid: __m256i) -> __m256i {
-    let (wrong, d) = inexact(acc, _mm256_mul_ps(x, sv), s, mid);
+    let (wrong, d) = inexact(acc, (x, sv), s, mid);
     if _mm256_testz_si256(wrong, wrong) == 1 {
         return round(s);
     }
@@ -282,8 +284,8 @@ fn settle_sum(acc: __m256, x: __m256, sv: __m256, s: __m256, mid: __m256i) -> __
 fn sum16((ae, ao): (__m256, __m256), (xe, xo): (__m256, __m256), sv: __m256) -> (__m256i, __m256i) {
     let se = _mm256_fmadd_ps(xe, sv, ae);
     let so = _mm256_fmadd_ps(xo, sv, ao);
-    let (we, de) = inexact(ae, _mm256_mul_ps(xe, sv), se, midpoints(se));
-    let (wo, d_o) = inexact(ao, _mm256_mul_ps(xo, sv), so, midpoints(so));
+    let (we, de) = inexact(ae, (xe, sv), se, midpoints(se));
+    let (wo, d_o) = inexact(ao, (xo, sv), so, midpoints(so));
     let wrong = _mm256_or_si256(we, wo);
     if _mm256_testz_si256(wrong, wrong) == 1 {
         return (round(se), round(so));
