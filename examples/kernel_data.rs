@@ -7,7 +7,7 @@
 //! reducing eight different data sets in turn (see [`SETS`]).
 //!
 //! Each op gets two figures: over the whole buffers at once, and through
-//! blocks of [`REDUCTION_BLOCK_BYTES`] each stored to an output array, as
+//! blocks of [`reduction_block_bytes`] each stored to an output array, as
 //! the local engine computes a large call (its per-block work and the
 //! stores included): the time the engine's arithmetic takes, which the
 //! memory traffic of a call from memory has to hide.
@@ -27,7 +27,7 @@ use half::{bf16, f16};
 use hash::hash;
 use rankwise::RedOp;
 use rankwise::core::{F8E4M3, F8E5M2};
-use rankwise::engine::local::REDUCTION_BLOCK_BYTES;
+use rankwise::engine::local::reduction_block_bytes;
 use rankwise::kernels::{Arith, Isa, reduce_blocks_on, reduce_into_on};
 use std::time::Instant;
 
@@ -65,7 +65,8 @@ fn run<T: Arith>(name: &str, n: usize, shape: &str) {
     let mut acc = vec![T::default(); len];
     let mut line = format!("{name:9} N={n} {shape:7}");
     let mut out = vec![T::default(); len];
-    let per_block = REDUCTION_BLOCK_BYTES / std::mem::size_of::<T>();
+    let size = std::mem::size_of::<T>();
+    let per_block = reduction_block_bytes(size) / size;
     let mut block = vec![T::default(); per_block];
     let isa = Isa::detected();
     for op in [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(0.3)] {
@@ -112,8 +113,11 @@ fn main() {
         }
     }
     println!(
-        "ns per element, best of 30, on {:?}: whole buffers / blocks of {REDUCTION_BLOCK_BYTES} bytes",
-        Isa::detected()
+        "ns per element, best of 30, on {:?}: whole buffers / blocks as the engine's \
+         ({} bytes of 8- and 16-bit types, {} of wider ones)",
+        Isa::detected(),
+        reduction_block_bytes(1),
+        reduction_block_bytes(4)
     );
     for n in [2, 4] {
         for shape in ["onehot", "same", "rand"] {

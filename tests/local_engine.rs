@@ -154,6 +154,56 @@ fn large_outputs_at_any_offset_within_a_line() {
     }
 }
 
+/// A large AllReduce of `T` on 2 ranks whose buffers start `shift(r)`
+/// elements into their allocations, out of place and in place, against
+/// `value(i, r)` summed over the ranks.
+fn large_all_reduce_of<T>(value: fn(usize, usize) -> T, add: fn(T, T) -> T)
+where
+    T: rankwise::Element + PartialEq + std::fmt::Debug,
+{
+    // large enough to stream: 2 ranks × send and recv of `len` elements
+    let size = std::mem::size_of::<T>();
+    let len = last_level_cache() / (4 * size) + 5;
+    for shifts in [[0, 0], [3, 3], [0, 1], [7, 2]] {
+        let outs = launch(2, |c| {
+            let r = c.rank();
+            let input: Vec<T> = (0..len + 8).map(|i| value(i, r)).collect();
+            let mut out = vec![T::default(); len + 8];
+            let s = shifts[r];
+            c.all_reduce_into(&input[s..s + len], &mut out[s..s + len], RedOp::Sum)?;
+            let mut inplace: Vec<T> = input[s..s + len].to_vec();
+            c.all_reduce(&mut inplace, RedOp::Sum)?;
+            Ok((out, inplace, s))
+        })
+        .unwrap();
+        let name = std::any::type_name::<T>();
+        for (out, inplace, s) in outs {
+            let want = |i: usize| add(value(i + shifts[0], 0), value(i + shifts[1], 1));
+            assert!(
+                out[..s]
+                    .iter()
+                    .chain(&out[s + len..])
+                    .all(|x| *x == T::default())
+            );
+            for i in 0..len {
+                assert_eq!(out[s + i], want(i), "{name} {shifts:?} element {i}");
+                assert_eq!(inplace[i], want(i), "{name} {shifts:?} in place {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn large_calls_of_narrow_types_at_any_offset_within_a_line() {
+    // 8- and 16-bit types go through larger blocks than f32: small
+    // integers, so every sum is exact in the type
+    large_all_reduce_of(
+        |i, r| half::bf16::from_f32((i % 64 * (r + 1)) as f32),
+        |a, b| half::bf16::from_f32(a.to_f32() + b.to_f32()),
+    );
+    large_all_reduce_of(|i, r| (i % 32 * (r + 1)) as u8, |a, b| a + b);
+}
+
 #[test]
 fn large_calls_in_one_group_and_after_it_each_get_every_part() {
     // calls that stream are cut into parts that the ranks claim as they go,

@@ -22,7 +22,7 @@ mod broadcast;
 mod gather;
 mod own;
 mod reduction;
-pub use reduction::REDUCTION_BLOCK_BYTES;
+pub use reduction::reduction_block_bytes;
 
 pub use own::own;
 

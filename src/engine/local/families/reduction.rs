@@ -65,21 +65,30 @@ struct Job<'a, I> {
 }
 
 /// How far ahead of a block its inputs are prefetched, in bytes: 8
-/// blocks. The hardware prefetchers follow a few streams; a reduction
-/// reads N at once, and with them ahead of the loads 64 MiB Reduce,
-/// ReduceScatter and AllReduce at N = 2 went from 72–85% to 89–98% of the
-/// traffic bound. 1, 4 and 8 KiB were slower (BENCHMARKS.md, "Tried and
-/// not kept").
+/// blocks of four lines. The hardware prefetchers follow a few streams; a
+/// reduction reads N at once, and with them ahead of the loads 64 MiB
+/// Reduce, ReduceScatter and AllReduce at N = 2 went from 72–85% to 89–98%
+/// of the traffic bound. 1, 4 and 8 KiB were slower (BENCHMARKS.md, "Tried
+/// and not kept").
 const PREFETCH_AHEAD: usize = 2048;
 
-/// Lines reduced together: a few, so the per-block work (slices of N
-/// inputs) is spread over more bytes, while the block stays in registers.
-const BLOCK_LINES: usize = 4;
+/// The most lines a block holds ([`reduction_block_bytes`]).
+const MOST_BLOCK_LINES: usize = 8;
 
-/// The bytes of one block a large reduction is computed in before it is
-/// stored to the outputs (`examples/kernel_data` times the kernels both
-/// through blocks of this size and over whole buffers).
-pub const REDUCTION_BLOCK_BYTES: usize = BLOCK_LINES * LINE;
+/// The bytes of one block a large reduction of elements of `size` bytes
+/// is computed in before it is stored to the outputs: a few lines, so the
+/// work each block costs whatever its size (the inputs' slices, the
+/// kernel's call and set-up) is spread over more elements, while the block
+/// stays in registers. Eight lines for the 8- and 16-bit types, whose
+/// kernels take many instructions per element (64 MiB AllReduce at N = 2
+/// and 4, calls of both sizes alternated in one process: 3–15% faster
+/// than four); four for the wider ones, which eight lines left level or
+/// slower (`examples/kernel_data` times the kernels both through blocks
+/// of this size and over whole buffers).
+pub const fn reduction_block_bytes(size: usize) -> usize {
+    let lines = if size <= 2 { MOST_BLOCK_LINES } else { 4 };
+    lines * LINE
+}
 
 impl<I: Fn(usize) -> usize> Job<'_, I> {
     /// Reduces elements `range` of every input and writes them to every
@@ -98,7 +107,7 @@ impl<I: Fn(usize) -> usize> Job<'_, I> {
     #[inline(always)]
     fn range<T: Arith>(&self, range: Range<usize>) {
         let size = std::mem::size_of::<T>();
-        let per_block = BLOCK_LINES * LINE / size;
+        let per_block = reduction_block_bytes(size) / size;
         // the line grid: that of the streamed outputs, which must share it
         let lead = match self.outputs.iter().find(|o| o.stream) {
             Some(o) => o.addr,
@@ -128,16 +137,18 @@ impl<I: Fn(usize) -> usize> Job<'_, I> {
         let p = self.p;
         let size = std::mem::size_of::<T>();
         let per_line = LINE / size;
-        // room for a block of one-byte elements; wider types use the front
-        let mut buf = [T::default(); BLOCK_LINES * LINE];
-        let per_block = BLOCK_LINES * per_line;
+        // room for the largest block of one-byte elements; other types use
+        // the front
+        let mut buf = [T::default(); MOST_BLOCK_LINES * LINE];
+        let lines = reduction_block_bytes(size) / LINE;
+        let per_block = lines * per_line;
         let block = &mut buf[..per_block];
         let input = |s: usize, at: usize| {
             let from = (self.input)(s) + at * size;
             // the lines this input needs a few blocks from now: with many
             // instructions per line (half, bfloat16, Avg) the loads of the
             // next blocks then overlap this block's arithmetic
-            for k in 0..BLOCK_LINES {
+            for k in 0..lines {
                 p.prefetch(from + PREFETCH_AHEAD + k * LINE);
             }
             p.view::<T>(from, per_block)
