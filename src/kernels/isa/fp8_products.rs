@@ -44,6 +44,9 @@ pub(crate) struct Products {
     pub(crate) low_end: u8,
     /// The scalar is negative.
     pub(crate) negative: bool,
+    /// No code the steps hold for steps past the largest finite code, so
+    /// the cap changes nothing (every scalar of at most 1 in magnitude).
+    pub(crate) uncapped: bool,
 }
 
 static E4M3: [OnceLock<Option<Products>>; 256] = [const { OnceLock::new() }; 256];
@@ -89,11 +92,13 @@ impl Products {
         for (c, p) in product.iter().enumerate().take(low_end) {
             low[c / 16][c % 16] = *p;
         }
+        let uncapped = (low_end..=top).all(|c| (c as u8).wrapping_add(steps[c & 15]) <= f.max_code);
         Some(Products {
             steps,
             low,
             low_end: low_end as u8,
             negative: s.code() & 0x80 != 0,
+            uncapped,
         })
     }
 }
@@ -145,6 +150,8 @@ mod tests {
     fn looked_up(p: &Products, max: u8, c: u8) -> u8 {
         if c < p.low_end {
             p.low[c as usize / 16][c as usize % 16]
+        } else if p.uncapped {
+            c.wrapping_add(p.steps[c as usize % 16])
         } else {
             c.wrapping_add(p.steps[c as usize % 16]).min(max)
         }

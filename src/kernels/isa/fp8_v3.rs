@@ -231,6 +231,12 @@ struct Lookup {
     low_end: i8,
     /// the scalar is negative
     negative: bool,
+    /// every step is the same (a power-of-two scalar: Avg at a
+    /// power-of-two N), so an addition replaces the shuffle
+    one_step: bool,
+    /// no code needs the cap at the largest finite code
+    /// ([`Products::uncapped`])
+    uncapped: bool,
 }
 
 impl Lookup {
@@ -247,6 +253,8 @@ impl Lookup {
             tables: (p.low_end as usize).div_ceil(16),
             low_end: p.low_end as i8,
             negative: p.negative,
+            one_step: p.steps.iter().all(|&k| k == p.steps[0]),
+            uncapped: p.uncapped,
         }
     }
 
@@ -267,9 +275,20 @@ impl Lookup {
     #[inline]
     fn finite_products(&self, f: &MiniFloat, v: __m256i) -> __m256i {
         let mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7F));
-        // the shuffle reads the low 4 bits of each index (bit 7 is clear)
-        let stepped = _mm256_add_epi8(mag, _mm256_shuffle_epi8(self.steps, mag));
-        let mut r = _mm256_min_epu8(stepped, _mm256_set1_epi8(f.max_code as i8));
+        // the shuffle reads the low 4 bits of each index (bit 7 is clear);
+        // with one step every entry is the same, in every byte of `steps`
+        let step = if self.one_step {
+            self.steps
+        } else {
+            _mm256_shuffle_epi8(self.steps, mag)
+        };
+        let stepped = _mm256_add_epi8(mag, step);
+        // below `low_end` the sum may wrap, but the tables' entry replaces it
+        let mut r = if self.uncapped {
+            stepped
+        } else {
+            _mm256_min_epu8(stepped, _mm256_set1_epi8(f.max_code as i8))
+        };
         if self.tables > 0 {
             let mut low = _mm256_shuffle_epi8(self.low[0], mag);
             // a constant count, so the loop unrolls into tests of `tables`
