@@ -199,8 +199,11 @@ mod tests {
             let p = products(F8E4M3::from_f32(s)).unwrap();
             // 0.5 = 2^-1: products below 2^-6 are the codes under 2^-5, 16
             assert!(p.low_end <= 24, "e4m3 s = {s}: tables up to {}", p.low_end);
+            // and a scalar below 1 never needs the cap
+            assert!(p.uncapped, "e4m3 s = {s}: capped");
             let p = products(F8E5M2::from_f32(s)).unwrap();
             assert!(p.low_end <= 12, "e5m2 s = {s}: tables up to {}", p.low_end);
+            assert!(p.uncapped, "e5m2 s = {s}: capped");
         }
     }
 }
