@@ -47,6 +47,9 @@ pub(crate) struct Products {
     /// No code the steps hold for steps past the largest finite code, so
     /// the cap changes nothing (every scalar of at most 1 in magnitude).
     pub(crate) uncapped: bool,
+    /// Every step is the same (a power-of-two scalar: Avg at a
+    /// power-of-two N), so an addition can replace the lookup.
+    pub(crate) one_step: bool,
 }
 
 static E4M3: [OnceLock<Option<Products>>; 256] = [const { OnceLock::new() }; 256];
@@ -99,6 +102,7 @@ impl Products {
             low_end: low_end as u8,
             negative: s.code() & 0x80 != 0,
             uncapped,
+            one_step: steps.iter().all(|&k| k == steps[0]),
         })
     }
 }
@@ -199,11 +203,14 @@ mod tests {
             let p = products(F8E4M3::from_f32(s)).unwrap();
             // 0.5 = 2^-1: products below 2^-6 are the codes under 2^-5, 16
             assert!(p.low_end <= 24, "e4m3 s = {s}: tables up to {}", p.low_end);
-            // and a scalar below 1 never needs the cap
+            // and a scalar below 1 never needs the cap; a power of two
+            // steps every code alike
             assert!(p.uncapped, "e4m3 s = {s}: capped");
+            assert_eq!(p.one_step, s != 0.3, "e4m3 s = {s}: one step");
             let p = products(F8E5M2::from_f32(s)).unwrap();
             assert!(p.low_end <= 12, "e5m2 s = {s}: tables up to {}", p.low_end);
             assert!(p.uncapped, "e5m2 s = {s}: capped");
+            assert_eq!(p.one_step, s != 0.3, "e5m2 s = {s}: one step");
         }
     }
 }

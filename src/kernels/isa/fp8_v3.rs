@@ -231,11 +231,9 @@ struct Lookup {
     low_end: i8,
     /// the scalar is negative
     negative: bool,
-    /// every step is the same (a power-of-two scalar: Avg at a
-    /// power-of-two N), so an addition replaces the shuffle
+    /// an addition replaces the shuffle ([`Products::one_step`])
     one_step: bool,
-    /// no code needs the cap at the largest finite code
-    /// ([`Products::uncapped`])
+    /// no code needs the cap ([`Products::uncapped`])
     uncapped: bool,
 }
 
@@ -253,7 +251,7 @@ impl Lookup {
             tables: (p.low_end as usize).div_ceil(16),
             low_end: p.low_end as i8,
             negative: p.negative,
-            one_step: p.steps.iter().all(|&k| k == p.steps[0]),
+            one_step: p.one_step,
             uncapped: p.uncapped,
         }
     }

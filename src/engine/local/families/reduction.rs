@@ -65,7 +65,7 @@ struct Job<'a, I> {
 }
 
 /// How far ahead of a block its inputs are prefetched, in bytes: 8
-/// blocks of four lines. The hardware prefetchers follow a few streams; a
+/// blocks of four lines, 4 of eight. The hardware prefetchers follow a few streams; a
 /// reduction reads N at once, and with them ahead of the loads 64 MiB
 /// Reduce, ReduceScatter and AllReduce at N = 2 went from 72–85% to 89–98%
 /// of the traffic bound. 1, 4 and 8 KiB were slower (BENCHMARKS.md, "Tried
