@@ -151,9 +151,10 @@ fn step_for(s: bf16) -> Step {
     }
 }
 
-/// The lanes of `mid` (an f32 sum `s = acc + p` on a bfloat16 midpoint)
-/// whose sum is not exact, `acc` a bfloat16 value and `p = x·sv` a
-/// product exact in f32 (at most 16 significant bits), found as those
+/// Among the lanes of an f32 sum `s = acc + p` on a bfloat16 midpoint
+/// ([`midpoints`], which the caller ANDs with this mask), those whose sum
+/// is not exact, `acc` a bfloat16 value and `p = x·sv` a product exact in
+/// f32 (at most 16 significant bits), found as those
 /// where `s − p`, computed in f32, is not `acc`; and that difference, `d`
 /// (one FMA, `s − x·sv` rounded once, which is `s − p` rounded since `p`
 /// is exact: one instruction where the product and the difference took
@@ -188,10 +189,9 @@ fn step_for(s: bf16) -> Step {
 /// that is itself one.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn inexact(acc: __m256, (x, sv): (__m256, __m256), s: __m256, mid: __m256i) -> (__m256i, __m256) {
+fn inexact(acc: __m256, (x, sv): (__m256, __m256), s: __m256) -> (__m256i, __m256) {
     let d = _mm256_fnmadd_ps(x, sv, s);
-    let off = _mm256_cmp_ps::<_CMP_NEQ_OQ>(d, acc);
-    (_mm256_and_si256(mid, _mm256_castps_si256(off)), d)
+    (_mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_OQ>(d, acc)), d)
 }
 
 /// `s`'s bits moved one f32 unit towards `e` in the lanes of `mask`
@@ -270,7 +270,8 @@ fn midpoints(s: __m256) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn settle_sum(acc: __m256, x: __m256, sv: __m256, s: __m256, mid: __m256i) -> __m256i {
-    let (wrong, d) = inexact(acc, (x, sv), s, mid);
+    let (off, d) = inexact(acc, (x, sv), s);
+    let wrong = _mm256_and_si256(mid, off);
     if _mm256_testz_si256(wrong, wrong) == 1 {
         return round(s);
     }
@@ -278,21 +279,33 @@ fn settle_sum(acc: __m256, x: __m256, sv: __m256, s: __m256, mid: __m256i) -> __
 }
 
 /// [`settle_sum`] on 16 lanes (both halves of [`load`]'s layout), with
-/// one branch for the 16.
+/// one branch for the 16. The two halves' midpoint tests and inexact
+/// masks are interleaved into one register of 16-bit lanes (the even
+/// elements' in the low halves of the 32-bit lanes, the odd ones' in the
+/// high halves), so one compare finds the midpoints of all 16 and one
+/// AND and one test the lanes to move; those are spread back over the
+/// 32-bit lanes only where there are any.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn sum16((ae, ao): (__m256, __m256), (xe, xo): (__m256, __m256), sv: __m256) -> (__m256i, __m256i) {
     let se = _mm256_fmadd_ps(xe, sv, ae);
     let so = _mm256_fmadd_ps(xo, sv, ao);
-    let (we, de) = inexact(ae, (xe, sv), se, midpoints(se));
-    let (wo, d_o) = inexact(ao, (xo, sv), so, midpoints(so));
-    let wrong = _mm256_or_si256(we, wo);
+    let (be, bo) = (_mm256_castps_si256(se), _mm256_castps_si256(so));
+    let (off_e, de) = inexact(ae, (xe, sv), se);
+    let (off_o, d_o) = inexact(ao, (xo, sv), so);
+    // the low halves of both sums side by side, and of both masks (all
+    // ones or all zeros over 32 bits, so either half of a lane will do)
+    let lows = _mm256_blend_epi16::<0xAA>(be, _mm256_slli_epi32::<16>(bo));
+    let mid = _mm256_cmpeq_epi16(lows, _mm256_set1_epi16(0x8000_u16 as i16));
+    let wrong = _mm256_and_si256(mid, _mm256_blend_epi16::<0xAA>(off_e, off_o));
     if _mm256_testz_si256(wrong, wrong) == 1 {
         return (round(se), round(so));
     }
+    let we = _mm256_srai_epi32::<31>(_mm256_slli_epi32::<16>(wrong));
+    let wo = _mm256_srai_epi32::<31>(wrong);
     (
-        round(toward(_mm256_castps_si256(se), _mm256_sub_ps(ae, de), we)),
-        round(toward(_mm256_castps_si256(so), _mm256_sub_ps(ao, d_o), wo)),
+        round(toward(be, _mm256_sub_ps(ae, de), we)),
+        round(toward(bo, _mm256_sub_ps(ao, d_o), wo)),
     )
 }
 
