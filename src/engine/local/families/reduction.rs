@@ -65,15 +65,23 @@ struct Job<'a, I> {
 }
 
 /// How far ahead of a block its inputs are prefetched, in bytes: 8
-/// blocks of four lines, 4 of eight. The hardware prefetchers follow a few streams; a
-/// reduction reads N at once, and with them ahead of the loads 64 MiB
-/// Reduce, ReduceScatter and AllReduce at N = 2 went from 72–85% to 89–98%
-/// of the traffic bound. 1, 4 and 8 KiB were slower (BENCHMARKS.md, "Tried
-/// and not kept").
+/// blocks of four lines, 4 of eight. The hardware prefetchers follow a
+/// few streams; a reduction reads N at once, and with them ahead of the
+/// loads 64 MiB Reduce, ReduceScatter and AllReduce at N = 2 went from
+/// 72–85% to 89–98% of the traffic bound. 1, 4 and 8 KiB were slower
+/// (BENCHMARKS.md, "Tried and not kept").
 const PREFETCH_AHEAD: usize = 2048;
 
-/// The most lines a block holds ([`reduction_block_bytes`]).
-const MOST_BLOCK_LINES: usize = 8;
+/// Lines per block for the 8- and 16-bit types, and for the wider ones
+/// ([`reduction_block_bytes`]).
+const NARROW_BLOCK_LINES: usize = 8;
+const WIDE_BLOCK_LINES: usize = 4;
+/// The most lines a block holds, which the block buffer is sized for.
+const MOST_BLOCK_LINES: usize = if NARROW_BLOCK_LINES > WIDE_BLOCK_LINES {
+    NARROW_BLOCK_LINES
+} else {
+    WIDE_BLOCK_LINES
+};
 
 /// The bytes of one block a large reduction of elements of `size` bytes
 /// is computed in before it is stored to the outputs: a few lines, so the
@@ -86,7 +94,11 @@ const MOST_BLOCK_LINES: usize = 8;
 /// slower (`examples/kernel_data` times the kernels both through blocks
 /// of this size and over whole buffers).
 pub const fn reduction_block_bytes(size: usize) -> usize {
-    let lines = if size <= 2 { MOST_BLOCK_LINES } else { 4 };
+    let lines = if size <= 2 {
+        NARROW_BLOCK_LINES
+    } else {
+        WIDE_BLOCK_LINES
+    };
     lines * LINE
 }
 
