@@ -17,8 +17,8 @@
 //! and of the streaming copy, read plus written, their ratio, and which
 //! the engine would choose for a call of that footprint.
 
-use rankwise::engine::local::last_level_cache;
 use rankwise::engine::local::memory::copy_streaming;
+use rankwise::engine::local::{last_level_cache, streams_footprint};
 use std::time::Instant;
 
 type Copy = fn(&mut [u8], &[u8]);
@@ -87,7 +87,11 @@ fn main() {
             plain / 1e9,
             streaming / 1e9,
             streaming / plain,
-            if footprint > llc { "yes" } else { "no" }
+            if streams_footprint(footprint) {
+                "yes"
+            } else {
+                "no"
+            }
         );
     }
 }

@@ -12,7 +12,7 @@ mod diagnose;
 mod engine;
 pub(crate) mod exec;
 mod families;
-pub use families::{last_level_cache, reduction_block_bytes};
+pub use families::{last_level_cache, reduction_block_bytes, streams_footprint};
 pub mod memory;
 mod p2p;
 mod post;

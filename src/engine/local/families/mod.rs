@@ -48,7 +48,14 @@ pub fn streaming(calls: &[Call]) -> bool {
 
 /// [`streaming`] for an agreed call `c` of `n` ranks.
 fn streams(c: &Call, n: usize) -> bool {
-    footprint_bytes(c, n) > last_level_cache()
+    streams_footprint(footprint_bytes(c, n))
+}
+
+/// Whether a call whose buffers span `bytes` over all ranks writes its
+/// outputs with streaming stores: the rule of [`streaming`], for tools
+/// that set it beside their own measurements (`examples/store_crossover`).
+pub fn streams_footprint(bytes: usize) -> bool {
+    bytes > last_level_cache()
 }
 
 fn footprint_bytes(c: &Call, n: usize) -> usize {
