@@ -316,12 +316,16 @@ mod half_v3;
 // 128-bit ones; an operation across the halves costs more).
 //
 // Rounding back is the integer rounding of `core::datatype::f32_to_bf16`
-// (add 0x7FFF plus the kept part's last bit, keep the top half). That
-// function also passes a NaN's top bits through rather than rounding them;
-// here no NaN has a nonzero low half (every NaN is a widened input, which
-// the float operations return quiet with its bits, or the default NaN), so
-// the addition cannot carry into the kept part and gives the same quiet
-// NaN.
+// (add 0x7FFF plus the kept part's last bit, keep the top half), done on
+// 16 lanes at once: the top halves of both registers side by side (the
+// shift and blend that store them) and the low halves side by side (the
+// same for the other halves, which the fused step's midpoint check also
+// takes), and the kept parts one more where the low half is past the
+// midpoint or on it with the kept part odd. That function also passes a
+// NaN's top bits through rather than rounding them; here no NaN has a
+// nonzero low half (every NaN is a widened input, which the float
+// operations return quiet with its bits, or the default NaN), so rounding
+// leaves its kept part as it is: the same quiet NaN.
 //
 // The fused step `rnd(acc + x·s)`, acc a bfloat16 value: `fma(x, s, acc)`
 // in f32 is the exact value rounded once at 24 bits, and rounding that to

@@ -46,13 +46,51 @@ fn rounded(v: __m256) -> __m256 {
     _mm256_castsi256_ps(_mm256_and_si256(round(v), _mm256_set1_epi32(HIGH)))
 }
 
-/// The top halves of the even- and odd-indexed lanes of [`load`]'s
-/// layout into the 16 elements of `out`.
+/// The even- and odd-indexed lanes of [`load`]'s layout rounded to
+/// bfloat16, in element order: [`round_kept`] on their top and low halves.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn store(out: &mut [bf16], even: __m256i, odd: __m256i) {
+fn pack(even: __m256i, odd: __m256i) -> __m256i {
+    round_kept(kept(even, odd), lows(even, odd))
+}
+
+/// The top halves of [`load`]'s two layouts in element order: the
+/// 16-bit values rounding keeps.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn kept(even: __m256i, odd: __m256i) -> __m256i {
+    _mm256_blend_epi16::<0xAA>(_mm256_srli_epi32::<16>(even), odd)
+}
+
+/// The low halves of [`load`]'s two layouts in element order: what
+/// rounding drops.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn lows(even: __m256i, odd: __m256i) -> __m256i {
+    _mm256_blend_epi16::<0xAA>(even, _mm256_slli_epi32::<16>(odd))
+}
+
+/// 16 floats' top halves rounded to nearest, ties to even, by their low
+/// halves, 16 bits wide: one more where the low half is above 0x8000, or
+/// at 0x8000 with the kept part odd. `low − 0x8000` as a signed 16-bit
+/// value is how far above the midpoint it lies; adding the kept part's
+/// last bit (saturating, so 0xFFFF stays above) makes "round up" one
+/// compare with zero. The same bits as [`round`] on each 32-bit lane, for
+/// the register of 16 the cost of 8 lanes' rounding.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn round_kept(kept: __m256i, lows: __m256i) -> __m256i {
+    let above = _mm256_xor_si256(lows, _mm256_set1_epi16(0x8000_u16 as i16));
+    let odd = _mm256_and_si256(kept, _mm256_set1_epi16(1));
+    let up = _mm256_cmpgt_epi16(_mm256_adds_epi16(above, odd), _mm256_setzero_si256());
+    _mm256_sub_epi16(kept, up)
+}
+
+/// 16 bfloat16 into the 16 elements of `out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn store(out: &mut [bf16], v: __m256i) {
     let out = &mut out[..16];
-    let v = _mm256_blend_epi16::<0xAA>(_mm256_srli_epi32::<16>(even), odd);
     // SAFETY: `out` holds 16 bfloat16, 32 bytes; the store is unaligned.
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) }
 }
@@ -65,9 +103,12 @@ fn store(out: &mut [bf16], even: __m256i, odd: __m256i) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn apply16<const OP: Combine>((ae, ao): (__m256, __m256), b: &[bf16]) -> (__m256i, __m256i) {
+fn apply16<const OP: Combine>((ae, ao): (__m256, __m256), b: &[bf16]) -> __m256i {
     let (be, bo) = load(b);
-    (round(apply::<OP>(ae, be)), round(apply::<OP>(ao, bo)))
+    pack(
+        _mm256_castps_si256(apply::<OP>(ae, be)),
+        _mm256_castps_si256(apply::<OP>(ao, bo)),
+    )
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -77,8 +118,7 @@ pub fn combine<const OP: Combine>(acc: &mut [bf16], x0: &[bf16], x1: &[bf16]) {
     let (x0, x1) = (&x0[..len], &x1[..len]);
     let mut out = acc.chunks_exact_mut(16);
     for ((o, a), b) in (&mut out).zip(x0.chunks_exact(16)).zip(x1.chunks_exact(16)) {
-        let (e, od) = apply16::<OP>(load(a), b);
-        store(o, e, od);
+        store(o, apply16::<OP>(load(a), b));
     }
     let rest = out.into_remainder();
     if !rest.is_empty() {
@@ -101,8 +141,8 @@ pub fn combine_into<const OP: Combine>(acc: &mut [bf16], x: &[bf16]) {
     let x = &x[..len];
     let mut out = acc.chunks_exact_mut(16);
     for (o, b) in (&mut out).zip(x.chunks_exact(16)) {
-        let (e, od) = apply16::<OP>(load(o), b);
-        store(o, e, od);
+        let v = apply16::<OP>(load(o), b);
+        store(o, v);
     }
     let rest = out.into_remainder();
     if !rest.is_empty() {
@@ -120,10 +160,10 @@ pub fn scale(acc: &mut [bf16], x: &[bf16], s: bf16) {
     for i in (0..whole).step_by(16) {
         // the product rounded to f32, then to bfloat16, as `mul` does
         let (xe, xo) = load(&x[i..]);
+        let (pe, po) = (_mm256_mul_ps(xe, sv), _mm256_mul_ps(xo, sv));
         store(
             &mut acc[i..],
-            round(_mm256_mul_ps(xe, sv)),
-            round(_mm256_mul_ps(xo, sv)),
+            pack(_mm256_castps_si256(pe), _mm256_castps_si256(po)),
         );
     }
     for i in whole..acc.len() {
@@ -207,27 +247,27 @@ fn toward(bits: __m256i, e: __m256, mask: __m256i) -> __m256 {
     _mm256_castsi256_ps(_mm256_add_epi32(bits, _mm256_and_si256(mask, step)))
 }
 
-/// The fused step on 8 lanes: the rounded bits, and the lanes whose
-/// midpoint direction this could not settle (movemask bits; only
-/// [`SUM_TINY`] has any), which the caller computes again with the
-/// element step. [`SUM`] finds the inexact midpoint lanes with
-/// [`settle_sum`]; [`SUM_TINY`] looks further only at vectors with a lane
-/// on a midpoint, and there takes TwoSum's error term.
+/// The fused step on 8 lanes, [`FMA`] and [`SUM_TINY`] ([`SUM`] takes 16
+/// lanes at a time, [`sum16`]): the f32 sum's bits, moved off a midpoint
+/// where the sum is not exact so that [`pack`] rounds them as it would the
+/// exact value, and the lanes whose midpoint direction this could not
+/// settle (movemask bits; only [`SUM_TINY`] has any), which the caller
+/// computes again with the element step. [`SUM_TINY`] looks further only
+/// at vectors with a lane on a midpoint, and there takes TwoSum's error
+/// term.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) {
     let s = _mm256_fmadd_ps(x, sv, acc);
-    if STEP == FMA {
-        return (round(s), 0);
-    }
-    let mid = midpoints(s);
-    if STEP == SUM {
-        return (settle_sum(acc, x, sv, s, mid), 0);
-    }
-    if _mm256_testz_si256(mid, mid) == 1 {
-        return (round(s), 0);
-    }
     let bits = _mm256_castps_si256(s);
+    if STEP == FMA {
+        return (bits, 0);
+    }
+    debug_assert!(STEP != SUM, "SUM's step is sum16");
+    let mid = midpoints(s);
+    if _mm256_testz_si256(mid, mid) == 1 {
+        return (bits, 0);
+    }
     let p = _mm256_mul_ps(x, sv);
     // e = acc + p − s exactly, when p = x·s is exact
     let e = two_sum_error(acc, p, s);
@@ -241,7 +281,7 @@ fn step<const STEP: Step>(acc: __m256, x: __m256, sv: __m256) -> (__m256i, i32) 
     let unsettled = _mm256_movemask_ps(_mm256_andnot_ps(p_ok, _mm256_castsi256_ps(mid)));
     let off = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_OQ>(e, _mm256_setzero_ps()));
     (
-        round(toward(bits, e, _mm256_and_si256(mid, off))),
+        _mm256_castps_si256(toward(bits, e, _mm256_and_si256(mid, off))),
         unsettled,
     )
 }
@@ -254,9 +294,15 @@ fn midpoints(s: __m256) -> __m256i {
     _mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000))
 }
 
-/// [`SUM`]'s step for the lanes of `mid` (on a midpoint), `s` the FMA's
-/// sum: those whose sum is inexact ([`inexact`]) are moved towards the
-/// exact value before the rounding.
+/// [`SUM`]'s step on 16 lanes (both halves of [`load`]'s layout): the
+/// lanes on a midpoint whose sum is inexact ([`inexact`]) are moved
+/// towards the exact value, then all 16 are rounded. The two halves'
+/// midpoint tests and inexact masks are interleaved into one register of
+/// 16-bit lanes (the even elements' in the low halves of the 32-bit
+/// lanes, the odd ones' in the high halves), the low halves [`round_kept`]
+/// takes, so one compare finds the midpoints of all 16 and one AND and
+/// one test the lanes to move; those are spread back over the 32-bit
+/// lanes only where there are any.
 ///
 /// Every vector is tested this way, with one branch, on a lane to move,
 /// which is rarely taken on any data. A branch on a lane being on a
@@ -269,25 +315,7 @@ fn midpoints(s: __m256) -> __m256i {
 /// 0.30 without).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn settle_sum(acc: __m256, x: __m256, sv: __m256, s: __m256, mid: __m256i) -> __m256i {
-    let (off, d) = inexact(acc, (x, sv), s);
-    let wrong = _mm256_and_si256(mid, off);
-    if _mm256_testz_si256(wrong, wrong) == 1 {
-        return round(s);
-    }
-    round(toward(_mm256_castps_si256(s), _mm256_sub_ps(acc, d), wrong))
-}
-
-/// [`settle_sum`] on 16 lanes (both halves of [`load`]'s layout), with
-/// one branch for the 16. The two halves' midpoint tests and inexact
-/// masks are interleaved into one register of 16-bit lanes (the even
-/// elements' in the low halves of the 32-bit lanes, the odd ones' in the
-/// high halves), so one compare finds the midpoints of all 16 and one
-/// AND and one test the lanes to move; those are spread back over the
-/// 32-bit lanes only where there are any.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn sum16((ae, ao): (__m256, __m256), (xe, xo): (__m256, __m256), sv: __m256) -> (__m256i, __m256i) {
+fn sum16((ae, ao): (__m256, __m256), (xe, xo): (__m256, __m256), sv: __m256) -> __m256i {
     let se = _mm256_fmadd_ps(xe, sv, ae);
     let so = _mm256_fmadd_ps(xo, sv, ao);
     let (be, bo) = (_mm256_castps_si256(se), _mm256_castps_si256(so));
@@ -295,17 +323,17 @@ fn sum16((ae, ao): (__m256, __m256), (xe, xo): (__m256, __m256), sv: __m256) -> 
     let (off_o, d_o) = inexact(ao, (xo, sv), so);
     // the low halves of both sums side by side, and of both masks (all
     // ones or all zeros over 32 bits, so either half of a lane will do)
-    let lows = _mm256_blend_epi16::<0xAA>(be, _mm256_slli_epi32::<16>(bo));
+    let lows = lows(be, bo);
     let mid = _mm256_cmpeq_epi16(lows, _mm256_set1_epi16(0x8000_u16 as i16));
     let wrong = _mm256_and_si256(mid, _mm256_blend_epi16::<0xAA>(off_e, off_o));
     if _mm256_testz_si256(wrong, wrong) == 1 {
-        return (round(se), round(so));
+        return round_kept(kept(be, bo), lows);
     }
     let we = _mm256_srai_epi32::<31>(_mm256_slli_epi32::<16>(wrong));
     let wo = _mm256_srai_epi32::<31>(wrong);
-    (
-        round(toward(be, _mm256_sub_ps(ae, de), we)),
-        round(toward(bo, _mm256_sub_ps(ao, d_o), wo)),
+    pack(
+        _mm256_castps_si256(toward(be, _mm256_sub_ps(ae, de), we)),
+        _mm256_castps_si256(toward(bo, _mm256_sub_ps(ao, d_o), wo)),
     )
 }
 
@@ -333,12 +361,11 @@ fn premul_two_16<const STEP: Step>(
     };
     let (xe, xo) = load(x1);
     if STEP == SUM {
-        let (re, ro) = sum16((ae, ao), (xe, xo), sv);
-        return store(out, re, ro);
+        return store(out, sum16((ae, ao), (xe, xo), sv));
     }
     let (re, ue) = step::<STEP>(ae, xe, sv);
     let (ro, uo) = step::<STEP>(ao, xo, sv);
-    store(out, re, ro);
+    store(out, pack(re, ro));
     if ue | uo != 0 {
         for ((o, a), b) in out.iter_mut().zip(x0).zip(x1) {
             *o = bf16::premul_add(bf16::mul(*a, s), *b, s);
@@ -375,10 +402,14 @@ pub fn premul_two(acc: &mut [bf16], x0: &[bf16], x1: &[bf16], s: bf16) {
 fn premul_add_16<const STEP: Step>(out: &mut [bf16], x: &[bf16], s: bf16, sv: __m256) {
     let (ae, ao) = load(out);
     let (xe, xo) = load(x);
+    if STEP == SUM {
+        let v = sum16((ae, ao), (xe, xo), sv);
+        return store(out, v);
+    }
     let (re, ue) = step::<STEP>(ae, xe, sv);
     let (ro, uo) = step::<STEP>(ao, xo, sv);
     if ue | uo == 0 {
-        store(out, re, ro);
+        store(out, pack(re, ro));
     } else {
         for (o, b) in out.iter_mut().zip(x) {
             *o = bf16::premul_add(*o, *b, s);
