@@ -14,12 +14,14 @@
 //!   k = 1 is the copy the bound divides by;
 //! - writes alone: the four destinations written from one piece in cache;
 //! - reads alone: the four destinations summed, one after another and
-//!   all four at once (as a reduction of four inputs reads), the faster.
+//!   all four at once (as a reduction of four inputs reads), the faster;
+//! - the fan-in: k = 2, 4 destinations summed into the source, 32 bytes
+//!   of each at a time, streamed out (Reduce and ReduceScatter out of
+//!   place, which read N bytes per byte written).
 //!
 //! Then the ceiling for each k: the bound's time for 1 + k bytes moved
-//! over the time the k written bytes take alone (fan-out) or the k read
-//! bytes take alone (fan-in: Reduce and ReduceScatter read N bytes per
-//! byte written).
+//! over the time the k written bytes take alone (fan-out), the k read
+//! bytes take alone, or the fan-in itself takes.
 //!
 //!     cargo run --release --example memory_ceiling [ROUNDS]
 
@@ -51,6 +53,8 @@ enum Pattern {
     ReadsAlone,
     /// the destinations read together, a word of each in turn
     ReadsTogether,
+    /// the first k destinations summed into the source, streamed out
+    FanIn(usize),
 }
 
 fn run(bufs: &mut Buffers, pattern: Pattern) {
@@ -98,7 +102,51 @@ fn run(bufs: &mut Buffers, pattern: Pattern) {
             );
             std::hint::black_box(sum);
         }
+        Pattern::FanIn(k) => {
+            let inputs: Vec<&[u8]> = dsts[..k].iter().map(|d| &d[..]).collect();
+            fan_in(src, &inputs);
+        }
     }
+}
+
+/// `out` = the sum of `inputs` as a reduction computes it: 32 bytes of
+/// every input at a time in registers, each result streamed out (32-bit
+/// integer sums: what is added costs little next to the traffic). Plain
+/// code where the CPU lacks AVX2.
+fn fan_in(out: &mut [u8], inputs: &[&[u8]]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked above).
+        return unsafe { fan_in_avx2(out, inputs) };
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = inputs.iter().fold(0u8, |a, x| a.wrapping_add(x[i]));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn fan_in_avx2(out: &mut [u8], inputs: &[&[u8]]) {
+    use std::arch::x86_64::*;
+    assert!(inputs.iter().all(|x| x.len() >= out.len()));
+    // streaming stores need 32-byte alignment: the head and tail plainly
+    let head = out.as_ptr().align_offset(32).min(out.len());
+    let body = (out.len() - head) / 32 * 32;
+    for i in (0..head).chain(head + body..out.len()) {
+        out[i] = inputs.iter().fold(0u8, |a, x| a.wrapping_add(x[i]));
+    }
+    for at in (head..head + body).step_by(32) {
+        let mut sum = _mm256_setzero_si256();
+        for x in inputs {
+            // SAFETY: `at + 32 <= out.len() <= x.len()`; unaligned load.
+            let v = unsafe { _mm256_loadu_si256(x.as_ptr().add(at).cast()) };
+            sum = _mm256_add_epi32(sum, v);
+        }
+        // SAFETY: `at + 32 <= head + body <= out.len()`, and `out + at` is
+        // 32-byte aligned (`head` aligns it; `at - head` is a multiple of 32).
+        unsafe { _mm256_stream_si256(out.as_mut_ptr().add(at).cast(), sum) };
+    }
+    _mm_sfence();
 }
 
 /// `d` 32 bytes at a time.
@@ -168,14 +216,24 @@ fn main() {
         1.0 / write / 1e9,
         1.0 / read / 1e9
     );
-    println!("| k | the most of the bound k writes per read leave | k reads per write leave |");
-    println!("|---:|---:|---:|");
+    println!(
+        "| k | the most of the bound k writes per read leave | k reads per write leave | the fan-in of k measured |"
+    );
+    println!("|---:|---:|---:|---:|");
     for k in FANOUT {
-        // the bound's time for 1 + k bytes moved, over the heavier side's alone
+        // the bound's time for 1 + k bytes moved, over the heavier side's
+        // alone, or over the fan-in's own time
         let bound = (1 + k) as f64 / (2.0 * copy_rate);
+        let fan_in = match k {
+            1 => "—".to_string(),
+            _ => {
+                let t = best(&mut bufs, rounds, Pattern::FanIn(k)) / bytes;
+                format!("{:.2}", bound / t)
+            }
+        };
         let k = k as f64;
         println!(
-            "| {k} | {:.2} | {:.2} |",
+            "| {k} | {:.2} | {:.2} | {fan_in} |",
             bound / (k * write),
             bound / (k * read)
         );
