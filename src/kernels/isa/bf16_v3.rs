@@ -25,25 +25,20 @@ fn load(x: &[bf16]) -> (__m256, __m256) {
     (_mm256_castsi256_ps(even), _mm256_castsi256_ps(odd))
 }
 
-/// `v` rounded to bfloat16 (to nearest, ties to even) in each lane's
-/// top half; the low half is left over (see the section's comment).
-/// `0x7FFF` plus the kept part's last bit is written as `0x8000` minus
-/// one where that bit is 0: a compare instead of a shift, which ran a
-/// few percent faster on the project's Zen 1 machine.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn round(v: __m256) -> __m256i {
-    let bits = _mm256_castps_si256(v);
-    let last = _mm256_and_si256(bits, _mm256_set1_epi32(0x1_0000));
-    let even = _mm256_cmpeq_epi32(last, _mm256_setzero_si256());
-    _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x8000)), even)
-}
-
-/// [`round`] as a float: the bfloat16 value, exact.
+/// `v` rounded to bfloat16 (to nearest, ties to even), as a float: the
+/// bfloat16 value, exact, for a step that goes on computing with it (the
+/// results stored take [`pack`], 16 lanes at once). `0x7FFF` plus the
+/// kept part's last bit is written as `0x8000` minus one where that bit
+/// is 0: a compare instead of a shift, which ran a few percent faster on
+/// the project's Zen 1 machine.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn rounded(v: __m256) -> __m256 {
-    _mm256_castsi256_ps(_mm256_and_si256(round(v), _mm256_set1_epi32(HIGH)))
+    let bits = _mm256_castps_si256(v);
+    let last = _mm256_and_si256(bits, _mm256_set1_epi32(0x1_0000));
+    let even = _mm256_cmpeq_epi32(last, _mm256_setzero_si256());
+    let up = _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x8000)), even);
+    _mm256_castsi256_ps(_mm256_and_si256(up, _mm256_set1_epi32(HIGH)))
 }
 
 /// The even- and odd-indexed lanes of [`load`]'s layout rounded to
@@ -75,8 +70,8 @@ fn lows(even: __m256i, odd: __m256i) -> __m256i {
 /// at 0x8000 with the kept part odd. `low − 0x8000` as a signed 16-bit
 /// value is how far above the midpoint it lies; adding the kept part's
 /// last bit (saturating, so 0xFFFF stays above) makes "round up" one
-/// compare with zero. The same bits as [`round`] on each 32-bit lane, for
-/// the register of 16 the cost of 8 lanes' rounding.
+/// compare with zero. The same bits as [`rounded`]'s top halves, for the
+/// register of 16 the cost of 8 lanes' rounding.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn round_kept(kept: __m256i, lows: __m256i) -> __m256i {
