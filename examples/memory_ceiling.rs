@@ -109,10 +109,11 @@ fn run(bufs: &mut Buffers, pattern: Pattern) {
     }
 }
 
-/// `out` = the sum of `inputs` as a reduction computes it: 32 bytes of
-/// every input at a time in registers, each result streamed out (32-bit
-/// integer sums: what is added costs little next to the traffic). Plain
-/// code where the CPU lacks AVX2.
+/// `out` = a sum of `inputs` read as a reduction reads them: 32 bytes of
+/// every input at a time in registers, each result streamed out. Only
+/// the traffic is measured, so the sums are whatever is cheapest (32-bit
+/// lanes in the body, bytes in the unaligned head and tail and where the
+/// CPU lacks AVX2).
 fn fan_in(out: &mut [u8], inputs: &[&[u8]]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
